@@ -1,0 +1,239 @@
+"""The coordinator: one worker's load-balancing cycle (list -> plan -> claim and renew -> report).
+
+It owns no timer and no processing. The runtime calls ``cycle()`` on its own schedule (so lease
+renewal never waits behind a handler) and asks ``holds()`` before handing an event on; the
+simulator calls the same ``cycle()`` on simulated time.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+from .model import BalancerEvent, EventKind, HubRef, Member, OwnershipRecord
+from .store import ControlStore, OwnershipStore, by_partition
+from .strategies import Claim, Strategy, View
+
+PartitionSource = Callable[[], Awaitable[Sequence[str]]]
+EventSink = Callable[[BalancerEvent], None]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class CycleReport:
+    """What one cycle did."""
+
+    owned: frozenset[str]
+    gained: tuple[BalancerEvent, ...] = ()
+    lost: tuple[BalancerEvent, ...] = ()
+    requests: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class _Lease:
+    record: OwnershipRecord
+    renewed_at: float  # local monotonic time the winning request was *sent*
+
+
+@dataclass
+class Coordinator:
+    """Balances one worker's share of one hub and consumer group."""
+
+    ref: HubRef
+    owner_id: str
+    store: OwnershipStore
+    partitions: PartitionSource
+    strategy: Strategy
+    expiry: float = 60.0
+    controls: ControlStore | None = None
+    on_event: EventSink | None = None
+    rng: random.Random = field(default_factory=random.Random)
+    clock: Callable[[], float] = time.time  # the worker's wall clock (strategies that use it)
+    monotonic: Callable[[], float] = time.monotonic  # for the local lease deadline
+    etag_retries: int = 3
+    _leases: dict[str, _Lease] = field(default_factory=dict, init=False)
+    _requests: int = field(default=0, init=False)
+
+    # queries -------------------------------------------------------------------------------
+
+    @property
+    def owned(self) -> frozenset[str]:
+        return frozenset(self._leases)
+
+    def holds(self, partition_id: str) -> bool:
+        """True while this worker owns ``partition_id`` and its lease cannot have expired yet.
+
+        Judged on the local monotonic clock from the moment the last winning claim or renewal was
+        sent, so a worker that was stopped (SIGSTOP, a long GC pause) knows on waking, before it
+        touches another event, that someone else may hold the partition now.
+        """
+        lease = self._leases.get(partition_id)
+        return lease is not None and self.monotonic() - lease.renewed_at < self.expiry
+
+    # the cycle -----------------------------------------------------------------------------
+
+    async def cycle(self) -> CycleReport:
+        """Run one load-balancing cycle. Raises StoreUnavailable (holding on to current leases)."""
+        started = self.monotonic()
+        self._requests = 0
+        pids = tuple(await self.partitions())
+        listed = by_partition(await self._call(self.store.list_ownership(self.ref)))
+        now = await self._call(self.store.now()) if self.strategy.store_clock else self.clock()
+        if self.controls is not None:
+            await self._call(self.controls.heartbeat(Member(self.ref, self.owner_id, now)))
+        view = View(self.owner_id, pids, listed, now, self.expiry)
+        plan = self.strategy.plan(view, self.rng)
+
+        lost = self._drop_taken(listed)
+        releases = [p for p in plan.releases if p in self._leases]
+        requests: list[OwnershipRecord] = [
+            self._leases[p].record for p in self._leases if p not in releases
+        ]
+        requests += [replace(self._leases[p].record, owner_id="") for p in releases]
+        claims = {c.partition_id: c for c in plan.claims if c.partition_id not in self._leases}
+        requests += [self._claim_record(c) for c in claims.values()]
+
+        sent_at = self.monotonic()
+        won = by_partition(await self._call(self.store.claim_ownership(requests)))
+        failed = [r for r in requests if r.partition_id not in won]
+        if failed:
+            won.update(await self._retry(failed, claims, sent_at))
+
+        gained, lost2, released = self._apply(won, claims, releases, sent_at, now)
+        report = CycleReport(
+            owned=self.owned,
+            gained=tuple(gained),
+            lost=tuple(lost + lost2 + released),
+            requests=self._requests,
+            seconds=self.monotonic() - started,
+        )
+        for event in report.gained + report.lost:
+            self._emit(event)
+        return report
+
+    async def release_all(self, reason: str = "shutting down") -> list[BalancerEvent]:
+        """Give every held partition up at once, so others take them now rather than after expiry."""
+        if not self._leases:
+            return []
+        records = [replace(lease.record, owner_id="") for lease in self._leases.values()]
+        won = by_partition(await self._call(self.store.claim_ownership(records)))
+        now = self.clock()
+        events = []
+        for pid in list(self._leases):
+            kind = EventKind.RELEASE if pid in won else EventKind.LOST
+            why = reason if pid in won else "taken by another worker before the release"
+            events.append(self._event(kind, pid, None, why, now))
+            del self._leases[pid]
+        if self.controls is not None:
+            await self._call(self.controls.remove_member(self.ref, self.owner_id))
+        for event in events:
+            self._emit(event)
+        return events
+
+    # helpers -------------------------------------------------------------------------------
+
+    async def _call(self, awaitable: Awaitable[T]) -> T:
+        self._requests += 1
+        return await awaitable
+
+    def _claim_record(self, claim: Claim) -> OwnershipRecord:
+        if claim.seen is None:
+            return OwnershipRecord(self.ref, claim.partition_id, self.owner_id)
+        return claim.seen.claimed_by(self.owner_id)
+
+    def _drop_taken(self, listed: dict[str, OwnershipRecord]) -> list[BalancerEvent]:
+        """Forget leases the listing shows in someone else's hands; refresh our own ETags."""
+        events = []
+        for pid, lease in list(self._leases.items()):
+            current = listed.get(pid)
+            if current is not None and current.owner_id == self.owner_id:
+                lease.record = current
+                continue
+            holder = current.owner_id if current is not None and current.owner_id else None
+            why = f"now held by {holder}" if holder else "record released or removed by another party"
+            events.append(self._event(EventKind.LOST, pid, holder, why, self.clock()))
+            del self._leases[pid]
+        return events
+
+    async def _retry(
+        self, failed: list[OwnershipRecord], claims: dict[str, Claim], sent_at: float
+    ) -> dict[str, OwnershipRecord]:
+        """The ETag loop of 000: while the partition's owner is still the one we meant to replace
+        (it renewed, so the ETag moved), try again with the fresh ETag; stop as soon as a third
+        worker holds it, which means another claimer beat us to it."""
+        won: dict[str, OwnershipRecord] = {}
+        pending = failed
+        for _ in range(self.etag_retries):
+            listed = by_partition(await self._call(self.store.list_ownership(self.ref)))
+            again = []
+            for request in pending:
+                current = listed.get(request.partition_id)
+                if current is None:
+                    continue
+                expected = self._expected_owner(request, claims)
+                if current.owner_id != expected or current.etag == request.etag:
+                    continue
+                again.append(replace(current, owner_id=request.owner_id))
+            if not again:
+                break
+            result = by_partition(await self._call(self.store.claim_ownership(again)))
+            won.update(result)
+            pending = [r for r in again if r.partition_id not in result]
+            if not pending:
+                break
+        return won
+
+    def _expected_owner(self, request: OwnershipRecord, claims: dict[str, Claim]) -> str:
+        claim = claims.get(request.partition_id)
+        if claim is not None:
+            return claim.seen.owner_id if claim.seen is not None else ""
+        return self.owner_id  # a renewal or a release of our own lease
+
+    def _apply(
+        self,
+        won: dict[str, OwnershipRecord],
+        claims: dict[str, Claim],
+        releases: list[str],
+        sent_at: float,
+        now: float,
+    ) -> tuple[list[BalancerEvent], list[BalancerEvent], list[BalancerEvent]]:
+        gained, lost, released = [], [], []
+        for pid in list(self._leases):
+            record = won.get(pid)
+            if pid in releases:
+                del self._leases[pid]
+                if record is not None:
+                    released.append(self._event(EventKind.RELEASE, pid, None, "handed off", now))
+                else:
+                    lost.append(self._event(EventKind.LOST, pid, None, "taken before release", now))
+            elif record is not None and record.owner_id == self.owner_id:
+                self._leases[pid] = _Lease(record, sent_at)
+            else:
+                del self._leases[pid]
+                lost.append(self._event(EventKind.LOST, pid, None, "renewal refused (ETag moved)", now))
+        for pid, claim in claims.items():
+            record = won.get(pid)
+            if record is None or record.owner_id != self.owner_id:
+                continue
+            self._leases[pid] = _Lease(record, sent_at)
+            gained.append(
+                BalancerEvent(
+                    claim.kind, self.ref, pid, self.owner_id, claim.previous_owner,
+                    self.owner_id, claim.reason, now,
+                )
+            )
+        return gained, lost, released
+
+    def _event(
+        self, kind: EventKind, pid: str, new_owner: str | None, reason: str, now: float
+    ) -> BalancerEvent:
+        """An event this worker reports about a lease it held (release or loss)."""
+        return BalancerEvent(kind, self.ref, pid, new_owner, self.owner_id, self.owner_id, reason, now)
+
+    def _emit(self, event: BalancerEvent) -> None:
+        if self.on_event is not None:
+            self.on_event(event)

@@ -1,0 +1,165 @@
+"""The data model shared by every part of Leaseboard.
+
+Records are frozen dataclasses: the store hands them out, planning reads them, nobody mutates
+them. Times are float seconds since the Unix epoch as the *store* reported them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+_PARTITION_ID = re.compile(r"^(0|[1-9][0-9]{0,5})$")
+
+
+@dataclass(frozen=True, slots=True)
+class HubRef:
+    """One hub and consumer group: the scope of every store call."""
+
+    namespace: str
+    hub: str
+    consumer_group: str
+
+    def __post_init__(self) -> None:
+        for name in ("namespace", "hub", "consumer_group"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value or "/" in value:
+                raise ValueError(f"{name} must be a non-empty string without '/', got {value!r}")
+
+
+def check_partition_id(partition_id: str) -> str:
+    """Return ``partition_id`` if it is a decimal id ("0".."999999"); raise ValueError otherwise."""
+    if not isinstance(partition_id, str) or not _PARTITION_ID.match(partition_id):
+        raise ValueError(f"partition id must be a decimal string like '0', got {partition_id!r}")
+    return partition_id
+
+
+def partition_ids(count: int) -> tuple[str, ...]:
+    """The ids "0".."count-1" of a hub with ``count`` partitions."""
+    if count < 1:
+        raise ValueError(f"a hub has at least one partition, got {count}")
+    return tuple(str(i) for i in range(count))
+
+
+@dataclass(frozen=True, slots=True)
+class OwnershipRecord:
+    """Who owns one partition, as the store saw it.
+
+    ``owner_id`` is "" when the partition was released on purpose (the Azure SDK's convention).
+    ``etag`` is None only in a claim for a partition that was never owned. ``last_modified`` is
+    the store's clock at the last successful write.
+    """
+
+    ref: HubRef
+    partition_id: str
+    owner_id: str
+    etag: str | None = None
+    last_modified: float | None = None
+    owner_level: int = 0
+
+    def __post_init__(self) -> None:
+        check_partition_id(self.partition_id)
+
+    def expired(self, now: float, expiry: float) -> bool:
+        """True when nobody renewed this record for longer than ``expiry`` seconds (or it was released)."""
+        if not self.owner_id or self.last_modified is None:
+            return True
+        return now - self.last_modified > expiry
+
+    def claimed_by(self, owner_id: str) -> OwnershipRecord:
+        """The claim request ``owner_id`` sends to take this record, carrying the ETag seen."""
+        return replace(self, owner_id=owner_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The position after which processing of a partition resumes.
+
+    ``sequence_number`` is that of the last event processed; ``offset`` is the hub's offset of
+    that same event (a string, as Event Hubs has it).
+    """
+
+    ref: HubRef
+    partition_id: str
+    sequence_number: int
+    offset: str | None = None
+    last_modified: float | None = None
+
+    def __post_init__(self) -> None:
+        check_partition_id(self.partition_id)
+        if not isinstance(self.sequence_number, int) or self.sequence_number < 0:
+            raise ValueError(f"sequence_number must be an int >= 0, got {self.sequence_number!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A worker's heartbeat: it is alive, whatever it owns (possibly nothing yet)."""
+
+    ref: HubRef
+    owner_id: str
+    last_seen: float
+    info: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def alive(self, now: float, expiry: float) -> bool:
+        return now - self.last_seen <= expiry
+
+
+class ControlKind(str, Enum):
+    DRAIN = "drain"
+    PIN = "pin"
+    REBALANCE = "rebalance"
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """An operator's standing instruction, stored next to the ownership records.
+
+    drain: ``target`` is the owner id that gives up everything and claims nothing.
+    pin: ``target`` is the partition id, ``value`` the only owner id allowed to hold it.
+    rebalance: ``target`` is "*", ``value`` a token; a new token makes every worker run a cycle now.
+    """
+
+    ref: HubRef
+    kind: ControlKind
+    target: str
+    value: str = ""
+    created: float | None = None
+
+
+class EventKind(str, Enum):
+    CLAIM = "claim"  # took a partition nobody held (never owned or released)
+    EXPIRE = "expire"  # took a partition whose lease was not renewed in time
+    STEAL = "steal"  # took a partition from a live, over-loaded owner
+    RELEASE = "release"  # gave a partition up on purpose
+    LOST = "lost"  # found that another worker holds a partition this one thought it owned
+    DRAIN = "drain"
+    PIN = "pin"
+
+
+@dataclass(frozen=True, slots=True)
+class BalancerEvent:
+    """One ownership change, as the worker that saw it reports it."""
+
+    kind: EventKind
+    ref: HubRef
+    partition_id: str
+    owner_id: str | None  # who holds the partition after the change (None: nobody, or unknown)
+    previous_owner: str | None  # who held it before (None: nobody)
+    reporter: str  # the worker that made or noticed the change
+    reason: str
+    at: float  # the reporter's clock
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "kind": self.kind.value,
+            "namespace": self.ref.namespace,
+            "hub": self.ref.hub,
+            "consumer_group": self.ref.consumer_group,
+            "partition_id": self.partition_id,
+            "owner_id": self.owner_id,
+            "previous_owner": self.previous_owner,
+            "reporter": self.reporter,
+            "reason": self.reason,
+            "at": self.at,
+        }

@@ -1,0 +1,70 @@
+"""The store protocols of DESIGN.md.
+
+Ownership and checkpoints are two protocols (``002_affc69e144ac6489.txt``) so they may live in
+different stores. All calls are async: the runtime is an asyncio program and the Redis and Blob
+clients are async too. Every adapter is proven by ``tests/contract``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Protocol, runtime_checkable
+
+from .model import Checkpoint, Control, HubRef, Member, OwnershipRecord
+
+
+@runtime_checkable
+class OwnershipStore(Protocol):
+    async def list_ownership(self, ref: HubRef) -> list[OwnershipRecord]:
+        """Every ownership record of ``ref``, at most one per partition, released ones included."""
+
+    async def claim_ownership(self, records: Sequence[OwnershipRecord]) -> list[OwnershipRecord]:
+        """Try to write each record; return only those won, with their new ETag and last-modified.
+
+        A record whose ``etag`` is None wins only if the partition has no record yet; otherwise only
+        if the stored ETag still equals ``etag``. Losing is not an error. A release is a claim with
+        ``owner_id=""``. Raises StoreUnavailable when the store cannot be reached.
+        """
+
+    async def now(self) -> float:
+        """The store's clock, the one ``last_modified`` is written with (expiry is judged by it)."""
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    async def list_checkpoints(self, ref: HubRef) -> list[Checkpoint]:
+        """Every checkpoint of ``ref``, at most one per partition."""
+
+    async def update_checkpoint(self, checkpoint: Checkpoint, owner_id: str) -> Checkpoint:
+        """Write ``checkpoint`` if ``owner_id`` owns its partition; return it with last-modified set.
+
+        Raises OwnershipLost, and writes nothing, when ``owner_id`` is not the current owner.
+        """
+
+
+@runtime_checkable
+class ControlStore(Protocol):
+    """Heartbeats of live workers and the operators' control records (drain, pin, rebalance)."""
+
+    async def heartbeat(self, member: Member) -> None:
+        """Record that ``member.owner_id`` is alive (store clock; ``member.last_seen`` is ignored)."""
+
+    async def list_members(self, ref: HubRef) -> list[Member]:
+        """Every member that ever sent a heartbeat for ``ref``, alive or not."""
+
+    async def remove_member(self, ref: HubRef, owner_id: str) -> None:
+        """Forget a member (clean shutdown, or an operator purging a dead worker)."""
+
+    async def list_controls(self, ref: HubRef) -> list[Control]:
+        """Every standing control record of ``ref``."""
+
+    async def put_control(self, control: Control) -> None:
+        """Create or replace the control record with the same (kind, target)."""
+
+    async def delete_control(self, ref: HubRef, kind: str, target: str) -> None:
+        """Remove a control record; no error if it was not there."""
+
+
+def by_partition(records: Iterable[OwnershipRecord]) -> dict[str, OwnershipRecord]:
+    """Index records by partition id."""
+    return {r.partition_id: r for r in records}

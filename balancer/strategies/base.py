@@ -1,0 +1,100 @@
+"""What every strategy plans over and what it returns.
+
+A strategy is a pure function ``plan(view, rng) -> Plan``: time, randomness, the worker's id and
+the store's view come in as arguments; nothing inside reads a clock or the global ``random``.
+The runtime, the simulator and the property tests all call the same function.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from ..model import EventKind, OwnershipRecord
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """Everything one worker knows at the start of a cycle."""
+
+    owner_id: str
+    partition_ids: tuple[str, ...]
+    ownership: Mapping[str, OwnershipRecord]  # by partition id; may lack never-owned partitions
+    now: float  # the clock expiry is judged by (the worker's or the store's, per strategy)
+    expiry: float  # seconds without renewal after which a record is free
+    members: frozenset[str] = frozenset()  # live workers by heartbeat (may own nothing yet)
+    drained: frozenset[str] = frozenset()
+    pins: Mapping[str, str] = field(default_factory=dict)  # partition id -> the only allowed owner
+
+    def active(self) -> dict[str, OwnershipRecord]:
+        """Records of partitions of this hub held by someone whose lease has not expired."""
+        known = set(self.partition_ids)
+        return {
+            p: r
+            for p, r in self.ownership.items()
+            if p in known and not r.expired(self.now, self.expiry)
+        }
+
+    def counts(self, active: Mapping[str, OwnershipRecord]) -> Counter[str]:
+        """Partitions held per active owner, with this worker present even when it holds none."""
+        counts = Counter(r.owner_id for r in active.values())
+        counts[self.owner_id] += 0
+        return counts
+
+    def unclaimed(self, active: Mapping[str, OwnershipRecord]) -> list[str]:
+        """Partitions nobody actively holds, in id order."""
+        return [p for p in self.partition_ids if p not in active]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One partition this worker asks the store for, and why."""
+
+    partition_id: str
+    kind: EventKind  # CLAIM, EXPIRE or STEAL
+    seen: OwnershipRecord | None  # the record as listed (its ETag guards the claim); None if never owned
+    reason: str
+
+    @property
+    def previous_owner(self) -> str | None:
+        return self.seen.owner_id if self.seen is not None and self.seen.owner_id else None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one cycle does besides renewing every partition the worker still holds."""
+
+    claims: tuple[Claim, ...] = ()
+    releases: tuple[str, ...] = ()  # partitions to give up on purpose this cycle
+
+
+PlanFunction = Callable[[View, random.Random], Plan]
+
+
+@dataclass(frozen=True, slots=True)
+class Strategy:
+    """A named planning function and the facts the coordinator needs to drive it."""
+
+    name: str
+    plan: PlanFunction
+    store_clock: bool  # judge expiry by the store's clock (True) or the worker's own (False)
+    summary: str
+
+
+def claim_for(view: View, partition_id: str, active: Mapping[str, OwnershipRecord]) -> Claim:
+    """The claim of a partition nobody actively holds: never owned, released, or expired."""
+    seen = view.ownership.get(partition_id)
+    if seen is None:
+        return Claim(partition_id, EventKind.CLAIM, None, "never owned")
+    if not seen.owner_id:
+        return Claim(partition_id, EventKind.CLAIM, seen, "released")
+    assert partition_id not in active
+    age = view.now - (seen.last_modified or 0.0)
+    return Claim(
+        partition_id,
+        EventKind.EXPIRE,
+        seen,
+        f"lease of {seen.owner_id} not renewed for {age:.1f}s (expiry {view.expiry:g}s)",
+    )

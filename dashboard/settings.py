@@ -1,0 +1,137 @@
+"""Leaseboard settings: one module, read from the environment, working with nothing set.
+
+Defaults give a fresh checkout a SQLite file, the embedded hub and the in-process channel layer.
+``dashboard.production`` tightens these for a real deployment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+
+from .env import envbool, envfloat, envint, envstr
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(envstr("LEASEBOARD_VAR_DIR", str(BASE_DIR / "var")))
+
+SECRET_KEY = envstr("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me-in-production")
+DEBUG = envbool("DJANGO_DEBUG", True)
+ALLOWED_HOSTS = [h for h in envstr("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",") if h]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "dashboard",
+    "workers",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "dashboard.urls"
+ASGI_APPLICATION = "dashboard.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        envstr("DATABASE_URL", f"sqlite:///{VAR_DIR / 'leaseboard.sqlite3'}"),
+        conn_max_age=0,
+    ),
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets the dashboard read while runworkers processes write; the timeout rides out the
+    # short write locks that several processes sharing one file take in turn.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+LOGIN_URL = "/admin/login/"
+
+REDIS_URL = envstr("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": "leaseboard"},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": envstr("LEASEBOARD_LOG_LEVEL", "INFO")},
+    "loggers": {"django.channels.server": {"level": "WARNING"}},
+}
+
+# --- Leaseboard -------------------------------------------------------------------------------
+# Which hub and consumer group this process balances and shows (command-line options override).
+LEASEBOARD_NAMESPACE = envstr("LEASEBOARD_NAMESPACE", "localhost")
+LEASEBOARD_HUB = envstr("LEASEBOARD_HUB", "sensors")
+LEASEBOARD_CONSUMER_GROUP = envstr("LEASEBOARD_CONSUMER_GROUP", "$Default")
+# Partitions of the embedded hub when it is first created.
+LEASEBOARD_PARTITIONS = envint("LEASEBOARD_PARTITIONS", 16, minimum=1)
+# Where the embedded hub keeps its partition logs (shared by every process on this machine).
+LEASEBOARD_HUB_DIR = Path(envstr("LEASEBOARD_HUB_DIR", str(VAR_DIR / "hub")))
+# Stores and sources, by the names of --store and --source.
+LEASEBOARD_STORE = envstr("LEASEBOARD_STORE", "sql")
+LEASEBOARD_SOURCE = envstr("LEASEBOARD_SOURCE", "embedded")
+LEASEBOARD_STRATEGY = envstr("LEASEBOARD_STRATEGY", "")  # empty: the project's default
+# Seconds between load-balancing cycles, and without renewal after which a lease is free.
+LEASEBOARD_INTERVAL = envfloat("LEASEBOARD_INTERVAL", 2.0)
+LEASEBOARD_EXPIRY = envfloat("LEASEBOARD_EXPIRY", 10.0)
+# Checkpoint after this many events or seconds, whichever comes first.
+LEASEBOARD_CHECKPOINT_EVENTS = envint("LEASEBOARD_CHECKPOINT_EVENTS", 100, minimum=1)
+LEASEBOARD_CHECKPOINT_SECONDS = envfloat("LEASEBOARD_CHECKPOINT_SECONDS", 1.0)
+# Optional external services.
+AZURE_STORAGE_CONNECTION_STRING = envstr("AZURE_STORAGE_CONNECTION_STRING", "")
+LEASEBOARD_BLOB_CONTAINER = envstr("LEASEBOARD_BLOB_CONTAINER", "leaseboard")
+EVENTHUB_CONNECTION_STRING = envstr("EVENTHUB_CONNECTION_STRING", "")

@@ -1,0 +1,169 @@
+"""The coordinator loop: concurrency rule, ETag retry loop, losses, releases and the local lease."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from dataclasses import replace
+
+from balancer.coordinator import Coordinator
+from balancer.model import EventKind, OwnershipRecord
+from balancer.strategies import Claim, Plan, Strategy, View
+
+from .cluster import REF, Cluster
+
+
+def scripted(*plans: Plan) -> Strategy:
+    """A strategy that returns the given plans in turn, then nothing."""
+    queue = list(plans)
+
+    def plan(view: View, rng: random.Random) -> Plan:
+        return queue.pop(0) if queue else Plan()
+
+    return Strategy("scripted", plan, store_clock=False, summary="test")
+
+
+async def test_two_workers_claiming_the_same_partition_at_once_exactly_one_wins() -> None:
+    # The concurrency rule of 000: both send the ETag they saw (none); the store's compare-and-set
+    # lets one through and the other claim fails without error.
+    cluster = Cluster(1)
+    a, b = cluster.add("a"), cluster.add("b")
+    listed_a = await cluster.store.list_ownership(REF)
+    listed_b = await cluster.store.list_ownership(REF)
+    assert listed_a == listed_b == []
+    won_a = await cluster.store.claim_ownership([OwnershipRecord(REF, "0", "a")])
+    won_b = await cluster.store.claim_ownership([OwnershipRecord(REF, "0", "b")])
+    assert [r.owner_id for r in won_a + won_b] == ["a"]
+    # and through the coordinators: whichever cycles first wins, the other gains nothing
+    cluster2 = Cluster(1)
+    a, b = cluster2.add("a"), cluster2.add("b")
+    reports = [await a.cycle(), await b.cycle()]
+    assert [len(r.owned) for r in reports] == [1, 0]
+    assert [e.kind for e in cluster2.events] == [EventKind.CLAIM]
+
+
+async def test_a_claim_with_a_stale_etag_loses_and_changes_nothing() -> None:
+    cluster = Cluster(1)
+    [first] = await cluster.store.claim_ownership([OwnershipRecord(REF, "0", "a")])
+    [renewed] = await cluster.store.claim_ownership([first])
+    assert renewed.etag != first.etag
+    assert await cluster.store.claim_ownership([first.claimed_by("b")]) == []
+    assert [r.owner_id for r in await cluster.store.list_ownership(REF)] == ["a"]
+
+
+async def test_etag_retry_loop_retries_while_the_old_owner_only_renewed() -> None:
+    # 000 "ETag and checkpoint": the victim renews between the stealer's listing and its claim, so
+    # the ETag moved but the owner did not; the stealer re-reads and tries again with the new ETag.
+    cluster = Cluster(1)
+    [held] = await cluster.store.claim_ownership([OwnershipRecord(REF, "0", "victim")])
+    stale_view = held
+    await cluster.store.claim_ownership([held])  # the victim's renewal moves the ETag
+    steal = Claim("0", EventKind.STEAL, stale_view, "test steal")
+    stealer = cluster.add("stealer")
+    stealer.strategy = scripted(Plan(claims=(steal,)))
+    report = await stealer.cycle()
+    assert report.owned == {"0"}
+    assert [(e.kind, e.previous_owner) for e in cluster.events] == [(EventKind.STEAL, "victim")]
+
+
+async def test_etag_retry_loop_stops_when_a_third_worker_won() -> None:
+    cluster = Cluster(1)
+    [held] = await cluster.store.claim_ownership([OwnershipRecord(REF, "0", "victim")])
+    await cluster.store.claim_ownership([held.claimed_by("third")])
+    stealer = cluster.add("stealer")
+    stealer.strategy = scripted(Plan(claims=(Claim("0", EventKind.STEAL, held, "test"),)))
+    before = cluster.store.requests
+    report = await stealer.cycle()
+    # list, claim, then one re-read that shows the third owner: no second claim is sent
+    assert cluster.store.requests - before == 3
+    assert report.owned == frozenset()
+    assert [r.owner_id for r in await cluster.store.list_ownership(REF)] == ["third"]
+    assert cluster.events == []
+
+
+async def test_a_worker_notices_its_partition_was_taken_and_reports_it_lost() -> None:
+    cluster = Cluster(2)
+    a = cluster.add("a")
+    await cluster.cycle(2)
+    assert a.owned == {"0", "1"}
+    listed = {r.partition_id: r for r in await cluster.store.list_ownership(REF)}
+    await cluster.store.claim_ownership([listed["1"].claimed_by("b")])
+    await a.cycle()
+    assert a.owned == {"0"}
+    lost = [e for e in cluster.events if e.kind is EventKind.LOST]
+    assert [(e.partition_id, e.previous_owner, e.owner_id) for e in lost] == [("1", "a", "b")]
+
+
+async def test_holds_turns_false_once_the_lease_could_have_expired_without_renewal() -> None:
+    cluster = Cluster(1, expiry=30.0)
+    a = cluster.add("a")
+    renewed_at = cluster.now
+    await cluster.cycle()
+    assert a.holds("0")
+    cluster.now = renewed_at + 29.0
+    assert a.holds("0")
+    cluster.now = renewed_at + 31.0  # e.g. the process was stopped: no renewal was sent in time
+    assert not a.holds("0")
+    assert not a.holds("1")
+
+
+async def test_release_all_lets_another_worker_claim_at_once_not_after_expiry() -> None:
+    cluster = Cluster(4, expiry=300.0)
+    a = cluster.add("a")
+    await cluster.cycle(4)
+    events = await a.release_all()
+    assert {e.kind for e in events} == {EventKind.RELEASE} and a.owned == frozenset()
+    cluster.crash("a")
+    b = cluster.add("b")
+    await cluster.cycle(4)  # 40 s, far below the 300 s expiry
+    assert b.owned == {"0", "1", "2", "3"}
+    claims = [e for e in cluster.events if e.kind is EventKind.CLAIM and e.owner_id == "b"]
+    assert {e.reason for e in claims} == {"released"}
+
+
+async def test_planned_release_hands_the_partition_off() -> None:
+    cluster = Cluster(1)
+    a = cluster.add("a")
+    await cluster.cycle()
+    a.strategy = scripted(Plan(releases=("0",)))
+    report = await a.cycle()
+    assert report.owned == frozenset()
+    [record] = await cluster.store.list_ownership(REF)
+    assert record.owner_id == "" and cluster.events[-1].kind is EventKind.RELEASE
+
+
+async def test_renewal_refreshes_the_etag_it_listed() -> None:
+    # A renewal must carry the ETag of the current listing, not the one won long ago.
+    cluster = Cluster(1)
+    a = cluster.add("a")
+    await cluster.cycle()
+    [record] = await cluster.store.list_ownership(REF)
+    await cluster.store.claim_ownership([replace(record)])  # some other write by "a"'s own hand
+    await a.cycle()
+    assert a.owned == {"0"}
+    assert not [e for e in cluster.events if e.kind is EventKind.LOST]
+
+
+async def test_one_cycle_costs_one_list_and_one_claim_request_in_steady_state() -> None:
+    cluster = Cluster(8)
+    for w in "ab":
+        cluster.add(w)
+    await cluster.settle()
+    report = await cluster.workers["a"].cycle()
+    assert report.requests == 2
+
+
+def test_the_core_imports_without_django() -> None:
+    code = (
+        "import sys; sys.modules['django'] = None\n"
+        "import balancer.model, balancer.store, balancer.memory, balancer.coordinator, balancer.strategies\n"
+        "print('pure')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "pure"
+
+
+def test_coordinator_is_a_plain_dataclass_with_injected_time() -> None:
+    fields = Coordinator.__dataclass_fields__
+    assert {"clock", "monotonic", "rng"} <= set(fields)

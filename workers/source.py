@@ -1,0 +1,75 @@
+"""What the runtime reads events from: the embedded hub, or Azure Event Hubs (same protocol).
+
+A source is opened once per process; a reader per owned partition. Readers are synchronous and
+never block for long (``receive`` returns what is there, possibly nothing): the runtime calls them
+from worker threads so the event loop, and with it lease renewal, is never held up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedEvent:
+    """One event as read from a partition."""
+
+    partition_id: str
+    sequence_number: int
+    offset: str
+    enqueued_time: float  # seconds since the epoch, the hub's clock
+    partition_key: str | None
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProperties:
+    """What the hub knows of one partition (Event Hubs' partition properties)."""
+
+    partition_id: str
+    begin_sequence_number: int  # first retained sequence number (0 on a new partition)
+    last_enqueued_sequence_number: int  # -1 while the partition is empty
+    last_enqueued_offset: str | None
+    last_enqueued_time: float | None
+    is_empty: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a reader starts. Exactly one of the fields is meaningful, in this order:
+
+    ``offset`` (start after the event at this offset), ``sequence_number`` (start after the event
+    with this number), ``latest`` (only events enqueued from now on), else the earliest retained.
+    """
+
+    offset: str | None = None
+    sequence_number: int | None = None
+    latest: bool = False
+
+    @classmethod
+    def earliest(cls) -> Position:
+        return cls()
+
+    @classmethod
+    def after(cls, sequence_number: int, offset: str | None = None) -> Position:
+        return cls(offset=offset, sequence_number=sequence_number)
+
+
+class PartitionReader(Protocol):
+    def receive(self, max_events: int) -> list[ReceivedEvent]:
+        """Up to ``max_events`` next events in sequence order; [] when none are there yet."""
+
+    def close(self) -> None: ...
+
+
+class EventSource(Protocol):
+    def partition_ids(self) -> tuple[str, ...]:
+        """The hub's partition ids now ("0".."P-1"); may grow while the hub runs."""
+
+    def properties(self, partition_id: str) -> PartitionProperties: ...
+
+    def reader(self, partition_id: str, position: Position) -> PartitionReader:
+        """A reader of one partition starting at ``position``; ValueError for an unknown partition."""
+
+    def close(self) -> None: ...
