@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from enum import Enum
+from enum import StrEnum
 
 _PARTITION_ID = re.compile(r"^(0|[1-9][0-9]{0,5})$")
 
@@ -105,7 +105,7 @@ class Member:
         return now - self.last_seen <= expiry
 
 
-class ControlKind(str, Enum):
+class ControlKind(StrEnum):
     DRAIN = "drain"
     PIN = "pin"
     REBALANCE = "rebalance"
@@ -127,7 +127,7 @@ class Control:
     created: float | None = None
 
 
-class EventKind(str, Enum):
+class EventKind(StrEnum):
     CLAIM = "claim"  # took a partition nobody held (never owned or released)
     EXPIRE = "expire"  # took a partition whose lease was not renewed in time
     STEAL = "steal"  # took a partition from a live, over-loaded owner

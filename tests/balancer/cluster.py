@@ -19,7 +19,13 @@ REF = HubRef("ns.example", "sensors", "$Default")
 
 class Cluster:
     def __init__(
-        self, partitions: int, *, strategy: str = "balanced", expiry: float = 30.0, interval: float = 10.0, seed: int = 0
+        self,
+        partitions: int,
+        *,
+        strategy: str = "balanced",
+        expiry: float = 30.0,
+        interval: float = 10.0,
+        seed: int = 0,
     ) -> None:
         self.now = 1_700_000_000.0
         self.store = MemoryStore(clock=lambda: self.now)
