@@ -13,12 +13,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from .model import BalancerEvent, EventKind, HubRef, Member, OwnershipRecord
+from .model import BalancerEvent, ControlKind, EventKind, HubRef, Member, OwnershipRecord
 from .store import ControlStore, OwnershipStore, by_partition
 from .strategies import Claim, Strategy, View
 
 PartitionSource = Callable[[], Awaitable[Sequence[str]]]
 EventSink = Callable[[BalancerEvent], None]
+HandoffHook = Callable[[str], None]
 T = TypeVar("T")
 
 
@@ -55,14 +56,29 @@ class Coordinator:
     clock: Callable[[], float] = time.time  # the worker's wall clock (strategies that use it)
     monotonic: Callable[[], float] = time.monotonic  # for the local lease deadline
     etag_retries: int = 3
+    # Called with a partition id when a planned move starts: the runtime stops that partition's pump
+    # after the event in hand, checkpoints, then calls ``release()``. None: release in the same cycle.
+    on_handoff: HandoffHook | None = None
+    handoff_timeout: float | None = None  # None: the expiry
     _leases: dict[str, _Lease] = field(default_factory=dict, init=False)
     _requests: int = field(default=0, init=False)
+    _announced: bool = field(default=False, init=False)
+    _waiting: dict[str, float] = field(default_factory=dict, init=False)
+    _handing_off: set[str] = field(default_factory=set, init=False)
+
+    def __post_init__(self) -> None:
+        if self.controls is None and self.strategy.uses_members and isinstance(self.store, ControlStore):
+            self.controls = self.store
 
     # queries -------------------------------------------------------------------------------
 
     @property
     def owned(self) -> frozenset[str]:
         return frozenset(self._leases)
+
+    def handing_off(self, partition_id: str) -> bool:
+        """True once a planned move of ``partition_id`` started and until it is released."""
+        return partition_id in self._handing_off
 
     def holds(self, partition_id: str) -> bool:
         """True while this worker owns ``partition_id`` and its lease cannot have expired yet.
@@ -83,13 +99,13 @@ class Coordinator:
         pids = tuple(await self.partitions())
         listed = by_partition(await self._call(self.store.list_ownership(self.ref)))
         now = await self._call(self.store.now()) if self.strategy.store_clock else self.clock()
-        if self.controls is not None:
-            await self._call(self.controls.heartbeat(Member(self.ref, self.owner_id, now)))
-        view = View(self.owner_id, pids, listed, now, self.expiry)
+        view = await self._view(pids, listed, now)
         plan = self.strategy.plan(view, self.rng)
+        self._announced = True
+        self._waiting = {p: self._waiting.get(p, now) for p in plan.waiting}
 
         lost = self._drop_taken(listed)
-        releases = [p for p in plan.releases if p in self._leases]
+        releases = self._start_handoffs([p for p in plan.releases if p in self._leases])
         requests: list[OwnershipRecord] = [
             self._leases[p].record for p in self._leases if p not in releases
         ]
@@ -104,6 +120,7 @@ class Coordinator:
             won.update(await self._retry(failed, claims, sent_at))
 
         gained, lost2, released = self._apply(won, claims, releases, sent_at, now)
+        self._handing_off &= set(self._leases)
         report = CycleReport(
             owned=self.owned,
             gained=tuple(gained),
@@ -114,6 +131,19 @@ class Coordinator:
         for event in report.gained + report.lost:
             self._emit(event)
         return report
+
+    async def release(self, partition_id: str, reason: str = "handed off") -> BalancerEvent | None:
+        """Give one held partition up now (the end of a handoff); None if it was not held."""
+        lease = self._leases.pop(partition_id, None)
+        self._handing_off.discard(partition_id)
+        if lease is None:
+            return None
+        won = await self._call(self.store.claim_ownership([replace(lease.record, owner_id="")]))
+        kind = EventKind.RELEASE if won else EventKind.LOST
+        why = reason if won else "taken by another worker before the release"
+        event = self._event(kind, partition_id, None, why, self.clock())
+        self._emit(event)
+        return event
 
     async def release_all(self, reason: str = "shutting down") -> list[BalancerEvent]:
         """Give every held partition up at once, so others take them now rather than after expiry."""
@@ -128,6 +158,7 @@ class Coordinator:
             why = reason if pid in won else "taken by another worker before the release"
             events.append(self._event(kind, pid, None, why, now))
             del self._leases[pid]
+        self._handing_off.clear()
         if self.controls is not None:
             await self._call(self.controls.remove_member(self.ref, self.owner_id))
         for event in events:
@@ -135,6 +166,45 @@ class Coordinator:
         return events
 
     # helpers -------------------------------------------------------------------------------
+
+    async def _view(self, pids: tuple[str, ...], listed: dict[str, OwnershipRecord], now: float) -> View:
+        """The strategy's view; with heartbeats and controls when the strategy uses them."""
+        members: frozenset[str] = frozenset()
+        drained: frozenset[str] = frozenset()
+        pins: dict[str, str] = {}
+        if self.controls is not None:
+            await self._call(self.controls.heartbeat(Member(self.ref, self.owner_id, now)))
+        if self.controls is not None and self.strategy.uses_members:
+            listed_members = await self._call(self.controls.list_members(self.ref))
+            members = frozenset(m.owner_id for m in listed_members if m.alive(now, self.expiry))
+            controls = await self._call(self.controls.list_controls(self.ref))
+            drained = frozenset(c.target for c in controls if c.kind is ControlKind.DRAIN)
+            pins = {c.target: c.value for c in controls if c.kind is ControlKind.PIN}
+        return View(
+            self.owner_id,
+            pids,
+            listed,
+            now,
+            self.expiry,
+            members=members,
+            drained=drained,
+            pins=pins,
+            waiting=dict(self._waiting),
+            handoff_timeout=self.handoff_timeout,
+            first_cycle=not self._announced,
+        )
+
+    def _start_handoffs(self, planned: list[str]) -> list[str]:
+        """The partitions to release in this cycle's request. With a handoff hook, a planned release
+        first tells the runtime (which stops the pump, checkpoints and calls ``release``); the lease
+        keeps being renewed meanwhile, so nobody else starts on it before the last checkpoint."""
+        if self.on_handoff is None:
+            return planned
+        for pid in planned:
+            if pid not in self._handing_off:
+                self._handing_off.add(pid)
+                self.on_handoff(pid)
+        return []
 
     async def _call(self, awaitable: Awaitable[T]) -> T:
         self._requests += 1

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from . import balanced
+from . import balanced, cooperative
 from .base import Claim, Plan, PlanFunction, Strategy, View
 
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (balanced.STRATEGY,)}
-DEFAULT = "balanced"  # until the project's own default lands (issue: balancer)
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (balanced.STRATEGY, cooperative.STRATEGY)}
+DEFAULT = "cooperative"
 
 
 def get_strategy(name: str | None) -> Strategy:

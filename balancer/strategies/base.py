@@ -27,6 +27,11 @@ class View:
     members: frozenset[str] = frozenset()  # live workers by heartbeat (may own nothing yet)
     drained: frozenset[str] = frozenset()
     pins: Mapping[str, str] = field(default_factory=dict)  # partition id -> the only allowed owner
+    # partition id -> when (same clock as ``now``) this worker began waiting for its current owner to
+    # hand it over; filled by the coordinator from earlier plans' ``Plan.waiting``
+    waiting: Mapping[str, float] = field(default_factory=dict)
+    handoff_timeout: float | None = None  # how long to wait for a handoff before taking over; None: expiry
+    first_cycle: bool = False  # this worker has not announced itself before this cycle
 
     def active(self) -> dict[str, OwnershipRecord]:
         """Records of partitions of this hub held by someone whose lease has not expired."""
@@ -67,7 +72,8 @@ class Plan:
     """What one cycle does besides renewing every partition the worker still holds."""
 
     claims: tuple[Claim, ...] = ()
-    releases: tuple[str, ...] = ()  # partitions to give up on purpose this cycle
+    releases: tuple[str, ...] = ()  # partitions to hand off on purpose this cycle
+    waiting: tuple[str, ...] = ()  # partitions this worker wants but waits for their owner to release
 
 
 PlanFunction = Callable[[View, random.Random], Plan]
@@ -81,6 +87,7 @@ class Strategy:
     plan: PlanFunction
     store_clock: bool  # judge expiry by the store's clock (True) or the worker's own (False)
     summary: str
+    uses_members: bool = False  # needs heartbeats and control records (drain, pin) in the view
 
 
 def claim_for(view: View, partition_id: str, active: Mapping[str, OwnershipRecord]) -> Claim:

@@ -167,3 +167,21 @@ def test_the_core_imports_without_django() -> None:
 def test_coordinator_is_a_plain_dataclass_with_injected_time() -> None:
     fields = Coordinator.__dataclass_fields__
     assert {"clock", "monotonic", "rng"} <= set(fields)
+
+
+async def test_with_a_handoff_hook_the_lease_is_kept_until_the_runtime_releases_it() -> None:
+    cluster = Cluster(1, expiry=30.0)
+    a = cluster.add("a")
+    await cluster.cycle()
+    started: list[str] = []
+    a.on_handoff = started.append
+    a.strategy = scripted(Plan(releases=("0",)), Plan(releases=("0",)), Plan(releases=("0",)))
+    await cluster.cycle(3)  # 30 s: renewed every cycle while the pump winds down
+    assert started == ["0"] and a.handing_off("0") and a.holds("0")
+    [record] = await cluster.store.list_ownership(REF)
+    assert record.owner_id == "a" and not record.expired(cluster.now, 30.0)
+    event = await a.release("0")
+    assert event is not None and event.kind is EventKind.RELEASE
+    assert not a.handing_off("0") and a.owned == frozenset()
+    [record] = await cluster.store.list_ownership(REF)
+    assert record.owner_id == ""

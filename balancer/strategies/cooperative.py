@@ -1,0 +1,140 @@
+"""``cooperative``: Leaseboard's default strategy.
+
+Every worker computes the same target assignment from the same view, so workers agree without
+talking and simultaneous starters do not collide:
+
+1. Members are the workers whose heartbeat is fresh by the *store's* clock (a worker that owns
+   nothing yet counts at once), plus any active owner that does not heartbeat (a worker running
+   another strategy); drained workers are left out.
+2. Each member's target count is ``P // N`` or one more; pinned partitions count toward their
+   worker's load (a worker pinned more than its share keeps them all and the rest share the
+   remainder). The extra partitions go to the members holding the most already, so the number of
+   partitions that move is the minimum.
+3. Each member keeps the partitions it holds, up to its target; the rest (free, expired, excess,
+   held by drained workers, pinned elsewhere) fill the members below target, in a fixed order.
+
+A worker then claims the free partitions assigned to it, hands off (releases) the ones assigned to
+someone else, and *waits* for those it was assigned that another live worker still holds: that
+worker sees the same assignment and releases them once it has finished the event in hand and
+checkpointed, so a planned move processes no event twice. Only if the holder has not released
+after the handoff timeout (it may run an older strategy, or be stuck) does the waiter take over.
+
+A worker claims nothing in its first cycle: it announces itself, so that when every worker starts
+together each sees all the others before anyone claims.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+
+from ..model import EventKind, OwnershipRecord
+from .base import Claim, Plan, Strategy, View, claim_for
+
+
+def _key(partition_id: str) -> int:
+    return int(partition_id)
+
+
+def members(view: View, active: Mapping[str, OwnershipRecord]) -> list[str]:
+    """The workers that share the partitions, sorted: fresh heartbeats and active owners, not drained."""
+    live = set(view.members) | {view.owner_id} | {r.owner_id for r in active.values()}
+    return sorted(live - view.drained)
+
+
+def target_counts(
+    partitions: int, eligible: list[str], pinned: Mapping[str, int], held: Mapping[str, int]
+) -> dict[str, int]:
+    """How many partitions each eligible worker should own in the end."""
+    targets: dict[str, int] = {}
+    rest = list(eligible)
+    remaining = partitions
+    while rest:  # workers pinned beyond their share keep exactly their pins; the others share the rest
+        floor = remaining // len(rest)
+        heavy = [w for w in rest if pinned.get(w, 0) > floor]
+        if not heavy:
+            break
+        for w in heavy:
+            targets[w] = pinned[w]
+            remaining -= pinned[w]
+            rest.remove(w)
+    if rest:
+        floor, extra = divmod(remaining, len(rest))
+        # Holdings count only up to the ceiling: a worker releasing its excess down to floor + 1
+        # keeps its rank, so every worker computes the same targets in the middle of a round.
+        by_load = sorted(rest, key=lambda w: (-min(held.get(w, 0), floor + 1), w))
+        for rank, w in enumerate(by_load):
+            targets[w] = floor + (1 if rank < extra else 0)
+    return targets
+
+
+def assign(view: View, active: Mapping[str, OwnershipRecord]) -> dict[str, str]:
+    """partition id -> the worker it should end with (absent: nobody eligible)."""
+    eligible = members(view, active)
+    if not eligible:
+        return {}
+    known = set(view.partition_ids)
+    pins = {p: w for p, w in view.pins.items() if p in known and w in eligible}
+    pinned_count: dict[str, int] = {}
+    for w in pins.values():
+        pinned_count[w] = pinned_count.get(w, 0) + 1
+    holdings: dict[str, list[str]] = {w: [] for w in eligible}
+    for p, r in active.items():
+        if r.owner_id in holdings and p not in pins:
+            holdings[r.owner_id].append(p)
+    held = {w: len(ps) + pinned_count.get(w, 0) for w, ps in holdings.items()}
+    targets = target_counts(len(view.partition_ids), eligible, pinned_count, held)
+
+    assignment = dict(pins)
+    pool: list[str] = []
+    for w in eligible:
+        budget = targets[w] - pinned_count.get(w, 0)
+        mine = sorted(holdings[w], key=_key)
+        assignment.update({p: w for p in mine[:budget]})
+        pool.extend(mine[budget:])
+    free = [p for p in view.partition_ids if p not in active and p not in pins]
+    leftovers = [p for p, r in active.items() if p not in pins and r.owner_id not in holdings]
+    pool = sorted(free, key=_key) + sorted(pool + leftovers, key=_key)
+    for w in eligible:
+        need = targets[w] - sum(1 for o in assignment.values() if o == w)
+        while need > 0 and pool:
+            assignment[pool.pop(0)] = w
+            need -= 1
+    return assignment
+
+
+def plan(view: View, rng: random.Random) -> Plan:
+    active = view.active()
+    mine = sorted((p for p, r in active.items() if r.owner_id == view.owner_id), key=_key)
+    if view.owner_id in view.drained:
+        return Plan(releases=tuple(mine))
+    if view.first_cycle:
+        return Plan()
+    assignment = assign(view, active)
+    releases = tuple(p for p in mine if assignment.get(p) != view.owner_id)
+    timeout = view.expiry if view.handoff_timeout is None else view.handoff_timeout
+    claims: list[Claim] = []
+    waiting: list[str] = []
+    for p in view.partition_ids:
+        if assignment.get(p) != view.owner_id or p in mine:
+            continue
+        holder = active.get(p)
+        if holder is None:
+            claims.append(claim_for(view, p, active))
+            continue
+        since = view.waiting.get(p)
+        if since is not None and view.now - since >= timeout:
+            reason = f"{holder.owner_id} did not hand over within {timeout:g}s"
+            claims.append(Claim(p, EventKind.STEAL, holder, reason))
+        else:
+            waiting.append(p)
+    return Plan(claims=tuple(claims), releases=releases, waiting=tuple(waiting))
+
+
+STRATEGY = Strategy(
+    name="cooperative",
+    plan=plan,
+    store_clock=True,
+    uses_members=True,
+    summary="default: shared deterministic assignment, heartbeats, store clock, cooperative handoff",
+)
