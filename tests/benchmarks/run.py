@@ -1,0 +1,42 @@
+"""`make bench`: runs every benchmark and prints its table. Figures, not assertions.
+
+Each benchmark is a module of this package with a ``main()`` that prints one table; they run one
+after another in this process's interpreter so their figures do not compete for the two cores.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+
+BENCHMARKS = [
+    ("embedded hub: raw read and write rates", "tests.benchmarks.bench_hub"),
+    ("one worker end to end on the embedded hub", "tests.benchmarks.bench_worker"),
+    ("strategies x scenarios (simulator)", "tests.benchmarks.bench_strategies"),
+]
+
+
+def main() -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+    only = set(sys.argv[1:])
+    failed = []
+    for title, module in BENCHMARKS:
+        if only and not any(word in module for word in only):
+            continue
+        print(f"\n=== {title} ({module})", flush=True)
+        started = time.perf_counter()
+        try:
+            importlib.import_module(module).main()
+        except Exception as exc:  # report and go on: one broken benchmark must not hide the others
+            print(f"FAILED: {type(exc).__name__}: {exc}")
+            failed.append(module)
+        print(f"--- {time.perf_counter() - started:.1f} s", flush=True)
+    if failed:
+        print(f"\nbenchmarks that failed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
