@@ -109,7 +109,8 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": envstr("LEASEBOARD_LOG_LEVEL", "INFO")},
-    "loggers": {"django.channels.server": {"level": "WARNING"}},
+    # The Azure SDK logs every HTTP request at INFO (a blob store cycle is a dozen of them).
+    "loggers": {"django.channels.server": {"level": "WARNING"}, "azure": {"level": "WARNING"}},
 }
 
 # --- Leaseboard -------------------------------------------------------------------------------
@@ -131,6 +132,8 @@ LEASEBOARD_EXPIRY = envfloat("LEASEBOARD_EXPIRY", 10.0)
 # Checkpoint after this many events or seconds, whichever comes first.
 LEASEBOARD_CHECKPOINT_EVENTS = envint("LEASEBOARD_CHECKPOINT_EVENTS", 100, minimum=1)
 LEASEBOARD_CHECKPOINT_SECONDS = envfloat("LEASEBOARD_CHECKPOINT_SECONDS", 1.0)
+# Events a handler could not process after its retries, one JSON line each, per hub and partition.
+LEASEBOARD_DEADLETTER_DIR = Path(envstr("LEASEBOARD_DEADLETTER_DIR", str(VAR_DIR / "deadletter")))
 # Optional external services.
 AZURE_STORAGE_CONNECTION_STRING = envstr("AZURE_STORAGE_CONNECTION_STRING", "")
 LEASEBOARD_BLOB_CONTAINER = envstr("LEASEBOARD_BLOB_CONTAINER", "leaseboard")

@@ -73,12 +73,15 @@ def build_stores(name: str | None = None) -> Stores:
     return Stores(ownership=store, checkpoints=store, controls=store)
 
 
-def build_source(name: str | None = None, hub: str | None = None) -> EventSource:
-    """The event source for ``--source name`` (default: ``LEASEBOARD_SOURCE``) reading ``hub``."""
+def build_source(name: str | None = None, hub: str | None = None, consumer_group: str | None = None) -> EventSource:
+    """The event source for ``--source name`` (default: ``LEASEBOARD_SOURCE``) reading ``hub`` as
+    ``consumer_group`` (the embedded hub has no consumer groups: every reader sees every event)."""
     key = name or settings.LEASEBOARD_SOURCE
     cls = _load(SOURCES, "source", key)
     if key == "embedded":
         return cls(  # type: ignore[no-any-return]
             settings.LEASEBOARD_HUB_DIR, hub or settings.LEASEBOARD_HUB, partitions=settings.LEASEBOARD_PARTITIONS
         )
-    return cls(hub=hub or settings.LEASEBOARD_HUB)  # type: ignore[no-any-return]
+    return cls(  # type: ignore[no-any-return]
+        hub=hub or settings.LEASEBOARD_HUB, consumer_group=consumer_group or settings.LEASEBOARD_CONSUMER_GROUP
+    )

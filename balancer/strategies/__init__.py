@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from . import balanced, cooperative
+from . import balanced, cooperative, eph, greedy
 from .base import Claim, Plan, PlanFunction, Strategy, View
 
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (balanced.STRATEGY, cooperative.STRATEGY)}
+STRATEGIES: dict[str, Strategy] = {
+    s.name: s for s in (balanced.STRATEGY, greedy.STRATEGY, eph.STRATEGY, cooperative.STRATEGY)
+}
 DEFAULT = "cooperative"
 
 

@@ -1,0 +1,46 @@
+"""Fixtures: a scripted "service" (Hub), the fake client factory, a source on them, a fake clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from workers.eventhubs import EventHubsSource
+
+from .fake import CONNECTION_STRING, Clients, Hub
+
+
+class FakeClock:
+    """Monotonic seconds that move only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def hub() -> Hub:
+    return Hub()
+
+
+@pytest.fixture
+def clients(hub: Hub) -> Clients:
+    return Clients(hub)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def source(clients: Clients, clock: FakeClock) -> Iterator[EventHubsSource]:
+    opened = EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock)
+    yield opened
+    opened.close()

@@ -1,0 +1,337 @@
+"""Readers of the Event Hubs source at the SDK's boundary: what is asked of the SDK, what comes out."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Iterator
+
+import pytest
+from azure.eventhub import EventHubConsumerClient
+from azure.eventhub._pyamqp.error import ErrorCondition
+from azure.eventhub.exceptions import ConnectError, ConnectionLostError, EventHubError
+
+from workers.eventhubs import EventHubsReader, EventHubsSource, PartitionStolen, ReaderFailed, is_stolen
+from workers.source import Position, ReceivedEvent
+
+from .conftest import FakeClock
+from .fake import (
+    CONNECTION_STRING,
+    T0_MS,
+    Clients,
+    FakeConsumerClient,
+    Hub,
+    sdk_error,
+    sdk_event,
+    sdk_properties,
+    stolen_error,
+    until,
+    utc,
+)
+
+
+@pytest.fixture
+def opened(source: EventHubsSource) -> Iterator[list[EventHubsReader]]:
+    """Readers a test opens; closed after it."""
+    readers: list[EventHubsReader] = []
+    yield readers
+    for reader in readers:
+        reader.close()
+
+
+def open_reader(
+    source: EventHubsSource, clients: Clients, opened: list[EventHubsReader], pid: str = "0",
+    position: Position | None = None,
+) -> tuple[EventHubsReader, FakeConsumerClient]:  # fmt: skip
+    reader = source.reader(pid, position or Position.earliest())
+    opened.append(reader)
+    client = clients.last
+    client.wait_for(lambda: client.receive_kwargs is not None, "the reader to call receive_batch")
+    return reader, client
+
+
+def deliver(client: FakeConsumerClient, *batches: list[object]) -> None:
+    """Feeds batches and waits until the reader's callback has taken them all."""
+    total = client.delivered + sum(len(b) for b in batches)
+    client.feed(*batches)  # type: ignore[arg-type]
+    client.wait_for(lambda: client.delivered >= total, f"{total} events delivered")
+
+
+# what is asked of the SDK ------------------------------------------------------------------------
+
+POSITIONS = {
+    "after an offset": (Position.after(41, offset="4100"), "4100"),
+    "after a sequence number": (Position(sequence_number=41), 41),
+    "after sequence number 0": (Position(sequence_number=0), 0),
+    "before the first event": (Position(sequence_number=-1), "-1"),
+    "latest": (Position(latest=True), "@latest"),
+    "earliest": (Position.earliest(), "-1"),
+}
+
+
+@pytest.mark.parametrize("case", POSITIONS)
+def test_each_position_asks_the_sdk_to_start_just_after_it(
+    case: str, source: EventHubsSource, clients: Clients, opened: list[EventHubsReader]
+) -> None:
+    position, expected = POSITIONS[case]
+    _, client = open_reader(source, clients, opened, "2", position)
+    kwargs = client.receive_kwargs
+    assert kwargs is not None
+    assert kwargs["starting_position"] == expected and type(kwargs["starting_position"]) is type(expected)
+    assert kwargs["starting_position_inclusive"] is False
+    assert kwargs["partition_id"] == "2"
+    assert kwargs["owner_level"] == 0  # exclusive receiver, the level Microsoft's processor uses
+    assert kwargs["track_last_enqueued_event_properties"] is True
+    assert callable(kwargs["on_error"])
+    # Every keyword the adapter passes is one the real SDK method names (its **kwargs would swallow typos).
+    named = set(inspect.signature(EventHubConsumerClient.receive_batch).parameters) - {"self", "kwargs"}
+    passed = {
+        k for k, v in kwargs.items() if v is not None and k not in ("on_partition_initialize", "on_partition_close")
+    }
+    assert passed <= named, passed - named
+    assert (client.eventhub_name, client.consumer_group, client.connection_string) == (
+        "sensors", "$Default", CONNECTION_STRING,
+    )  # fmt: skip
+
+
+def test_each_reader_has_a_client_of_its_own(
+    source: EventHubsSource, clients: Clients, opened: list[EventHubsReader]
+) -> None:
+    _, first = open_reader(source, clients, opened, "0")
+    _, again = open_reader(source, clients, opened, "0")  # a hand-off inside one process overlaps briefly
+    assert first is not again and clients.made[0] not in (first, again)
+    assert first.receive_kwargs is not None and again.receive_kwargs is not None
+
+
+@pytest.mark.parametrize("owner_level", [7, None])
+def test_the_owner_level_given_is_the_one_the_service_sees(
+    owner_level: int | None, clients: Clients, clock: FakeClock
+) -> None:
+    source = EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock,
+                             owner_level=owner_level, owner_id="worker-a")  # fmt: skip
+    with source:
+        reader = source.reader("1", Position.earliest())
+        clients.last.wait_for(lambda: clients.last.receive_kwargs is not None, "receive_batch")
+        assert clients.last.receive_kwargs is not None
+        assert clients.last.receive_kwargs["owner_level"] == owner_level
+        reader.close()
+
+
+def test_a_reader_of_an_unknown_partition_or_with_a_bad_position_is_refused(
+    source: EventHubsSource, clients: Clients
+) -> None:
+    with pytest.raises(ValueError, match="no partition '12'"):
+        source.reader("12", Position.earliest())
+    with pytest.raises(TypeError, match="Position"):
+        source.reader("0", "-1")  # type: ignore[arg-type]
+    assert len(clients.made) == 1  # no receiving client was made for either
+
+
+# what comes out ----------------------------------------------------------------------------------
+
+
+def test_sdk_events_become_received_events_in_order_in_batches_of_at_most_max_events(
+    source: EventHubsSource, clients: Clients, opened: list[EventHubsReader]
+) -> None:
+    reader, client = open_reader(source, clients, opened, "3")
+    assert reader.receive(10) == []  # nothing yet, and it does not wait
+    deliver(client, [sdk_event(5, body=b'{"home": 7}', partition_key="home-7", offset="4096")],
+            [sdk_event(6, body=[b"two ", b"sections"]), sdk_event(7, body=b"")])  # fmt: skip
+    assert reader.receive(2) == [
+        ReceivedEvent("3", 5, "4096", (T0_MS + 5) / 1000, "home-7", b'{"home": 7}'),
+        ReceivedEvent("3", 6, "600", (T0_MS + 6) / 1000, None, b"two sections"),
+    ]
+    assert reader.receive(2) == [ReceivedEvent("3", 7, "700", (T0_MS + 7) / 1000, None, b"")]
+    assert reader.receive(2) == []
+    with pytest.raises(ValueError, match="at least 1"):
+        reader.receive(0)
+
+
+def test_lag_comes_from_the_tracked_last_enqueued_event_without_asking_the_service(
+    source: EventHubsSource, clients: Clients, hub: Hub, clock: FakeClock, opened: list[EventHubsReader]
+) -> None:
+    hub.properties["0"] = sdk_properties("0", begin=3, last=10, offset="1000", when=utc(T0_MS), empty=False)
+    assert source.properties("0").last_enqueued_sequence_number == 10
+    asked = hub.calls["get_partition_properties"]
+    reader, client = open_reader(source, clients, opened, "0")
+    clock.advance(1.0)
+    deliver(client, [sdk_event(11, last_enqueued=250), sdk_event(12, last_enqueued=251)])
+    assert reader.last_enqueued is not None and reader.last_enqueued.sequence_number == 251
+    props = source.properties("0")
+    assert hub.calls["get_partition_properties"] == asked  # answered from the deliveries
+    assert (props.begin_sequence_number, props.last_enqueued_sequence_number) == (3, 251)
+    assert (props.last_enqueued_offset, props.last_enqueued_time, props.is_empty) == (
+        "25100", (T0_MS + 251) / 1000, False,
+    )  # fmt: skip
+    clock.advance(5.1)  # the tracked value is now too old: the service is asked again
+    assert source.properties("0").last_enqueued_sequence_number == 10
+    assert hub.calls["get_partition_properties"] == asked + 1
+
+
+def test_a_delivery_annotated_before_the_services_last_answer_does_not_lower_the_last_enqueued_event(
+    source: EventHubsSource, clients: Clients, hub: Hub, opened: list[EventHubsReader]
+) -> None:
+    hub.properties["0"] = sdk_properties("0", begin=0, last=300, offset="30000", when=utc(T0_MS + 300), empty=False)
+    assert source.properties("0").last_enqueued_sequence_number == 300
+    _, client = open_reader(source, clients, opened, "0")
+    deliver(client, [sdk_event(11, last_enqueued=251)])  # waited in the SDK's buffer since before that answer
+    assert source.properties("0").last_enqueued_sequence_number == 300
+
+
+def test_an_event_without_service_annotations_fails_the_reader(
+    source: EventHubsSource, clients: Clients, opened: list[EventHubsReader]
+) -> None:
+    from azure.eventhub import EventData
+
+    reader, client = open_reader(source, clients, opened)
+    deliver(client, [EventData(b"sent, never received")])
+    with pytest.raises(ReaderFailed, match="without sequence number"):
+        reader.receive(10)
+    assert client.closed
+
+
+# errors ------------------------------------------------------------------------------------------
+
+
+def test_a_stolen_receiver_raises_partition_stolen_at_once_and_stops_the_sdk(
+    source: EventHubsSource, clients: Clients, opened: list[EventHubsReader]
+) -> None:
+    reader, client = open_reader(source, clients, opened, "1")
+    deliver(client, [sdk_event(0), sdk_event(1)])
+    client.feed(stolen_error())
+    client.wait_for(lambda: client.closed and client.returned, "the adapter to close the SDK's receive")
+    with pytest.raises(
+        PartitionStolen, match=r"partition 1: another receiver took the partition.*higher epoch"
+    ) as caught:
+        reader.receive(10)  # the two queued events are dropped: the new owner reads them
+    assert caught.value.partition_id == "1"
+    assert isinstance(caught.value.__cause__, ConnectionLostError)
+    with pytest.raises(PartitionStolen):
+        reader.receive(10)
+    reader.close()
+    assert not reader.receiving
+
+
+def test_another_receive_error_ends_the_reader_after_what_it_already_received(
+    source: EventHubsSource, clients: Clients, opened: list[EventHubsReader]
+) -> None:
+    reader, client = open_reader(source, clients, opened, "2")
+    deliver(client, [sdk_event(0), sdk_event(1)])
+    client.feed(ConnectError("Failed to open mgmt link: connection refused"))
+    # Closed at once: left alone, the SDK would re-create its consumer from the original position.
+    client.wait_for(lambda: client.closed and client.returned, "the adapter to close the SDK's receive")
+    assert [e.sequence_number for e in reader.receive(10)] == [0, 1]
+    with pytest.raises(ReaderFailed, match="partition 2: receiving failed: ConnectError") as caught:
+        reader.receive(10)
+    assert not isinstance(caught.value, PartitionStolen)
+
+
+def test_an_sdk_receive_that_raises_or_returns_by_itself_fails_the_reader(
+    source: EventHubsSource, clients: Clients, opened: list[EventHubsReader], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reader, client = open_reader(source, clients, opened, "0")
+    client.end_alone()
+    client.wait_for(lambda: client.returned, "receive_batch to return")
+    with pytest.raises(ReaderFailed, match="returned without being closed"):
+        reader.receive(1)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise ValueError("This consumer client is already receiving events from partition 1")
+
+    monkeypatch.setattr(FakeConsumerClient, "receive_batch", refuse)
+    other = source.reader("1", Position.earliest())
+    opened.append(other)
+    until(lambda: not other.receiving, "the reader's thread to end")
+    with pytest.raises(ReaderFailed, match="already receiving") as caught:
+        other.receive(1)
+    assert isinstance(caught.value.__cause__, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("make", "stolen"),
+    [
+        (stolen_error, True),
+        # A receiver refused because another holds the partition with a higher epoch.
+        (
+            lambda: sdk_error(
+                b"com.microsoft:receiver-disconnected", "Receiver 'x' with epoch '0' is disconnected: epoch '1' exists."
+            ),
+            True,
+        ),
+        (lambda: sdk_error(ErrorCondition.LinkDetachForced, "The link was closed by the service (idle)."), False),
+        (lambda: ConnectionLostError("connection reset by peer"), False),
+        (lambda: EventHubError("Unexpected response: 503"), False),
+    ],
+)
+def test_only_another_receiver_taking_the_partition_counts_as_stolen(make: object, stolen: bool) -> None:
+    assert is_stolen(make()) is stolen  # type: ignore[operator]
+
+
+def test_a_stolen_error_wrapped_by_another_exception_is_still_stolen() -> None:
+    try:
+        try:
+            raise stolen_error()
+        except EventHubError as inner:
+            raise RuntimeError("receive failed") from inner
+    except RuntimeError as outer:
+        assert is_stolen(outer)
+
+
+# backpressure and shutdown -----------------------------------------------------------------------
+
+
+def small_reader(
+    clients: Clients, hub: Hub, clock: FakeClock
+) -> tuple[EventHubsSource, EventHubsReader, FakeConsumerClient]:
+    source = EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock,
+                             queue_events=5)  # fmt: skip
+    reader = source.reader("0", Position.earliest())
+    client = clients.last
+    client.wait_for(lambda: client.receive_kwargs is not None, "receive_batch")
+    return source, reader, client
+
+
+def test_a_full_queue_holds_the_sdk_back_until_the_reader_catches_up(
+    clients: Clients, hub: Hub, clock: FakeClock
+) -> None:
+    source, reader, client = small_reader(clients, hub, clock)
+    with source:
+        assert client.receive_kwargs is not None
+        batch = client.receive_kwargs["max_batch_size"]
+        client.feed([sdk_event(n) for n in range(400)])
+        # The callback that finds the queue full waits inside the SDK's thread: delivery stops.
+        client.wait_for(lambda: client.in_callback and client.delivered >= 5, "the callback to block on a full queue")
+        assert batch == 5 and client.delivered == 5  # one batch queued, the next one waiting for room
+        got: list[int] = []
+        while len(got) < 400:
+            before = client.delivered
+            chunk = [e.sequence_number for e in reader.receive(3)]
+            assert len(chunk) <= 3
+            got += chunk
+            if not chunk:
+                client.wait_for(lambda: client.delivered > before, "more deliveries")  # noqa: B023
+        assert got == list(range(400))
+
+
+def test_close_stops_a_receiver_blocked_on_a_full_queue_promptly(clients: Clients, hub: Hub, clock: FakeClock) -> None:
+    source, reader, client = small_reader(clients, hub, clock)
+    client.feed([sdk_event(n) for n in range(400)])
+    client.wait_for(lambda: client.in_callback and client.delivered >= 5, "the callback to block on a full queue")
+    started = time.monotonic()
+    reader.close()
+    assert time.monotonic() - started < 2.0
+    assert client.closed and client.returned and not reader.receiving
+    with pytest.raises(ValueError, match="closed"):
+        reader.receive(1)
+    reader.close()  # twice is fine
+    source.close()
+
+
+def test_closing_the_source_closes_its_readers_and_its_client(clients: Clients, hub: Hub, clock: FakeClock) -> None:
+    source = EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock)
+    readers = [source.reader(pid, Position.earliest()) for pid in "012"]
+    for client in clients.made[1:]:
+        client.wait_for(lambda c=client: c.receive_kwargs is not None, "receive_batch")  # type: ignore[misc]
+    source.close()
+    assert all(c.closed for c in clients.made)
+    assert not any(r.receiving for r in readers)

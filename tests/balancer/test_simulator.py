@@ -1,0 +1,184 @@
+"""The simulator and ``manage.py simulate``: determinism, every scenario, the known behaviours."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from balancer import sim_loop
+from balancer.sim_metrics import Processing, longest_unprocessed, min_moves, overlap_seconds
+from balancer.simulator import SCENARIOS, Settings, simulate
+from balancer.strategies import DEFAULT, STRATEGIES
+
+ROOT = Path(__file__).resolve().parents[2]
+KEYS = {
+    "strategy", "scenario", "partitions", "workers", "seeds", "balanced_runs", "cycles_to_balance",
+    "seconds_to_balance", "moves", "min_moves", "overlap_seconds", "max_unowned_seconds",
+    "store_requests_per_worker_cycle", "plan_ms",
+}  # fmt: skip
+QUICK = Settings(observe_cycles=5, horizon_cycles=40, skew_cycles=20, single_partition_cycles=50)
+
+
+def without_timing(result: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in result.items() if k != "plan_ms"}
+
+
+# the engine ---------------------------------------------------------------------------------
+
+
+def test_simulated_time_passes_without_waiting() -> None:
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(asyncio.sleep(3600), asyncio.wait_for(asyncio.sleep(5), 10))
+        return loop.time()
+
+    started = time.perf_counter()
+    assert sim_loop.run(main()) == 3600.0
+    assert time.perf_counter() - started < 1.0
+
+
+def test_overlap_and_unowned_time_come_from_the_processing_intervals() -> None:
+    p = Processing()
+    p.start("a", "0", 0.0)
+    p.start("b", "0", 10.0)  # b starts before a notices its loss at 14
+    p.stop("a", "0", 14.0)
+    p.stop("b", "0", 20.0)
+    p.start("a", "0", 26.0)  # nobody from 20 to 26
+    p.close_all(30.0)
+    assert overlap_seconds(p, 0.0, 30.0) == 4.0
+    assert longest_unprocessed(p, ["0", "1"], 0.0, 30.0) == 30.0  # "1" was never processed
+    assert longest_unprocessed(p, ["0"], 0.0, 30.0) == 6.0
+
+
+def test_min_moves_counts_surplus_drains_and_pins() -> None:
+    holders = {str(i): f"w{i % 4}" for i in range(32)}
+    assert min_moves(holders, ["w0", "w1", "w2", "w3", "w4"]) == 6  # 8,8,8,8,0 -> 7,7,6,6,6
+    assert min_moves(holders, ["w0", "w1", "w2"]) == 8  # w3 drained: its 8 must go
+    assert min_moves(holders, ["w0", "w1", "w2", "w3"], {"1": "w0"}) == 2  # the pin, then one back
+    orphans = {p: (None if w == "w3" else w) for p, w in holders.items()}
+    assert min_moves(orphans, ["w0", "w1", "w2"]) == 0  # taking a dead worker's partitions is no move
+
+
+# determinism ------------------------------------------------------------------------------------
+
+
+def test_the_same_arguments_give_the_same_json() -> None:
+    for strategy in ("eph", DEFAULT):
+        first = simulate(strategy, "scale-out", 12, 4, seeds=2, settings=QUICK)
+        again = simulate(strategy, "scale-out", 12, 4, seeds=2, settings=QUICK)
+        assert without_timing(first) == without_timing(again)
+    other = simulate("eph", "scale-out", 12, 4, seeds=3, settings=QUICK)
+    assert without_timing(other) != without_timing(first)  # seeds do change the runs
+
+
+def test_the_command_gives_the_same_json_in_processes_with_different_hash_seeds() -> None:
+    outputs = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        done = subprocess.run(
+            [sys.executable, "manage.py", "simulate", "--scenario", "cold-start", "--partitions", "16",
+             "--workers", "3", "--seeds", "2", "--json"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        outputs.append(without_timing(json.loads(done.stdout)))
+    assert outputs[0] == outputs[1]
+    assert outputs[0]["strategy"] == DEFAULT
+
+
+# every scenario, every strategy ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_every_strategy_runs_every_scenario(scenario: str) -> None:
+    for name, strategy in STRATEGIES.items():
+        result = simulate(name, scenario, 6, 3, seeds=1, settings=QUICK)
+        assert set(result) >= KEYS, name
+        assert result["strategy"] == name and result["scenario"] == scenario
+        assert 0 <= result["balanced_runs"] <= 1  # type: ignore[operator]
+        supports_controls = strategy.uses_members
+        if scenario not in ("drain", "pin") or supports_controls:
+            assert result["balanced_runs"] == 1, f"{name} did not balance {scenario}"
+            assert result["moves"]["max"] >= result["min_moves"]  # type: ignore[index]
+        assert result["overlap_seconds"]["max"] >= 0  # type: ignore[index]
+        assert result["store_requests_per_worker_cycle"]["median"] >= 2  # type: ignore[index]
+    if scenario in ("single-partition", "more-workers-than-partitions"):
+        assert result["partitions"] < result["workers"]  # type: ignore[operator]
+
+
+def test_cold_start_one_claim_per_cycle_against_all_at_once() -> None:
+    slow = simulate("balanced", "cold-start", 32, 4, seeds=3, settings=QUICK)
+    fast = simulate("greedy", "cold-start", 32, 4, seeds=3, settings=QUICK)
+    assert slow["balanced_runs"] == fast["balanced_runs"] == 3
+    assert slow["cycles_to_balance"]["median"] >= 8  # type: ignore[index]
+    assert fast["cycles_to_balance"]["max"] <= 2  # type: ignore[index]
+    assert slow["moves"]["max"] == 0 < fast["moves"]["median"]  # type: ignore[index]
+
+
+def test_crashed_workers_partitions_are_taken_only_after_expiry() -> None:
+    s = Settings()
+    earliest = s.expiry - s.interval * (1 + s.jitter)  # the victim renewed at most one cycle before
+    for name in STRATEGIES:
+        result = simulate(name, "crash", 16, 4, seeds=3, settings=QUICK)
+        assert result["balanced_runs"] == 3, name
+        assert result["seconds_to_balance"]["median"] >= earliest  # type: ignore[index]
+        assert result["max_unowned_seconds"] >= earliest  # type: ignore[operator]
+        assert result["min_moves"] == 0  # taking a dead worker's partitions moves nothing
+        if name == "balanced":  # claims below its share only: never more than the orphans
+            assert result["moves"]["max"] == 0  # type: ignore[index]
+    for name in ("eph", "greedy"):  # both grab every expired lease they need in one cycle
+        result = simulate(name, "crash", 16, 4, seeds=3, settings=QUICK)
+        assert result["seconds_to_balance"]["max"] <= s.expiry + s.interval * (1 + s.jitter)  # type: ignore[index]
+
+
+def test_clock_skew_makes_balanced_churn_but_not_a_store_clock_strategy() -> None:
+    # 000's "Clock skews": a worker 3 minutes ahead sees every other lease expired and takes it.
+    churn = simulate("balanced", "clock-skew", 12, 3, seeds=2, settings=QUICK)
+    assert churn["moves"]["median"] > 0 and churn["overlap_seconds"]["median"] > 0  # type: ignore[index]
+    # and it goes on until the clock is right again (give or take the skewed worker's last cycle)
+    assert churn["seconds_to_balance"]["median"] >= (QUICK.skew_cycles - 2) * QUICK.interval  # type: ignore[index]
+    for name in [n for n, s in STRATEGIES.items() if s.store_clock]:
+        calm = simulate(name, "clock-skew", 12, 3, seeds=2, settings=QUICK)
+        assert calm["moves"]["max"] == 0 and calm["overlap_seconds"]["max"] == 0, name  # type: ignore[index]
+
+
+# the command ------------------------------------------------------------------------------------
+
+
+def test_simulate_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
+    call_command("simulate", "--strategy", "greedy", "--scenario", "add-partitions", "--partitions", "24",
+                 "--workers", "4", "--seeds", "2", "--json")  # fmt: skip
+    result = json.loads(capsys.readouterr().out)
+    assert set(result) >= KEYS
+    assert (result["strategy"], result["partitions"], result["workers"], result["seeds"]) == ("greedy", 24, 4, 2)
+    assert result["balanced_runs"] == 2
+
+
+def test_simulate_without_json_prints_a_readable_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    call_command("simulate", "--scenario", "single-partition", "--workers", "2", "--seeds", "1")
+    out = capsys.readouterr().out
+    assert out.startswith(f"{DEFAULT} / single-partition: 1 partitions, 2 workers")
+    assert "balanced runs      1/1" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--scenario", "meltdown"], "unknown scenario 'meltdown'"),
+        (["--scenario", "crash", "--strategy", "nope"], "unknown strategy 'nope'"),
+        (["--scenario", "crash", "--partitions", "0"], "partitions must be at least 1"),
+        (["--scenario", "crash", "--workers", "0"], "workers must be at least 1"),
+        (["--scenario", "crash", "--interval", "30", "--expiry", "30"], "need 0 < --interval < --expiry"),
+    ],
+)
+def test_simulate_refuses_bad_arguments_in_one_line(args: list[str], message: str) -> None:
+    with pytest.raises(CommandError) as raised:
+        call_command("simulate", *args)
+    assert message in str(raised.value) and "\n" not in str(raised.value)

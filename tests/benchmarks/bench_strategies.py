@@ -1,0 +1,118 @@
+"""Every registered strategy through every scenario of the simulator, as one table.
+
+Run: ``.venv/bin/python -m tests.benchmarks.bench_strategies [--seeds K] [--big-seeds K] [--jobs J]``.
+Not collected by pytest. Each row is one ``balancer.simulator.simulate`` call (the JSON of
+``manage.py simulate``): 32 partitions on 4 workers unless the issue's targets name other sizes
+(scale-out 4 -> 5 workers, add-partitions 16 -> 24, a single partition on 3 workers, 4
+partitions on 6 workers), plus a cold start of 1024 partitions on 64 workers. Figures are
+"median/max" over the seeds; moves are shown against the fewest possible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from balancer.simulator import SCENARIOS, simulate
+from balancer.strategies import DEFAULT, STRATEGIES
+
+SIZES: dict[str, tuple[int, int]] = {  # scenario -> (partitions, workers)
+    "scale-out": (32, 5),
+    "add-partitions": (24, 4),
+    "more-workers-than-partitions": (4, 6),
+    "single-partition": (1, 3),
+}
+BIG = ("cold-start", 1024, 64)
+COLUMNS = [
+    "strategy", "scenario", "P/N", "balanced", "cycles", "seconds", "moves (min)", "overlap s",
+    "max unowned s", "req/worker/cycle", "plan ms",
+]  # fmt: skip
+
+
+def cases(seeds: int, big_seeds: int) -> list[tuple[str, str, int, int, int]]:
+    """(strategy, scenario, partitions, workers, seeds) for every row, the default strategy first."""
+    names = [DEFAULT, *sorted(n for n in STRATEGIES if n != DEFAULT)]
+    rows = []
+    for name in names:
+        for scenario in SCENARIOS:
+            p, n = SIZES.get(scenario, (32, 4))
+            rows.append((name, scenario, p, n, seeds))
+        rows.append((name, BIG[0], BIG[1], BIG[2], big_seeds))
+    return rows
+
+
+def _simulate(case: tuple[str, str, int, int, int]) -> dict[str, Any]:
+    return simulate(*case)
+
+
+def _mm(value: dict[str, Any], digits: int = 1) -> str:
+    if value["median"] is None:
+        return "-"
+    return f"{value['median']:.{digits}f}/{value['max']:.{digits}f}".replace(".0/", "/").removesuffix(".0")
+
+
+def row(r: dict[str, Any]) -> list[str]:
+    return [
+        r["strategy"],
+        r["scenario"],
+        f"{r['partitions']}/{r['workers']}",
+        f"{r['balanced_runs']}/{r['seeds']}",
+        _mm(r["cycles_to_balance"]),
+        _mm(r["seconds_to_balance"]),
+        f"{_mm(r['moves'])} ({r['min_moves']})",
+        _mm(r["overlap_seconds"]),
+        f"{r['max_unowned_seconds']:.1f}",
+        _mm(r["store_requests_per_worker_cycle"]),
+        _mm(r["plan_ms"], 3),
+    ]
+
+
+def render(rows: list[list[str]], title: str) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # plain text when rich is not installed
+        widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(COLUMNS)]
+        print(title)
+        for line in [COLUMNS, ["-" * w for w in widths], *rows]:
+            print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)))
+        return
+    table = Table(title=title, header_style="bold")
+    for i, column in enumerate(COLUMNS):
+        table.add_column(column, justify="left" if i < 2 else "right", no_wrap=True)
+    previous = None
+    for cells in rows:
+        if previous is not None and cells[0] != previous:
+            table.add_section()
+        previous = cells[0]
+        table.add_row(*cells)
+    Console(width=220).print(table)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the table. ``argv``: this module's options (none when ``tests.benchmarks.run`` calls it)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=20, help="seeds per row (default 20)")
+    parser.add_argument("--big-seeds", type=int, default=20, help="seeds of the 1024/64 rows (default 20)")
+    parser.add_argument("--jobs", type=int, default=2, help="processes running rows at once (default 2)")
+    args = parser.parse_args(argv or [])
+    started = time.perf_counter()
+    todo = cases(args.seeds, args.big_seeds)
+    # Rows run in separate processes, the big ones first so that both finish about together; each
+    # row's plan_ms is measured inside its own process, one process per core.
+    order = sorted(range(len(todo)), key=lambda i: -todo[i][2] * todo[i][4])
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        done = dict(zip(order, pool.map(_simulate, [todo[i] for i in order]), strict=True))
+    rows = [row(done[i]) for i in range(len(todo))]
+    title = (
+        f"simulator: interval 10 s, expiry 30 s, median/max over seeds; default strategy: {DEFAULT} "
+        f"({time.perf_counter() - started:.0f} s)"
+    )
+    render(rows, title)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
