@@ -7,6 +7,7 @@ simulator calls the same ``cycle()`` on simulated time.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -65,6 +66,10 @@ class Coordinator:
     _announced: bool = field(default=False, init=False)
     _waiting: dict[str, float] = field(default_factory=dict, init=False)
     _handing_off: set[str] = field(default_factory=set, init=False)
+    # cycle(), release() and release_all() each read and rewrite the lease table across awaits: a
+    # release sent while a cycle's renewal is in flight would lose to it (the renewal moves the ETag)
+    # and leave the store saying we own a partition we have forgotten. One at a time, then.
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
 
     def __post_init__(self) -> None:
         if self.controls is None and self.strategy.uses_members and isinstance(self.store, ControlStore):
@@ -94,6 +99,10 @@ class Coordinator:
 
     async def cycle(self) -> CycleReport:
         """Run one load-balancing cycle. Raises StoreUnavailable (holding on to current leases)."""
+        async with self._lock:
+            return await self._cycle()
+
+    async def _cycle(self) -> CycleReport:
         started = self.monotonic()
         self._requests = 0
         pids = tuple(await self.partitions())
@@ -134,6 +143,10 @@ class Coordinator:
 
     async def release(self, partition_id: str, reason: str = "handed off") -> BalancerEvent | None:
         """Give one held partition up now (the end of a handoff); None if it was not held."""
+        async with self._lock:
+            return await self._release(partition_id, reason)
+
+    async def _release(self, partition_id: str, reason: str) -> BalancerEvent | None:
         lease = self._leases.pop(partition_id, None)
         self._handing_off.discard(partition_id)
         if lease is None:
@@ -147,6 +160,10 @@ class Coordinator:
 
     async def release_all(self, reason: str = "shutting down") -> list[BalancerEvent]:
         """Give every held partition up at once, so others take them now rather than after expiry."""
+        async with self._lock:
+            return await self._release_all(reason)
+
+    async def _release_all(self, reason: str) -> list[BalancerEvent]:
         if not self._leases:
             return []
         records = [replace(lease.record, owner_id="") for lease in self._leases.values()]

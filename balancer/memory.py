@@ -74,8 +74,8 @@ class MemoryStore:
             self._enter()
             key = (checkpoint.ref, checkpoint.partition_id)
             owner = self._ownership.get(key)
-            if owner is None or owner.owner_id != owner_id:
-                raise OwnershipLost(checkpoint.partition_id, owner_id, owner.owner_id if owner else None)
+            if owner is None or not owner_id or owner.owner_id != owner_id:  # "" owns nothing
+                raise OwnershipLost(checkpoint.partition_id, owner_id, (owner.owner_id or None) if owner else None)
             stored = replace(checkpoint, last_modified=self._clock())
             self._checkpoints[key] = stored
             return stored

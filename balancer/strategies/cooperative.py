@@ -60,9 +60,11 @@ def target_counts(
             rest.remove(w)
     if rest:
         floor, extra = divmod(remaining, len(rest))
-        # Holdings count only up to the ceiling: a worker releasing its excess down to floor + 1
-        # keeps its rank, so every worker computes the same targets in the middle of a round.
-        by_load = sorted(rest, key=lambda w: (-min(held.get(w, 0), floor + 1), w))
+        # The extras go to workers already above the floor, then by id. That rank does not change
+        # while a round of claims and releases lands (a worker above the floor stays above it until
+        # its target; one at or below it never passes another's), so every worker computes the same
+        # targets in the middle of a round, and the ones already holding more keep them.
+        by_load = sorted(rest, key=lambda w: (held.get(w, 0) <= floor, w))
         for rank, w in enumerate(by_load):
             targets[w] = floor + (1 if rank < extra else 0)
     return targets
