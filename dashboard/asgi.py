@@ -1,12 +1,33 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels."""
+"""ASGI entry point: HTTP through Django, websockets through Channels.
+
+Under ``daphne dashboard.asgi:application`` with DEBUG on (the demo), static files are served from
+the project's folders by Django's own handler; ``dashboard.production`` does the same unless
+``LEASEBOARD_SERVE_STATIC`` is off (a proxy serves them).
+"""
+
+from __future__ import annotations
 
 import os
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
-django_asgi_app = get_asgi_application()
+django_asgi_app = get_asgi_application()  # sets Django up before anything imports models
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-application = ProtocolTypeRouter({"http": django_asgi_app})
+from .routing import websocket_urlpatterns  # noqa: E402
+
+serve_static = getattr(settings, "LEASEBOARD_SERVE_STATIC", settings.DEBUG)
+http_app = ASGIStaticFilesHandler(django_asgi_app) if serve_static else django_asgi_app
+
+application = ProtocolTypeRouter(
+    {
+        "http": http_app,
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+    }
+)

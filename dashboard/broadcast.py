@@ -1,0 +1,87 @@
+"""Hands balancer events to the dashboard: one EventLog row each, then a channel-layer message.
+
+The row is the record; the channel-layer message only makes it arrive sooner. The in-memory layer
+does not cross processes and drops messages to a full channel, so dashboard consumers also poll
+the EventLog (see ``consumers.py``) and nobody relies on the message arriving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.db import close_old_connections
+
+from balancer.model import BalancerEvent
+
+from .models import EventLog
+
+GROUP = "balancer"
+MESSAGE_TYPE = "balancer.event"
+
+log = logging.getLogger(__name__)
+
+# One helper thread for ``publish`` called on an event loop's thread, where the ORM refuses to run.
+_helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leaseboard-publish")
+_sending: set[asyncio.Task[None]] = set()
+
+
+def _save(event: BalancerEvent) -> dict[str, Any]:
+    row = EventLog.from_domain(event)
+    row.save()
+    return row.as_json()
+
+
+def _message(payload: dict[str, Any]) -> dict[str, Any]:
+    return {"type": MESSAGE_TYPE, "event": payload}
+
+
+def _save_here(event: BalancerEvent) -> dict[str, Any]:
+    close_old_connections()
+    try:
+        return _save(event)
+    finally:
+        close_old_connections()
+
+
+async def _send(payload: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        await layer.group_send(GROUP, _message(payload))
+    except Exception:  # any layer failure (Redis down, full channel): the row is saved, pollers find it
+        log.warning("balancer event %s saved but not sent to the channel layer", payload["id"], exc_info=True)
+
+
+def publish(event: BalancerEvent) -> dict[str, Any]:
+    """Record ``event`` and broadcast it; return its JSON (with the EventLog ``id``).
+
+    Safe from any thread. On a thread running an event loop (a coordinator's ``on_event`` is called
+    inside ``cycle()``) the insert runs on a helper thread while this call blocks that loop for it,
+    and the send is scheduled on that loop; async code should ``await apublish(event)`` instead.
+    Raises the database's error when the row cannot be saved; a channel-layer failure is only logged.
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        payload = _save_here(event)
+        async_to_sync(_send)(payload)
+        return payload
+    payload = _helper.submit(_save_here, event).result()
+    task = loop.create_task(_send(payload))
+    _sending.add(task)  # the loop keeps only a weak reference to a task
+    task.add_done_callback(_sending.discard)
+    return payload
+
+
+async def apublish(event: BalancerEvent) -> dict[str, Any]:
+    """``publish`` for async callers: the insert runs on a thread, the send on the caller's loop."""
+    payload: dict[str, Any] = await database_sync_to_async(_save)(event)
+    await _send(payload)
+    return payload

@@ -1,0 +1,419 @@
+"""The SQL store: ownership, checkpoints, members and controls on the Django ORM (SQLite, PostgreSQL).
+
+Implements the three protocols of ``balancer.store``. ORM work runs on threads the store owns,
+one per *lane*: ``lease`` (ownership, clock, members, controls) and ``checkpoint``, so a burst of
+checkpoint writes never delays a lease renewal. Each lane keeps one database connection for the
+store's lifetime (a worker is not a request; ``CONN_MAX_AGE`` does not apply); a connection that
+failed is closed and the next call opens a fresh one. ``aclose()`` closes them; a store dropped
+without it closes them when garbage-collected.
+
+Time: on PostgreSQL every ``last_modified``/``last_seen`` and ``now()`` is the database server's
+clock, so workers on machines with skewed clocks judge expiry alike; elsewhere the local clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import secrets
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import BooleanField, Case, F, FloatField, QuerySet, Value, When
+from django.db.models.expressions import Expression, RawSQL
+from django.db.models.functions import Concat
+
+from balancer.errors import CorruptRecord, OwnershipLost, StoreError, StoreUnavailable
+from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
+
+from .models import CheckpointRow, ControlRow, MemberRow, Ownership
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+LEASE, CHECKPOINT = "lease", "checkpoint"
+# Records per UPDATE/INSERT statement: keeps every statement far below SQLite's variable limit.
+CHUNK = 200
+_PG_CLOCK = "CAST(EXTRACT(EPOCH FROM STATEMENT_TIMESTAMP()) AS DOUBLE PRECISION)"
+
+
+class StoreClock(Expression):
+    """The store's clock inside a statement: the server's on PostgreSQL, this machine's elsewhere."""
+
+    output_field = FloatField()
+
+    def as_sql(self, compiler: Any, connection: BaseDatabaseWrapper) -> tuple[str, Any]:
+        return "%s", (local_clock(),)
+
+    def as_postgresql(self, compiler: Any, connection: BaseDatabaseWrapper) -> tuple[str, Any]:
+        return _PG_CLOCK, ()
+
+
+def local_clock() -> float:
+    """This machine's clock (a module attribute so tests can skew it)."""
+    return time.time()
+
+
+def read_clock(connection: BaseDatabaseWrapper) -> float:
+    """The store's clock: one ``SELECT`` on PostgreSQL, no statement elsewhere."""
+    if connection.vendor != "postgresql":
+        return local_clock()
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {_PG_CLOCK}")
+        (now,) = cursor.fetchone()
+    return float(now)
+
+
+def _close_connection(using: str) -> None:
+    connections[using].close()
+
+
+def _shut_lanes(lanes: dict[str, ThreadPoolExecutor], using: str) -> None:
+    """Close a dropped store's connections and let its threads end (no waiting: may run in GC)."""
+    for executor in lanes.values():
+        with contextlib.suppress(RuntimeError):  # at interpreter exit the executors are shut already
+            executor.submit(_close_connection, using)
+        executor.shutdown(wait=False)
+    lanes.clear()
+
+
+class SqlStore:
+    """Every store protocol on the Django database ``using`` (an alias of ``settings.DATABASES``).
+
+    ``requests`` counts calls and ``statements`` the SQL statements they sent (SQLite's
+    ``BEGIN IMMEDIATE`` included, COMMIT not), for benchmarks and the statement-count tests.
+    """
+
+    def __init__(self, using: str = "default") -> None:
+        if using not in connections:
+            raise StoreUnavailable(f"no database {using!r} in settings.DATABASES")
+        self.using = using
+        self.requests = 0
+        self._statements: dict[str, int] = {}
+        self._lanes: dict[str, ThreadPoolExecutor] = {}
+        self._lanes_lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _shut_lanes, self._lanes, using)
+
+    @property
+    def statements(self) -> int:
+        return sum(self._statements.values())
+
+    async def aclose(self) -> None:
+        """Close this store's connections and stop its threads; it must not be used afterwards."""
+        with self._lanes_lock:
+            lanes = list(self._lanes.values())
+            self._lanes.clear()
+        loop = asyncio.get_running_loop()
+        for executor in lanes:
+            await loop.run_in_executor(executor, _close_connection, self.using)
+            executor.shutdown(wait=True)
+        self._finalizer.detach()
+
+    def __repr__(self) -> str:
+        return f"SqlStore(using={self.using!r})"
+
+    # plumbing ------------------------------------------------------------------------------
+
+    def _lane(self, name: str) -> ThreadPoolExecutor:
+        with self._lanes_lock:
+            executor = self._lanes.get(name)
+            if executor is None:
+                executor = ThreadPoolExecutor(1, thread_name_prefix=f"sqlstore-{self.using}-{name}")
+                self._lanes[name] = executor
+            return executor
+
+    async def _run(self, lane: str, work: Callable[..., T], *args: Any) -> T:
+        self.requests += 1
+        # If the awaiting task is cancelled the statement still runs to the end on its thread; a
+        # claim may then be won without the caller hearing of it (the next listing shows it).
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._lane(lane), functools.partial(self._guarded, lane, work, *args))
+
+    def _guarded(self, lane: str, work: Callable[..., T], *args: Any) -> T:
+        connection = connections[self.using]
+        if not any(getattr(w, "lane", None) == (id(self), lane) for w in connection.execute_wrappers):
+            connection.execute_wrappers.append(self._counter(lane))
+        try:
+            return work(connection, *args)
+        except (OperationalError, InterfaceError) as exc:
+            # A broken connection is never reused: the next call on this lane reconnects.
+            connection.close()
+            raise StoreUnavailable(self._describe(exc)) from exc
+        except DatabaseError as exc:
+            if "does not exist" in str(exc):  # PostgreSQL's missing table
+                raise StoreUnavailable(self._describe(exc)) from exc
+            raise
+
+    def _counter(self, lane: str) -> Callable[..., Any]:
+        # The wrapper lives on the lane thread's connection: it must not hold the store itself,
+        # or a dropped store would never be collected (and its threads never end).
+        statements = self._statements
+        statements.setdefault(lane, 0)
+
+        def count(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+            statements[lane] += 1
+            return execute(sql, params, many, context)
+
+        count.lane = (id(self), lane)  # type: ignore[attr-defined]
+        return count
+
+    def _describe(self, exc: Exception) -> str:
+        """Names the database, never its password."""
+        conf = connections.settings[self.using]
+        where = conf.get("NAME") or "?"
+        if conf.get("HOST"):
+            where = f"{where} at {conf['HOST']}:{conf.get('PORT') or 'default port'}"
+        problem = " ".join(str(exc).split())
+        password = conf.get("PASSWORD")
+        if password:
+            problem = problem.replace(str(password), "***")
+        hint = ""
+        if "no such table" in problem or "does not exist" in problem:
+            hint = " (run `python manage.py migrate`)"
+        engine = str(conf.get("ENGINE", "?")).rsplit(".", 1)[-1]
+        return f"database {self.using!r} ({engine} {where}) is unavailable: {problem}{hint}"
+
+    def _rows(self, model: type[Any], ref: HubRef) -> QuerySet[Any]:
+        rows: QuerySet[Any] = model.objects.using(self.using).filter(**model.scope(ref))
+        return rows
+
+    def _valid(self, rows: Sequence[Any], convert: Callable[[Any], T]) -> list[T]:
+        """Rows converted to records; a row that does not convert is logged and skipped."""
+        out = []
+        for row in rows:
+            try:
+                out.append(convert(row))
+            except (ValueError, TypeError) as exc:
+                problem = CorruptRecord(f"{row._meta.db_table} id={row.pk} ({row})", str(exc))
+                log.warning("skipped %s (database %r)", problem, self.using)
+        return out
+
+    # ownership -----------------------------------------------------------------------------
+
+    async def now(self) -> float:
+        return await self._run(LEASE, read_clock)
+
+    async def list_ownership(self, ref: HubRef) -> list[OwnershipRecord]:
+        return await self._run(LEASE, self._list_ownership, ref)
+
+    def _list_ownership(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[OwnershipRecord]:
+        records = self._valid(list(self._rows(Ownership, ref)), Ownership.to_domain)
+        return sorted(records, key=lambda r: int(r.partition_id))
+
+    async def claim_ownership(self, records: Sequence[OwnershipRecord]) -> list[OwnershipRecord]:
+        if not records:
+            return []
+        return await self._run(LEASE, self._claim, list(records))
+
+    def _claim(self, connection: BaseDatabaseWrapper, records: list[OwnershipRecord]) -> list[OwnershipRecord]:
+        # A partition named twice in one call: only its first record is tried (the second one's
+        # ETag would be stale by then anyway).
+        groups: dict[HubRef, dict[str, OwnershipRecord]] = {}
+        for record in records:
+            groups.setdefault(record.ref, {}).setdefault(record.partition_id, record)
+        won: list[OwnershipRecord] = []
+        with transaction.atomic(using=self.using):
+            now = read_clock(connection)
+            # Every transaction locks rows in the same order (hub by hub, partition by partition),
+            # so two claimers of overlapping sets wait for each other instead of deadlocking.
+            for ref in sorted(groups, key=lambda r: (r.namespace, r.hub, r.consumer_group)):
+                batch = sorted(groups[ref].values(), key=lambda r: int(r.partition_id))
+                for start in range(0, len(batch), CHUNK):
+                    won += self._claim_chunk(connection, ref, batch[start : start + CHUNK], now)
+        order = {(r.ref, r.partition_id): i for i, r in enumerate(records)}
+        return sorted(won, key=lambda r: order[(r.ref, r.partition_id)])
+
+    def _claim_chunk(
+        self, connection: BaseDatabaseWrapper, ref: HubRef, batch: list[OwnershipRecord], now: float
+    ) -> list[OwnershipRecord]:
+        # Every write gets a fresh ETag: one random token per call, made unique per row by the
+        # partition id, so one UPDATE can set them all without a CASE per partition.
+        token = secrets.token_hex(12)
+        etags = {r.partition_id: f"{token}-{r.partition_id}" for r in batch}
+        wanted = {r.partition_id: replace(r, etag=etags[r.partition_id], last_modified=now) for r in batch}
+        updates = [r for r in batch if r.etag is not None]
+        inserts = [r for r in batch if r.etag is None]
+        changed = 0
+        if updates:
+            # Compare-and-set: a row changes only if it still carries the ETag the claimer saw.
+            changed = (
+                self._rows(Ownership, ref)
+                .filter(_seen(connection, updates))
+                .update(
+                    owner_id=_per_partition("owner_id", updates, lambda r: r.owner_id),
+                    owner_level=_per_partition("owner_level", updates, lambda r: r.owner_level),
+                    etag=Concat(Value(f"{token}-"), "partition_id"),
+                    last_modified=now,
+                )
+            )
+        if inserts:
+            # First claims: the unique (scope, partition) key lets one insert through; the others
+            # hit the conflict and are skipped, which is how they lose.
+            Ownership.objects.using(self.using).bulk_create(
+                [
+                    Ownership(
+                        **Ownership.scope(ref),
+                        partition_id=r.partition_id,
+                        owner_id=r.owner_id,
+                        owner_level=r.owner_level,
+                        etag=etags[r.partition_id],
+                        last_modified=now,
+                    )
+                    for r in inserts
+                ],
+                ignore_conflicts=True,
+            )
+        if changed == len(updates) and not inserts:
+            return [wanted[r.partition_id] for r in updates]
+        # Some rows did not change (nothing updated: another worker got there first, so the ETag
+        # moved), or inserts were made whose outcome ON CONFLICT DO NOTHING does not report. The
+        # rows carrying the fresh ETags written above are exactly the ones won.
+        mine = set(self._rows(Ownership, ref).filter(etag__in=etags.values()).values_list("partition_id", flat=True))
+        won_updates = sum(1 for r in updates if r.partition_id in mine)
+        if won_updates != changed:  # cannot happen unless something rewrites ETags behind our back
+            raise StoreError(f"database {self.using!r}: {changed} ownership rows updated, {won_updates} found")
+        return [wanted[p] for p in wanted if p in mine]
+
+    # checkpoints ---------------------------------------------------------------------------
+
+    async def list_checkpoints(self, ref: HubRef) -> list[Checkpoint]:
+        return await self._run(CHECKPOINT, self._list_checkpoints, ref)
+
+    def _list_checkpoints(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[Checkpoint]:
+        checkpoints = self._valid(list(self._rows(CheckpointRow, ref)), CheckpointRow.to_domain)
+        return sorted(checkpoints, key=lambda c: int(c.partition_id))
+
+    async def update_checkpoint(self, checkpoint: Checkpoint, owner_id: str) -> Checkpoint:
+        return await self._run(CHECKPOINT, self._update_checkpoint, checkpoint, owner_id)
+
+    def _update_checkpoint(self, connection: BaseDatabaseWrapper, checkpoint: Checkpoint, owner_id: str) -> Checkpoint:
+        ref, pid = checkpoint.ref, checkpoint.partition_id
+        with transaction.atomic(using=self.using):
+            # FOR UPDATE holds the ownership row until commit, so a steal waits for this write to
+            # land and the new owner reads this checkpoint, never an older one. (SQLite: the
+            # IMMEDIATE transaction already holds the write lock.)
+            row = (
+                self._rows(Ownership, ref)
+                .select_for_update()
+                .filter(partition_id=pid)
+                .annotate(clock=StoreClock())
+                .values_list("owner_id", "clock")
+                .first()
+            )
+            if row is None or row[0] != owner_id or not owner_id:
+                raise OwnershipLost(pid, owner_id, (row[0] or None) if row else None)
+            clock = float(row[1])
+            CheckpointRow.objects.using(self.using).bulk_create(
+                [
+                    CheckpointRow(
+                        **CheckpointRow.scope(ref),
+                        partition_id=pid,
+                        sequence_number=checkpoint.sequence_number,
+                        offset=checkpoint.offset,
+                        last_modified=clock,
+                    )
+                ],
+                update_conflicts=True,
+                unique_fields=["namespace", "hub", "consumer_group", "partition_id"],
+                update_fields=["sequence_number", "offset", "last_modified"],
+            )
+        return replace(checkpoint, last_modified=clock)
+
+    # members -------------------------------------------------------------------------------
+
+    async def heartbeat(self, member: Member) -> None:
+        await self._run(LEASE, self._heartbeat, member)
+
+    def _heartbeat(self, connection: BaseDatabaseWrapper, member: Member) -> None:
+        info = dict(member.info)
+        rows = self._rows(MemberRow, member.ref).filter(owner_id=member.owner_id)
+        if rows.update(last_seen=StoreClock(), info=info):
+            return
+        # First heartbeat (or the row was removed): insert, or update if a racing call inserted.
+        row = MemberRow(
+            **MemberRow.scope(member.ref), owner_id=member.owner_id, last_seen=read_clock(connection), info=info
+        )
+        MemberRow.objects.using(self.using).bulk_create(
+            [row],
+            update_conflicts=True,
+            unique_fields=["namespace", "hub", "consumer_group", "owner_id"],
+            update_fields=["last_seen", "info"],
+        )
+
+    async def list_members(self, ref: HubRef) -> list[Member]:
+        return await self._run(LEASE, self._list_members, ref)
+
+    def _list_members(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[Member]:
+        return self._valid(list(self._rows(MemberRow, ref).order_by("owner_id")), _member)
+
+    async def remove_member(self, ref: HubRef, owner_id: str) -> None:
+        await self._run(LEASE, self._remove_member, ref, owner_id)
+
+    def _remove_member(self, connection: BaseDatabaseWrapper, ref: HubRef, owner_id: str) -> None:
+        self._rows(MemberRow, ref).filter(owner_id=owner_id).delete()
+
+    # controls ------------------------------------------------------------------------------
+
+    async def list_controls(self, ref: HubRef) -> list[Control]:
+        return await self._run(LEASE, self._list_controls, ref)
+
+    def _list_controls(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[Control]:
+        return self._valid(list(self._rows(ControlRow, ref).order_by("kind", "target")), ControlRow.to_domain)
+
+    async def put_control(self, control: Control) -> None:
+        await self._run(LEASE, self._put_control, control)
+
+    def _put_control(self, connection: BaseDatabaseWrapper, control: Control) -> None:
+        ControlRow.objects.using(self.using).bulk_create(
+            [
+                ControlRow(
+                    **ControlRow.scope(control.ref),
+                    kind=ControlKind(control.kind).value,
+                    target=control.target,
+                    value=control.value,
+                    created=read_clock(connection),
+                )
+            ],
+            update_conflicts=True,
+            unique_fields=["namespace", "hub", "consumer_group", "kind", "target"],
+            update_fields=["value", "created"],
+        )
+
+    async def delete_control(self, ref: HubRef, kind: str, target: str) -> None:
+        await self._run(LEASE, self._delete_control, ref, ControlKind(kind).value, target)
+
+    def _delete_control(self, connection: BaseDatabaseWrapper, ref: HubRef, kind: str, target: str) -> None:
+        self._rows(ControlRow, ref).filter(kind=kind, target=target).delete()
+
+
+def _seen(connection: BaseDatabaseWrapper, records: list[OwnershipRecord]) -> RawSQL:
+    """``(partition_id, etag)`` is one of the records' pairs. Raw SQL: as Q objects, building the
+    lookups cost more than the statement itself once a worker holds dozens of partitions."""
+    quote = connection.ops.quote_name
+    table = quote(Ownership._meta.db_table)
+    pair = f"({table}.{quote('partition_id')} = %s AND {table}.{quote('etag')} = %s)"
+    params = [value for r in records for value in (r.partition_id, r.etag)]
+    return RawSQL("(" + " OR ".join([pair] * len(records)) + ")", params, output_field=BooleanField())
+
+
+def _per_partition(field: str, records: list[OwnershipRecord], value: Callable[[OwnershipRecord], Any]) -> Any:
+    """An UPDATE value per partition: a constant when all agree (the common renewal), else a CASE."""
+    values = {value(r) for r in records}
+    if len(values) == 1:
+        return Value(values.pop())
+    return Case(*[When(partition_id=r.partition_id, then=Value(value(r))) for r in records], default=F(field))
+
+
+def _member(row: MemberRow) -> Member:
+    if not isinstance(row.info, dict):
+        raise ValueError(f"info must be an object, got {type(row.info).__name__}")
+    return Member(row.ref, row.owner_id, row.last_seen, {str(k): str(v) for k, v in row.info.items()})

@@ -1,0 +1,74 @@
+"""Fixtures for every test package.
+
+PostgreSQL: a test that names the ``postgres`` database, e.g.
+``@pytest.mark.django_db(transaction=True, databases=["postgres"])``, gets a throwaway PostgreSQL
+server started once for the session (about a second) and the Django alias ``postgres`` pointing at
+it; pytest-django creates and migrates ``test_postgres`` there like the default database. Runs
+that collect no such test never start the server. Everything else uses the default (SQLite)
+database as usual. After each such test the connections that ``database_sync_to_async`` left on
+asgiref's shared thread are closed (else dropping the test database hangs on "database is being
+accessed by other users").
+
+SqlStore (and anything else that reads and writes from threads of its own) needs
+``django_db(transaction=True)``: its connections cannot see a test's uncommitted transaction.
+
+SQLite: the default test database is a file in the session's temporary directory rather than
+Django's shared-cache in-memory database, whose table locks fail at once ("database table is
+locked") instead of waiting; a file behaves like production (WAL, busy timeout), so stores used
+from several threads or processes work in tests as they do in the demo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from asgiref.sync import SyncToAsync
+from django.conf import settings
+from django.db import connections
+
+from tests.servers import Server, add_django_database, remove_django_database, start_postgres
+
+POSTGRES = "postgres"
+
+
+def _named_databases(item: pytest.Item) -> set[str]:
+    marker = item.get_closest_marker("django_db")
+    databases = marker.kwargs.get("databases") if marker else None
+    return set(databases) if isinstance(databases, list | tuple | set | frozenset) else set()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Server]:
+    """A PostgreSQL server for the whole session (stopped and deleted at the end)."""
+    server = start_postgres()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    django_db_modify_db_settings_parallel_suffix: None,
+) -> Iterator[None]:
+    # pytest-django's hook for changing DATABASES just before it creates the test databases. The
+    # server fixture is requested from here, so it outlives the test databases' teardown.
+    default = settings.DATABASES["default"]
+    if default["ENGINE"] == "django.db.backends.sqlite3" and not default.get("TEST", {}).get("NAME"):
+        default.setdefault("TEST", {})["NAME"] = str(tmp_path_factory.mktemp("sqlite") / "test_leaseboard.sqlite3")
+    if not any(POSTGRES in _named_databases(item) for item in request.session.items):
+        yield
+        return
+    server: Server = request.getfixturevalue("postgres_server")
+    add_django_database(POSTGRES, server.url, connect_timeout=5)
+    yield
+    remove_django_database(POSTGRES)
+
+
+@pytest.fixture(autouse=True)
+def _close_postgres_connections(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if POSTGRES in _named_databases(request.node):
+        # Where sync_to_async(thread_sensitive=True) runs outside async_to_sync: one shared thread.
+        SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)

@@ -1,0 +1,335 @@
+"""The store contract: what every adapter of ``balancer.store`` must do, whatever holds the data.
+
+Subclass ``StoreContract`` once per adapter (and per backing server) and provide:
+
+- a ``store`` fixture yielding a fresh, empty store that serves all three protocols;
+- ``connect(store)``: another client of the same backing data with its own connection, as an
+  async context manager; the race test opens one per thread, each thread with its own event loop.
+
+Nothing here knows which adapter it tests. Tests name what holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from balancer.errors import OwnershipLost
+from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
+from balancer.store import CheckpointStore, ControlStore, OwnershipStore, by_partition
+
+Store = Any  # one object serving OwnershipStore, CheckpointStore and ControlStore
+
+REF = HubRef("contract.example", "sensors", "$Default")
+# Keys that differ from REF in exactly one part of the scope.
+NEIGHBOURS = (
+    HubRef("contract.example", "sensors", "analytics"),
+    HubRef("contract.example", "doorbells", "$Default"),
+    HubRef("other.example", "sensors", "$Default"),
+)
+RACE_ROUNDS = 30
+
+
+async def until(condition: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
+    """Wait until ``condition()`` holds; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.001)
+
+
+class StoreContract:
+    """The shared contract suite (async tests). Subclasses provide ``store`` and ``connect``."""
+
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[Store]:
+        raise NotImplementedError("a StoreContract subclass provides the store fixture")
+        yield
+
+    def connect(self, store: Store) -> AbstractAsyncContextManager[Store]:
+        raise NotImplementedError("a StoreContract subclass provides connect()")
+
+    # helpers -------------------------------------------------------------------------------
+
+    @staticmethod
+    async def claim_one(store: Store, record: OwnershipRecord) -> OwnershipRecord | None:
+        won = await store.claim_ownership([record])
+        assert len(won) <= 1
+        return won[0] if won else None
+
+    @staticmethod
+    async def listed(store: Store, ref: HubRef = REF) -> dict[str, OwnershipRecord]:
+        records = await store.list_ownership(ref)
+        assert len(records) == len({r.partition_id for r in records}), "one record per partition"
+        return by_partition(records)
+
+    # the protocols -------------------------------------------------------------------------
+
+    async def test_the_store_serves_all_three_protocols(self, store: Store) -> None:
+        assert isinstance(store, OwnershipStore)
+        assert isinstance(store, CheckpointStore)
+        assert isinstance(store, ControlStore)
+        assert await store.list_ownership(REF) == []
+        assert await store.list_checkpoints(REF) == []
+        assert await store.list_members(REF) == []
+        assert await store.list_controls(REF) == []
+
+    # ownership -----------------------------------------------------------------------------
+
+    async def test_list_returns_exactly_what_was_claimed(self, store: Store) -> None:
+        requests = [OwnershipRecord(REF, str(p), f"w{p % 3}", owner_level=p) for p in range(7)]
+        won = await store.claim_ownership(requests)
+        assert [(r.partition_id, r.owner_id, r.owner_level) for r in won] == [
+            (r.partition_id, r.owner_id, r.owner_level) for r in requests
+        ]
+        assert all(r.etag and r.last_modified is not None for r in won)
+        assert await self.listed(store) == by_partition(won)
+
+    async def test_a_first_claim_wins_once_and_a_second_first_claim_loses(self, store: Store) -> None:
+        first = await self.claim_one(store, OwnershipRecord(REF, "0", "a"))
+        assert first is not None and first.owner_id == "a"
+        assert await self.claim_one(store, OwnershipRecord(REF, "0", "b")) is None
+        assert await self.claim_one(store, OwnershipRecord(REF, "0", "a")) is None
+        assert await self.listed(store) == {"0": first}
+
+    async def test_a_claim_with_a_stale_etag_loses_and_changes_nothing(self, store: Store) -> None:
+        seen = await self.claim_one(store, OwnershipRecord(REF, "0", "a"))
+        assert seen is not None
+        renewed = await self.claim_one(store, seen)
+        assert renewed is not None and renewed.etag != seen.etag
+        assert await self.claim_one(store, seen.claimed_by("b")) is None
+        assert await self.listed(store) == {"0": renewed}
+
+    async def test_a_claim_with_an_etag_the_store_never_issued_loses(self, store: Store) -> None:
+        assert await self.claim_one(store, OwnershipRecord(REF, "0", "a", etag="made-up")) is None
+        held = await self.claim_one(store, OwnershipRecord(REF, "1", "a"))
+        assert held is not None
+        assert await self.claim_one(store, replace(held, owner_id="b", etag="made-up")) is None
+        assert await self.listed(store) == {"1": held}
+
+    async def test_every_winning_write_gets_a_new_etag(self, store: Store) -> None:
+        record = await self.claim_one(store, OwnershipRecord(REF, "0", "a"))
+        etags = set()
+        for _ in range(5):
+            assert record is not None
+            etags.add(record.etag)
+            previous = record
+            record = await self.claim_one(store, record)
+            assert record is not None and record.last_modified is not None
+            assert previous.last_modified is not None and record.last_modified >= previous.last_modified
+        assert len(etags) == 5
+
+    async def test_a_claim_returns_only_the_records_it_won(self, store: Store) -> None:
+        held = await store.claim_ownership([OwnershipRecord(REF, p, "a") for p in "0123"])
+        stale = held[1]
+        [moved] = await store.claim_ownership([stale])  # "a" renews 1: the ETag others saw is stale
+        requests = [
+            held[0].claimed_by("b"),  # current ETag: wins
+            stale.claimed_by("b"),  # stale ETag: loses
+            OwnershipRecord(REF, "2", "b"),  # first claim of an owned partition: loses
+            held[3].claimed_by("b"),  # wins
+            OwnershipRecord(REF, "4", "b"),  # first claim of a new partition: wins
+        ]
+        won = await store.claim_ownership(requests)
+        assert [(r.partition_id, r.owner_id) for r in won] == [("0", "b"), ("3", "b"), ("4", "b")]
+        listed = await self.listed(store)
+        assert {p: r.owner_id for p, r in listed.items()} == {"0": "b", "1": "a", "2": "a", "3": "b", "4": "b"}
+        assert listed["1"] == moved and listed["2"] == held[2]
+        assert all(listed[r.partition_id] == r for r in won)
+
+    async def test_of_two_concurrent_claims_of_one_partition_exactly_one_wins(self, store: Store) -> None:
+        # Even rounds race two first claims (no ETag) of a new partition; odd rounds race two
+        # steals carrying the same, current ETag. Each contender is a real thread with its own
+        # event loop and its own client; a barrier releases them together.
+        seen = await store.claim_ownership([OwnershipRecord(REF, str(i), "old") for i in range(1, RACE_ROUNDS, 2)])
+        by_pid = by_partition(seen)
+        contested = [by_pid.get(str(i), OwnershipRecord(REF, str(i), "")) for i in range(RACE_ROUNDS)]
+        barrier = threading.Barrier(2, timeout=30)
+        results: dict[str, list[list[OwnershipRecord]]] = {}
+        errors: list[BaseException] = []
+
+        async def contend(name: str) -> None:
+            async with self.connect(store) as client:
+                await client.list_ownership(REF)  # connect before the race starts
+                for record in contested:
+                    barrier.wait()
+                    results[name].append(await client.claim_ownership([record.claimed_by(name)]))
+
+        def run(name: str) -> None:
+            results[name] = []
+            try:
+                asyncio.run(contend(name))
+            except BaseException as exc:
+                errors.append(exc)
+                barrier.abort()
+
+        threads = [threading.Thread(target=run, args=(name,)) for name in ("a", "b")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            await asyncio.to_thread(thread.join, 60)
+        assert not errors, errors
+        listed = await self.listed(store)
+        for i in range(RACE_ROUNDS):
+            winners = results["a"][i] + results["b"][i]
+            assert len(winners) == 1, f"round {i}: {winners}"
+            assert listed[str(i)] == winners[0]
+
+    async def test_a_release_is_listed_as_released_and_another_worker_may_claim_it(self, store: Store) -> None:
+        held = await self.claim_one(store, OwnershipRecord(REF, "0", "a"))
+        assert held is not None
+        released = await self.claim_one(store, held.claimed_by(""))
+        assert released is not None and released.owner_id == "" and released.etag != held.etag
+        listed = await self.listed(store)
+        assert listed == {"0": released}
+        assert listed["0"].expired(await store.now(), expiry=3600)
+        assert await self.claim_one(store, held.claimed_by("b")) is None  # the ETag before the release
+        taken = await self.claim_one(store, listed["0"].claimed_by("b"))
+        assert taken is not None and taken.owner_id == "b"
+
+    async def test_now_is_the_clock_last_modified_is_written_with(self, store: Store) -> None:
+        before = await store.now()
+        held = await self.claim_one(store, OwnershipRecord(REF, "0", "a"))
+        after = await store.now()
+        assert held is not None and held.last_modified is not None
+        assert before <= held.last_modified <= after
+        assert abs(after - time.time()) < 60  # seconds since the epoch, not some other scale
+        checkpoint = await store.update_checkpoint(Checkpoint(REF, "0", 5), "a")
+        await store.heartbeat(Member(REF, "a", 0.0))
+        [member] = await store.list_members(REF)
+        last = await store.now()
+        assert checkpoint.last_modified is not None
+        assert after <= checkpoint.last_modified <= member.last_seen <= last
+
+    # checkpoints ---------------------------------------------------------------------------
+
+    async def test_the_owners_checkpoint_update_stores_it_and_moves_last_modified(self, store: Store) -> None:
+        assert await self.claim_one(store, OwnershipRecord(REF, "3", "a")) is not None
+        first = await store.update_checkpoint(Checkpoint(REF, "3", 41, "4100"), "a")
+        assert (first.sequence_number, first.offset) == (41, "4100") and first.last_modified is not None
+        assert await store.list_checkpoints(REF) == [first]
+
+        async def clock_moved() -> bool:
+            return bool(await store.now() > first.last_modified)
+
+        await until(clock_moved)
+        second = await store.update_checkpoint(Checkpoint(REF, "3", 42, None), "a")
+        assert second.last_modified is not None and second.last_modified > first.last_modified
+        assert await store.list_checkpoints(REF) == [second]
+
+    async def test_a_checkpoint_update_by_a_worker_that_no_longer_owns_the_partition_raises_and_changes_nothing(
+        self, store: Store
+    ) -> None:
+        held = await self.claim_one(store, OwnershipRecord(REF, "0", "a"))
+        assert held is not None
+        kept = await store.update_checkpoint(Checkpoint(REF, "0", 10, "1000"), "a")
+        assert await self.claim_one(store, held.claimed_by("b")) is not None  # b steals it
+        with pytest.raises(OwnershipLost) as lost:
+            await store.update_checkpoint(Checkpoint(REF, "0", 99, "9900"), "a")
+        assert (lost.value.partition_id, lost.value.caller, lost.value.current_owner) == ("0", "a", "b")
+        assert "'a'" in str(lost.value) and "'b'" in str(lost.value) and "partition 0" in str(lost.value)
+        assert await store.list_checkpoints(REF) == [kept]
+
+    async def test_a_checkpoint_of_a_released_or_never_owned_partition_raises_and_writes_nothing(
+        self, store: Store
+    ) -> None:
+        with pytest.raises(OwnershipLost) as never:
+            await store.update_checkpoint(Checkpoint(REF, "0", 1), "a")
+        assert never.value.current_owner is None
+        held = await self.claim_one(store, OwnershipRecord(REF, "1", "a"))
+        assert held is not None
+        assert await self.claim_one(store, held.claimed_by("")) is not None
+        with pytest.raises(OwnershipLost) as released:
+            await store.update_checkpoint(Checkpoint(REF, "1", 1), "a")
+        assert released.value.current_owner is None
+        with pytest.raises(OwnershipLost):
+            await store.update_checkpoint(Checkpoint(REF, "1", 1), "")  # "" owns nothing
+        assert await store.list_checkpoints(REF) == []
+
+    # scope ---------------------------------------------------------------------------------
+
+    async def test_keys_of_another_hub_or_consumer_group_are_never_seen_or_touched(self, store: Store) -> None:
+        mine = await store.claim_ownership([OwnershipRecord(REF, p, "a") for p in "01"])
+        checkpoint = await store.update_checkpoint(Checkpoint(REF, "0", 7), "a")
+        await store.heartbeat(Member(REF, "a", 0.0))
+        await store.put_control(Control(REF, ControlKind.PIN, "0", "a"))
+        for other in NEIGHBOURS:
+            # the same partition ids, owners, members and controls, elsewhere
+            theirs = await store.claim_ownership([OwnershipRecord(other, p, "a") for p in "012"])
+            assert len(theirs) == 3  # a first claim there does not collide with REF's records
+            await store.claim_ownership([theirs[0].claimed_by("")])
+            await store.update_checkpoint(Checkpoint(other, "1", 1000), "a")
+            await store.heartbeat(Member(other, "a", 0.0))
+            await store.heartbeat(Member(other, "z", 0.0))
+            await store.remove_member(other, "a")
+            await store.put_control(Control(other, ControlKind.PIN, "0", "z"))
+            await store.delete_control(other, "pin", "0")
+            await store.put_control(Control(other, ControlKind.DRAIN, "a"))
+            with pytest.raises(OwnershipLost):
+                await store.update_checkpoint(Checkpoint(other, "0", 5), "a")  # released there
+        assert await self.listed(store) == by_partition(mine)
+        assert await store.list_checkpoints(REF) == [checkpoint]
+        assert [m.owner_id for m in await store.list_members(REF)] == ["a"]
+        assert [(c.kind, c.target, c.value) for c in await store.list_controls(REF)] == [(ControlKind.PIN, "0", "a")]
+        for other in NEIGHBOURS:
+            assert {r.partition_id: r.owner_id for r in await store.list_ownership(other)} == {
+                "0": "",
+                "1": "a",
+                "2": "a",
+            }
+            assert [(c.partition_id, c.sequence_number) for c in await store.list_checkpoints(other)] == [("1", 1000)]
+            assert [m.owner_id for m in await store.list_members(other)] == ["z"]
+            assert [(c.kind, c.target) for c in await store.list_controls(other)] == [(ControlKind.DRAIN, "a")]
+
+    # members and controls ------------------------------------------------------------------
+
+    async def test_members_round_trip(self, store: Store) -> None:
+        before = await store.now()
+        await store.heartbeat(Member(REF, "w1", last_seen=0.0, info={"host": "h1", "pid": "11"}))
+        await store.heartbeat(Member(REF, "w2", last_seen=0.0))
+        members = {m.owner_id: m for m in await store.list_members(REF)}
+        assert set(members) == {"w1", "w2"}
+        assert members["w1"].info == {"host": "h1", "pid": "11"} and members["w2"].info == {}
+        assert all(m.last_seen >= before for m in members.values())  # store clock, not the caller's 0.0
+
+        async def clock_moved() -> bool:
+            return bool(await store.now() > members["w1"].last_seen)
+
+        await until(clock_moved)
+        await store.heartbeat(Member(REF, "w1", last_seen=0.0, info={"host": "h2"}))
+        [w1] = [m for m in await store.list_members(REF) if m.owner_id == "w1"]
+        assert w1.last_seen > members["w1"].last_seen and w1.info == {"host": "h2"}
+        await store.remove_member(REF, "w2")
+        await store.remove_member(REF, "never-seen")
+        assert [m.owner_id for m in await store.list_members(REF)] == ["w1"]
+
+    async def test_controls_round_trip(self, store: Store) -> None:
+        before = await store.now()
+        await store.put_control(Control(REF, ControlKind.DRAIN, "w1"))
+        await store.put_control(Control(REF, ControlKind.PIN, "3", "w2"))
+        await store.put_control(Control(REF, ControlKind.PIN, "4", "w2"))
+        await store.put_control(Control(REF, ControlKind.REBALANCE, "*", "token-1"))
+        await store.put_control(Control(REF, ControlKind.PIN, "3", "w3"))  # replaces the pin of 3
+        await store.put_control(Control(REF, ControlKind.REBALANCE, "*", "token-2"))
+        controls = await store.list_controls(REF)
+        assert sorted((c.kind.value, c.target, c.value) for c in controls) == [
+            ("drain", "w1", ""),
+            ("pin", "3", "w3"),
+            ("pin", "4", "w2"),
+            ("rebalance", "*", "token-2"),
+        ]
+        assert all(c.ref == REF and c.created is not None and c.created >= before for c in controls)
+        await store.delete_control(REF, "pin", "3")
+        await store.delete_control(REF, ControlKind.DRAIN, "w1")
+        await store.delete_control(REF, "pin", "not-there")
+        assert sorted((c.kind.value, c.target) for c in await store.list_controls(REF)) == [
+            ("pin", "4"),
+            ("rebalance", "*"),
+        ]

@@ -1,0 +1,86 @@
+"""The store contract on ``balancer.blobstore.BlobStore`` against Azurite (a fresh container per
+test), plus what only the blob store has: Microsoft's names and metadata, one request per listing,
+and a clock that costs no request."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import pytest
+from azure.storage.blob.aio import ContainerClient
+
+from balancer.blobstore import BlobStore
+from balancer.model import Checkpoint, Control, ControlKind, Member, OwnershipRecord
+from tests.azurite import Azurite, start_azurite
+
+from .base import REF, StoreContract
+
+
+@pytest.fixture(scope="module")
+def azurite() -> Iterator[Azurite]:
+    server = start_azurite()
+    yield server
+    server.stop()
+
+
+class TestBlobStore(StoreContract):
+    @pytest.fixture
+    async def store(self, azurite: Azurite) -> AsyncIterator[BlobStore]:
+        async with BlobStore(azurite.connection_string, f"contract-{uuid.uuid4().hex[:16]}") as store:
+            yield store
+
+    def connect(self, store: BlobStore) -> BlobStore:
+        return store.clone()  # its own HTTP session, in the thread's own event loop
+
+    # only the blob store --------------------------------------------------------------------
+
+    async def test_every_listing_is_one_request_whatever_the_number_of_records(self, store: BlobStore) -> None:
+        owned = await store.claim_ownership([OwnershipRecord(REF, str(p), "w1") for p in range(40)])
+        for record in owned[:5]:
+            await store.update_checkpoint(Checkpoint(REF, record.partition_id, 1, "100"), "w1")
+        for w in range(5):
+            await store.heartbeat(Member(REF, f"w{w}", 0.0))
+        await store.put_control(Control(REF, ControlKind.DRAIN, "w3"))
+        calls = (store.list_ownership, store.list_checkpoints, store.list_members, store.list_controls)
+        sizes = []
+        for listing in calls:
+            before = store.requests
+            sizes.append(len(await listing(REF)))
+            assert store.requests - before == 1
+        assert sizes == [40, 5, 5, 1]
+
+    async def test_now_follows_the_services_date_header_at_no_cost(self, store: BlobStore, azurite: Azurite) -> None:
+        dates: list[float] = []
+
+        def seen(response: Any) -> None:
+            dates.append(parsedate_to_datetime(response.http_response.headers["Date"]).timestamp())
+
+        [held] = await store.claim_ownership([OwnershipRecord(REF, "0", "w1")])
+        before = store.requests
+        readings = [await store.now() for _ in range(50)]
+        assert store.requests == before  # the clock is read from responses already received
+        assert readings == sorted(readings) and held.last_modified is not None
+        assert held.last_modified <= readings[0] <= held.last_modified + 2
+        async with ContainerClient.from_connection_string(azurite.connection_string, store.container) as raw:
+            await raw.exists(raw_response_hook=seen)
+        assert readings[-1] <= dates[0]  # never ahead of the service
+
+    def test_one_store_serves_one_event_loop_after_another(self, azurite: Azurite) -> None:
+        # e.g. management commands that each asyncio.run() on a store built once per process
+        # (each closing the store's HTTP session before its loop ends)
+        store = BlobStore(azurite.connection_string, f"loops-{uuid.uuid4().hex[:16]}")
+
+        async def first_loop() -> list[OwnershipRecord]:
+            async with store:
+                return await store.claim_ownership([OwnershipRecord(REF, "0", "w1")])
+
+        async def second_loop() -> list[OwnershipRecord]:
+            async with store:
+                return await store.list_ownership(REF)
+
+        [held] = asyncio.run(first_loop())
+        assert asyncio.run(second_loop()) == [held]

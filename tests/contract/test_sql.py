@@ -1,0 +1,220 @@
+"""The store contract on ``dashboard.sqlstore.SqlStore``: SQLite (the default database) and a real
+PostgreSQL 15 (the ``postgres`` alias, see tests/conftest.py); plus what only the SQL store has:
+corrupt rows, outages, the store's clock and its statement count per cycle."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, aclosing
+from typing import Any, TypeVar
+
+import pytest
+from django.db import connections
+
+from balancer.coordinator import Coordinator
+from balancer.errors import StoreUnavailable
+from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord, partition_ids
+from balancer.strategies import get_strategy
+from dashboard import sqlstore
+from dashboard.models import CheckpointRow, ControlRow, MemberRow, Ownership
+from dashboard.sqlstore import SqlStore
+from tests.servers import add_django_database, free_port, remove_django_database
+
+from .base import REF, StoreContract
+
+T = TypeVar("T")
+
+
+async def in_thread(work: Callable[[], T]) -> T:
+    """Run sync ORM code on a fresh thread and close that thread's connections afterwards (an
+    open connection would keep PostgreSQL from dropping the test database)."""
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(work())
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    await asyncio.to_thread(thread.join)
+    if failure:
+        raise failure[0]
+    return result[0]
+
+
+class SqlContract(StoreContract):
+    alias = "default"
+
+    @pytest.fixture
+    async def store(self) -> AsyncIterator[SqlStore]:
+        async with aclosing(SqlStore(self.alias)) as store:
+            yield store
+
+    def connect(self, store: SqlStore) -> AbstractAsyncContextManager[SqlStore]:
+        return aclosing(SqlStore(self.alias))
+
+    # only the SQL store --------------------------------------------------------------------
+
+    async def test_what_the_store_wrote_is_what_the_orm_reads_in_async_code(self, store: SqlStore) -> None:
+        # The dashboard reads these tables through the models (database_sync_to_async).
+        won = await store.claim_ownership([OwnershipRecord(REF, p, "a") for p in "012"])
+        await store.update_checkpoint(Checkpoint(REF, "1", 8, "800"), "a")
+        rows = [row async for row in Ownership.objects.using(self.alias).filter(**Ownership.scope(REF))]
+        assert sorted((r.to_domain() for r in rows), key=lambda r: r.partition_id) == won
+        checkpoint = await CheckpointRow.objects.using(self.alias).aget(partition_id="1")
+        assert (checkpoint.to_domain().sequence_number, checkpoint.offset) == (8, "800")
+
+    async def test_a_corrupt_row_is_logged_and_skipped_and_the_listing_goes_on(
+        self, store: SqlStore, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
+        await store.update_checkpoint(Checkpoint(REF, "0", 3), "a")
+        await store.put_control(Control(REF, ControlKind.PIN, "0", "a"))
+
+        def corrupt() -> None:  # what a hand edit in psql or the SQLite shell could leave
+            scope = Ownership.scope(REF)
+            Ownership.objects.using(self.alias).create(
+                **scope, partition_id="abc", owner_id="x", etag="e", last_modified=1.0
+            )
+            CheckpointRow.objects.using(self.alias).create(
+                **scope, partition_id="1", sequence_number=-5, last_modified=1.0
+            )
+            ControlRow.objects.using(self.alias).create(**scope, kind="explode", target="1", created=1.0)
+            MemberRow.objects.using(self.alias).create(**scope, owner_id="m", last_seen=1.0, info=[1, 2])
+
+        await in_thread(corrupt)
+        with caplog.at_level(logging.WARNING, logger="dashboard.sqlstore"):
+            assert [r.partition_id for r in await store.list_ownership(REF)] == ["0"]
+            assert [c.partition_id for c in await store.list_checkpoints(REF)] == ["0"]
+            assert [c.kind for c in await store.list_controls(REF)] == [ControlKind.PIN]
+            assert await store.list_members(REF) == []
+        warnings = [r.getMessage() for r in caplog.records]
+        assert len(warnings) == 4
+        assert any("dashboard_ownership" in w and "'abc'" in w for w in warnings), warnings
+        assert any("dashboard_checkpointrow" in w and "-5" in w for w in warnings), warnings
+        assert any("dashboard_controlrow" in w and "explode" in w for w in warnings), warnings
+
+    async def test_the_statements_of_a_renewal_cycle_do_not_grow_with_the_partitions_held(
+        self, store: SqlStore
+    ) -> None:
+        # One worker's steady cycle (list, heartbeat, renew everything it holds) through the real
+        # coordinator: the same few statements whether it holds 2 partitions or 24.
+        per_cycle = {}
+        for count, hub in ((2, "small"), (24, "large")):
+            ref = HubRef(REF.namespace, hub, REF.consumer_group)
+            pids = partition_ids(count)
+
+            async def partitions(pids: tuple[str, ...] = pids) -> tuple[str, ...]:
+                return pids
+
+            worker = Coordinator(ref, "w", store, partitions, get_strategy("balanced"), expiry=600, controls=store)
+            while len(worker.owned) < count:  # the balanced strategy claims one partition per cycle
+                await worker.cycle()
+            statements, requests = store.statements, store.requests
+            report = await worker.cycle()
+            assert len(report.owned) == count and not report.gained and not report.lost
+            per_cycle[count] = (store.statements - statements, store.requests - requests)
+            assert [r.owner_id for r in await store.list_ownership(ref)] == ["w"] * count
+        assert per_cycle[2] == per_cycle[24]
+        statements, requests = per_cycle[24]
+        # Today: list (SELECT), heartbeat (UPDATE), claim (one UPDATE for every renewal, after
+        # SQLite's BEGIN IMMEDIATE or PostgreSQL's SELECT of the server clock): 3 calls, 4 statements.
+        assert requests >= 3
+        assert statements <= requests + 1
+
+
+@pytest.mark.django_db(transaction=True)
+class TestSqlStoreOnSqlite(SqlContract):
+    alias = "default"
+
+    async def test_on_sqlite_the_store_clock_is_this_machines_clock(
+        self, store: SqlStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        skewed = sqlstore.local_clock() + 180
+        monkeypatch.setattr(sqlstore, "local_clock", lambda: skewed)
+        assert await store.now() == skewed
+        [held] = await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
+        assert held.last_modified == skewed
+
+
+@pytest.mark.django_db(transaction=True, databases=["postgres"])
+class TestSqlStoreOnPostgres(SqlContract):
+    alias = "postgres"
+
+    async def test_on_postgres_the_store_clock_is_the_servers_clock(
+        self, store: SqlStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # A worker whose own clock is 3 minutes ahead still reads and writes the server's time.
+        real = sqlstore.local_clock()
+        monkeypatch.setattr(sqlstore, "local_clock", lambda: real + 180)
+        now = await store.now()
+        assert abs(now - real) < 30
+        [held] = await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
+        checkpoint = await store.update_checkpoint(Checkpoint(REF, "0", 1), "a")
+        await store.heartbeat(Member(REF, "a", 0.0))
+        [member] = await store.list_members(REF)
+        for written in (held.last_modified, checkpoint.last_modified, member.last_seen):
+            assert written is not None and now <= written < real + 30
+
+    async def test_a_connection_the_server_kills_fails_one_call_and_the_next_reconnects(self, store: SqlStore) -> None:
+        await store.list_ownership(REF)  # the lease lane is connected now
+
+        def kill_others() -> int:
+            with connections[self.alias].cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+                return int(cursor.fetchone()[0])
+
+        assert await in_thread(kill_others) >= 1
+        with pytest.raises(StoreUnavailable) as down:
+            await store.list_ownership(REF)
+        assert "'postgres'" in str(down.value)
+        assert await store.claim_ownership([OwnershipRecord(REF, "0", "a")]) != []
+
+
+# outages: no test database needed, the database is not reachable at all ----------------------
+
+
+@pytest.fixture
+def unreachable(django_db_blocker: Any) -> Any:
+    """Add the aliases ``gone_pg`` (nobody listens on its port) and ``gone_sqlite`` (a file in a
+    directory that does not exist)."""
+    add_django_database("gone_pg", f"postgres://leaseboard:s3cr3t-pw@127.0.0.1:{free_port()}/leaseboard")
+    add_django_database("gone_sqlite", "sqlite:////nonexistent/dir/leaseboard.sqlite3")
+    with django_db_blocker.unblock():
+        yield
+    remove_django_database("gone_pg")
+    remove_django_database("gone_sqlite")
+
+
+async def test_an_unreachable_postgres_raises_store_unavailable_naming_it_but_not_its_password(
+    unreachable: None,
+) -> None:
+    async with aclosing(SqlStore("gone_pg")) as store:
+        for call in (store.list_ownership(REF), store.claim_ownership([OwnershipRecord(REF, "0", "a")])):
+            with pytest.raises(StoreUnavailable) as down:
+                await call
+            message = str(down.value)
+            assert "'gone_pg'" in message and "leaseboard at 127.0.0.1:" in message
+            assert "s3cr3t-pw" not in message and "s3cr3t-pw" not in repr(down.value.__cause__)
+
+
+async def test_an_sqlite_file_that_cannot_be_opened_raises_store_unavailable_naming_it(unreachable: None) -> None:
+    async with aclosing(SqlStore("gone_sqlite")) as store:
+        with pytest.raises(StoreUnavailable, match=r"'gone_sqlite' \(sqlite3 /nonexistent/dir/leaseboard.sqlite3\)"):
+            await store.update_checkpoint(Checkpoint(REF, "0", 1), "a")
+
+
+def test_an_unknown_database_alias_is_refused_at_once() -> None:
+    with pytest.raises(StoreUnavailable, match="no database 'nope'"):
+        SqlStore("nope")

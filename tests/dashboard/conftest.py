@@ -1,0 +1,89 @@
+"""Fixtures for the dashboard: the SQL store and a real embedded hub behind the configured settings."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import LazySettings
+
+from balancer.coordinator import Coordinator
+from balancer.model import BalancerEvent, EventKind, HubRef
+from balancer.strategies import get_strategy
+from dashboard import state
+from workers.bootstrap import Stores, hub_ref
+from workers.hub import EmbeddedHub
+
+PARTITIONS = 4
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Keep the call phase's report on the item, so a fixture can tell whether its test failed."""
+    report = yield
+    if report.when == "call":
+        item.rep_call = report  # type: ignore[attr-defined]
+    return report
+
+
+@pytest.fixture
+def ref(settings: LazySettings) -> HubRef:
+    settings.LEASEBOARD_NAMESPACE = "dash.example"
+    settings.LEASEBOARD_HUB = "sensors"
+    settings.LEASEBOARD_CONSUMER_GROUP = "$Default"
+    return hub_ref()
+
+
+@pytest.fixture
+def hub(settings: LazySettings, tmp_path: Path, ref: HubRef) -> Iterator[EmbeddedHub]:
+    """The configured hub, a real embedded one with PARTITIONS empty partitions."""
+    settings.LEASEBOARD_SOURCE = "embedded"
+    settings.LEASEBOARD_HUB_DIR = tmp_path / "hub"
+    with EmbeddedHub(tmp_path / "hub", ref.hub, partitions=PARTITIONS) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def stores(settings: LazySettings, transactional_db: None, ref: HubRef) -> AsyncIterator[Stores]:
+    """The SQL store the dashboard reads (its own threads and connections, hence transactional_db)."""
+    settings.LEASEBOARD_STORE = "sql"
+    settings.LEASEBOARD_EXPIRY = 30.0
+    await state.forget_stores()
+    try:
+        yield state.configured_stores()
+    finally:
+        await state.forget_stores()
+
+
+def coordinator(stores: Stores, ref: HubRef, owner_id: str, partitions: int = PARTITIONS, **kw: Any) -> Coordinator:
+    """A real coordinator (balanced strategy: one claim per cycle) on the dashboard's stores."""
+
+    async def ids() -> tuple[str, ...]:
+        return tuple(str(i) for i in range(partitions))
+
+    return Coordinator(
+        ref=ref, owner_id=owner_id, store=stores.ownership, partitions=ids, strategy=get_strategy("balanced"),
+        expiry=30.0, controls=stores.controls, rng=random.Random(3), **kw,
+    )  # fmt: skip
+
+
+def event(
+    ref: HubRef, partition_id: str = "0", kind: EventKind = EventKind.CLAIM, owner: str | None = "w1"
+) -> BalancerEvent:
+    return BalancerEvent(kind, ref, partition_id, owner, None, owner or "w0", "never owned", time.time())
+
+
+async def until(condition: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll ``condition`` until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)

@@ -1,0 +1,212 @@
+"""The page in Debian Chromium against a real Daphne: an ownership change appears live, no reload.
+
+Daphne and the worker are separate processes sharing a SQLite file and an embedded hub, with the
+in-memory channel layer: what the page shows crossed processes through the event log and the
+store, the path a ``runworkers`` process without Redis takes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from tests.servers import free_port
+from workers.hub import EmbeddedHub
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]  # fmt: skip
+
+pytestmark = pytest.mark.slow
+
+
+class Site:
+    """Daphne serving the dashboard from ``var`` (a SQLite file, an embedded hub) on a free port."""
+
+    def __init__(self, var: Path) -> None:
+        self.var = var
+        self.env = _environment(var)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = var / "daphne.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"],
+                cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        self._wait_until_answering()
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+
+    def _wait_until_answering(self, timeout: float = 20.0) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"daphne exited with {self.process.returncode}:\n{self.log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/api/state", timeout=1) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError(f"daphne not answering at {self.url} after {timeout}s:\n{self.log.read_text()[-3000:]}")
+
+
+def _environment(var: Path) -> dict[str, str]:
+    environ = {
+        k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "LEASEBOARD_", "DATABASE_URL", "REDIS_URL"))
+    }
+    environ.update(
+        DJANGO_SETTINGS_MODULE="dashboard.settings",
+        LEASEBOARD_VAR_DIR=str(var),
+        DATABASE_URL=f"sqlite:///{var / 'db.sqlite3'}",
+        LEASEBOARD_STORE="sql",
+        LEASEBOARD_SOURCE="embedded",
+        LEASEBOARD_PARTITIONS="4",
+        LEASEBOARD_EXPIRY="30",
+        LEASEBOARD_LOG_LEVEL="WARNING",
+    )
+    return environ
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    served = Site(tmp_path_factory.mktemp("site"))
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=served.env, check=True, timeout=120)
+    with EmbeddedHub(served.var / "hub", "sensors", partitions=4) as hub:
+        hub.send_batch([b'{"sensor": "door"}'] * 12, partition_id="0")
+    served.start()
+    try:
+        yield served
+    finally:
+        served.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium package")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield opened
+    report = getattr(request.node, "rep_call", None)
+    if report is None or report.failed:
+        ARTIFACTS.mkdir(exist_ok=True)
+        opened.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
+    context.close()
+    assert not errors, f"script errors on the page: {errors}"
+
+
+class Worker:
+    """The coordinator process of ``drive_coordinator``; each command waits for its answer."""
+
+    def __init__(self, site: Site, owner_id: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.dashboard.drive_coordinator", owner_id],
+            cwd=ROOT, env=site.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    def command(self, line: str) -> list[str]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline()
+        assert answer, f"worker process died (exit {self.process.poll()})"
+        owned: list[str] = json.loads(answer)["owned"]
+        return owned
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+def test_an_ownership_change_appears_live_without_a_reload(site: Site, page: Page) -> None:
+    page.goto(site.url + "/")
+    expect(page.locator("#connection")).to_have_attribute("data-state", "live", timeout=10_000)
+    tiles = page.locator("#partitions [data-partition]")
+    expect(page.locator("#partitions [data-partition]")).to_have_count(4)
+    expect(page.locator('[data-partition="0"]')).to_have_attribute("data-status", "unowned")
+    page.evaluate("window.__sameDocument = true")
+
+    worker = Worker(site, "w-browser")
+    try:
+        (claimed,) = worker.command("cycle")  # balanced: one partition per cycle
+        tile = page.locator(f'#partitions [data-partition="{claimed}"]')
+        expect(tile).to_have_attribute("data-owner", "w-browser", timeout=10_000)
+        expect(tile).to_have_attribute("data-status", "owned")
+        expect(page.locator(f'#feed li[data-kind="claim"][data-partition="{claimed}"]')).to_have_count(1)
+        expect(page.locator('#workers tr[data-worker="w-browser"] .owned')).to_have_text("1", timeout=10_000)
+
+        assert worker.command("release") == []
+        expect(tile).to_have_attribute("data-status", "unowned", timeout=10_000)
+        expect(tile).to_have_attribute("data-owner", "")
+        expect(page.locator(f'#feed li[data-kind="release"][data-partition="{claimed}"]')).to_have_count(1)
+    finally:
+        worker.stop()
+
+    assert page.evaluate("window.__sameDocument") is True, "the page was reloaded"
+    assert tiles.count() == 4
+    p0 = page.locator('#partitions [data-partition="0"]')
+    expect(p0).to_have_attribute("data-lag", "12")  # 12 events, no checkpoint
+
+
+def test_the_page_reconnects_and_reloads_the_snapshot_after_a_server_restart(site: Site, page: Page) -> None:
+    page.goto(site.url + "/")
+    connection = page.locator("#connection")
+    expect(connection).to_have_attribute("data-state", "live", timeout=10_000)
+    page.evaluate("window.__sameDocument = true")
+
+    site.stop()
+    expect(connection).to_have_attribute("data-state", "reconnecting", timeout=10_000)
+    worker = Worker(site, "w-while-down")
+    try:
+        (claimed,) = worker.command("cycle")  # changes ownership while the page cannot hear of it
+        site.start()
+        expect(connection).to_have_attribute("data-state", "live", timeout=20_000)
+        tile = page.locator(f'#partitions [data-partition="{claimed}"]')
+        expect(tile).to_have_attribute("data-owner", "w-while-down", timeout=10_000)
+    finally:
+        worker.command("release")
+        worker.stop()
+    assert page.evaluate("window.__sameDocument") is True, "the page was reloaded"

@@ -1,0 +1,114 @@
+"""``manage.py serve``: the whole demo in one process (what ``make demo`` runs).
+
+Daphne serves ``dashboard.asgi.application`` while embedded workers (``--workers``, default 3)
+balance the embedded hub and an embedded producer writes sensor events to it (``--produce``).
+Daphne's Twisted reactor runs on an asyncio loop, and the workers run on that same loop, so their
+balancer events reach the websocket consumers through the in-memory channel layer. Ctrl-C (or
+SIGTERM) stops the producer, then the workers (final checkpoints, partitions released), then
+the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import CommandError, CommandParser
+
+from workers.runtime import run_workers
+from workers.sensors import run_producer
+
+from .produce import Command as Produce
+from .runworkers import Built, close_stores
+from .runworkers import Command as RunWorkers
+
+log = logging.getLogger("leaseboard.serve")
+
+
+class Command(RunWorkers):
+    help = "Serves the dashboard with embedded workers and an embedded producer (the demo), in one process."
+    count_option = "--workers"
+    default_count = 3
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("--port", type=int, default=8000, help="port to serve on (default 8000; 0: any free one)")
+        parser.add_argument("--host", default="127.0.0.1", help="interface to serve on (default 127.0.0.1)")
+        parser.add_argument("--produce", type=float, default=50.0, metavar="RATE",
+                            help="events per second the embedded producer writes (default 50; 0: no producer)")
+        parser.add_argument("--partitions", type=int, default=None,
+                            help="create the embedded hub with, or grow it to, this many partitions "
+                                 "(default: LEASEBOARD_PARTITIONS)")
+        parser.add_argument("--homes", type=int, default=1000, help="homes (partition keys) of the producer")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["produce"] < 0:
+            raise CommandError(f"--produce must be 0 (no producer) or more events per second, got {options['produce']}")
+        if (options["source"] or settings.LEASEBOARD_SOURCE) != "embedded":
+            raise CommandError("serve runs on the embedded hub (--source embedded); use runworkers for Event Hubs")
+        if options["partitions"] is not None and options["partitions"] < 1:
+            raise CommandError(f"--partitions must be at least 1, got {options['partitions']}")
+        hub_name = options["hub"] or settings.LEASEBOARD_HUB
+        hub = Produce()._open_hub(hub_name, options["partitions"])
+        built = self.build(options, source=hub)
+        self.check_migrations()
+
+        # Imported here: daphne.server installs Twisted's asyncio reactor when imported.
+        from daphne.server import Server  # type: ignore[import-untyped]
+        from twisted.internet import defer, reactor
+
+        from dashboard.asgi import application
+
+        server = Server(application, endpoints=[f"tcp:port={options['port']}:interface={options['host']}"])
+        stop_producing = threading.Event()
+        running: dict[str, asyncio.Task[None]] = {}
+
+        def started() -> None:
+            host, port = server.listening_addresses[0] if server.listening_addresses else (options["host"], "?")
+            running["workers"] = asyncio.get_event_loop().create_task(
+                run_workers(built.processors, sink=built.sink, signals=False)
+            )
+            if options["produce"] > 0:
+                threading.Thread(
+                    target=run_producer, name="producer", daemon=True,
+                    args=(hub, options["produce"], stop_producing, random.Random()),
+                    kwargs={"homes": options["homes"]},
+                ).start()  # fmt: skip
+            self.stdout.write(
+                f"Leaseboard is serving at http://{host}:{port}/ with {len(built.processors)} workers on "
+                f"{len(hub.partition_ids())} partitions of hub {hub_name!r}"
+                + (f", producing {options['produce']:g} events/s" if options["produce"] > 0 else "")
+                + ". Ctrl-C stops it.",
+            )
+            self.stdout.flush()
+
+        def stopping() -> defer.Deferred[None] | None:
+            stop_producing.set()
+            for processor in built.processors:
+                processor.stop()
+            return defer.Deferred.fromFuture(asyncio.ensure_future(self._finish(running.get("workers"), built)))
+
+        reactor.callWhenRunning(started)
+        reactor.addSystemEventTrigger("before", "shutdown", stopping)  # type: ignore[arg-type]  # zope interface
+        try:
+            server.run()
+        finally:
+            stop_producing.set()
+            hub.close()
+        if not server.listening_addresses:
+            raise CommandError(f"could not listen on {options['host']}:{options['port']} (is the port in use?)")
+
+    async def _finish(self, workers: asyncio.Task[None] | None, built: Built) -> None:
+        """Wait for the workers' graceful stop (bounded), then close the stores."""
+        if workers is not None:
+            bound = 2 * max(p.shutdown_timeout for p in built.processors) + 5
+            _, late = await asyncio.wait([workers], timeout=bound)
+            for task in late:
+                log.warning("workers did not stop within %gs; leaving their leases to expire", bound)
+                task.cancel()
+        await close_stores(built.stores)
+        self.stdout.write("Leaseboard stopped.")

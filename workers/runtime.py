@@ -1,0 +1,326 @@
+"""The event processor of one worker: the coordinator's cycle on its own schedule, one pump per
+owned partition, and the graceful stop.
+
+Lease renewal never waits behind event processing (the failure mode of ``001_552f7490fd2b6e08.txt``):
+the cycle loop is its own task and awaits nothing but the store; pumps run beside it, their
+reads and sync handlers in threads of their own. When a cycle fails (store down), the worker
+keeps its pumps running for as long as its local lease deadline (``Coordinator.holds``) allows and
+tries again next interval; the outage is logged once, not once per cycle.
+
+Stopping (SIGTERM, SIGINT, or ``stop()``): the cycle loop ends, every pump finishes the event in
+hand and writes a final checkpoint, then ``release_all`` hands the partitions back so other
+workers take them at once instead of after expiry. Each step is bounded by ``shutdown_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+from collections.abc import Sequence
+from typing import Any
+
+from balancer.coordinator import Coordinator, CycleReport
+from balancer.store import CheckpointStore
+
+from . import metrics
+from .handlers import Handler
+from .pump import DeadLetters, PartitionPump, PumpConfig, PumpStats, Sleep
+from .sink import EventSink, OutageLog
+from .source import EventSource
+
+log = logging.getLogger("leaseboard.worker")
+
+
+class EventProcessor:
+    """One worker: one owner id, one coordinator, its pumps."""
+
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        *,
+        checkpoints: CheckpointStore,
+        source: EventSource,
+        handler: Handler,
+        interval: float,
+        pump_config: PumpConfig | None = None,
+        dead_letters: DeadLetters | None = None,
+        jitter: float = 0.1,
+        shutdown_timeout: float = 10.0,
+        rng: random.Random | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        if interval <= 0 or not 0 <= jitter < 1:
+            raise ValueError(f"interval must be > 0 and jitter in [0, 1), got {interval}, {jitter}")
+        if coordinator.expiry <= interval:
+            raise ValueError(f"lease expiry ({coordinator.expiry}s) must be longer than the interval ({interval}s)")
+        self.coordinator = coordinator
+        self._checkpoints = checkpoints
+        self._source = source
+        self._handler = handler
+        self.interval = interval
+        self._jitter = jitter
+        self.shutdown_timeout = shutdown_timeout
+        self._config = pump_config or PumpConfig()
+        self.dead_letters = dead_letters or DeadLetters(self._config.dead_letter_dir)
+        self._rng = rng or random.Random()
+        self._sleep = sleep
+        self._pumps: dict[str, tuple[PartitionPump, asyncio.Task[PumpStats]]] = {}
+        self._lost_at: dict[str, int] = {}  # partition -> cycle count when its pump was refused a checkpoint
+        self._pump_failures: dict[str, OutageLog] = {}
+        self.history: dict[str, PumpStats] = {}  # the last finished pump of each partition
+        self.cycles = 0  # successful cycles
+        self._stop = asyncio.Event()
+        # cycle() and release() both rewrite the coordinator's lease table across awaits: never at once.
+        self._lock = asyncio.Lock()
+        self._handoffs: dict[str, asyncio.Task[None]] = {}
+        if coordinator.on_handoff is None:
+            coordinator.on_handoff = self._hand_off
+        self._outage = OutageLog(
+            log, f"worker {coordinator.owner_id}: load-balancing cycle",
+            f"retrying every {interval:g}s; pumps keep running while their leases last",
+        )
+
+    @property
+    def owner_id(self) -> str:
+        return self.coordinator.owner_id
+
+    @property
+    def pumping(self) -> frozenset[str]:
+        """Partitions with a pump that is running and not stopping."""
+        return frozenset(p for p, (pump, task) in self._pumps.items() if not task.done() and not pump.stopping)
+
+    def stats(self) -> dict[str, PumpStats]:
+        """The stats of each partition's current pump, else of its last one."""
+        current = {p: pump.stats for p, (pump, _) in self._pumps.items()}
+        return {**self.history, **current}
+
+    # the loop ------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask ``run`` to stop gracefully (safe to call more than once)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    async def run(self) -> None:
+        """Cycle every interval until ``stop()``; then stop pumps, checkpoint and release."""
+        log.info("worker %s starts (interval %gs, expiry %gs)", self.owner_id, self.interval, self.coordinator.expiry)
+        try:
+            while not self._stop.is_set():
+                await self.step()
+                await self._wait(self._next_delay())
+        finally:
+            await self.shutdown()
+
+    async def step(self) -> CycleReport | None:
+        """One cycle, then pumps started for new partitions and stopped for lost ones.
+
+        Returns the cycle's report, or None when the store failed (leases are kept until their
+        local deadline; pumps of partitions past it are stopped).
+        """
+        report: CycleReport | None = None
+        try:
+            async with self._lock:
+                report = await self.coordinator.cycle()
+        except Exception as exc:
+            metrics.STORE_ERRORS.labels(operation="cycle").inc()
+            self._outage.failed(exc)
+        else:
+            self._outage.ok()
+            self.cycles += 1
+            metrics.CYCLE_DURATION.observe(report.seconds)
+        self._reconcile()
+        return report
+
+    def _next_delay(self) -> float:
+        return self.interval * (1 + self._jitter * (2 * self._rng.random() - 1))
+
+    async def _wait(self, seconds: float) -> None:
+        """Sleep ``seconds`` (the injected sleep) or until ``stop()``, whichever comes first."""
+        sleeper = asyncio.ensure_future(self._sleep(seconds))
+        stopper = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait([sleeper, stopper], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleeper, stopper):
+                task.cancel()
+
+    def _reconcile(self) -> None:
+        coordinator = self.coordinator
+        held = {p for p in coordinator.owned if coordinator.holds(p) and not coordinator.handing_off(p)}
+        for pid, (pump, task) in list(self._pumps.items()):
+            if task.done():
+                del self._pumps[pid]
+                self._finished(pid, task)
+            elif pid not in held and not pump.stopping:
+                pump.stop()  # lost, released or past its deadline: not one more event
+        for pid in sorted(held - self._pumps.keys()):
+            if self._lost_at.get(pid, -1) >= self.cycles:
+                continue  # the store said someone else owns it: wait for a cycle to settle that
+            self._lost_at.pop(pid, None)
+            self._start(pid)
+
+    def _hand_off(self, pid: str) -> None:
+        """The coordinator's ``on_handoff``: a planned move of ``pid`` starts (called inside cycle())."""
+        if pid not in self._handoffs:
+            task = asyncio.get_running_loop().create_task(self._handoff(pid), name=f"handoff {self.owner_id} {pid}")
+            self._handoffs[pid] = task
+            task.add_done_callback(lambda _: self._handoffs.pop(pid, None))
+
+    async def _handoff(self, pid: str) -> None:
+        """Stop the pump after the event in hand and its final checkpoint, then release ``pid``.
+
+        The lease is renewed meanwhile, so the next owner cannot start before that checkpoint and
+        a planned move handles no event twice.
+        """
+        entry = self._pumps.get(pid)
+        if entry is not None:
+            pump, task = entry
+            pump.stop()
+            _, late = await asyncio.wait([task], timeout=self.shutdown_timeout)
+            if late:
+                log.warning(
+                    "worker %s: partition %s still busy after %gs; handing it off anyway (its event in hand "
+                    "will be handled again by the next owner)", self.owner_id, pid, self.shutdown_timeout,
+                )
+        async with self._lock:
+            try:
+                await self.coordinator.release(pid, "handed off")
+            except Exception as exc:
+                metrics.STORE_ERRORS.labels(operation="release").inc()
+                log.warning(
+                    "worker %s: could not release partition %s (%s: %s); the next owner takes it after the "
+                    "handoff timeout", self.owner_id, pid, type(exc).__name__, exc,
+                )
+
+    def _start(self, pid: str) -> None:
+        pump = PartitionPump(
+            ref=self.coordinator.ref,
+            partition_id=pid,
+            owner_id=self.owner_id,
+            holds=self.coordinator.holds,
+            checkpoints=self._checkpoints,
+            source=self._source,
+            handler=self._handler,
+            config=self._config,
+            dead_letters=self.dead_letters,
+            monotonic=self.coordinator.monotonic,
+            sleep=self._sleep,
+        )
+        task = asyncio.get_running_loop().create_task(pump.run(), name=f"pump {self.owner_id} {pid}")
+        self._pumps[pid] = (pump, task)
+
+    def _finished(self, pid: str, task: asyncio.Task[PumpStats]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None:
+            stats = task.result()
+            self.history[pid] = stats
+            self._pump_failures.pop(pid, None)
+            if stats.ended == "lost":
+                self._lost_at[pid] = self.cycles
+            return
+        # An error from the source or the store the pump could not handle: restarted from the
+        # checkpoint at the next cycle; the first failure in a row gets a traceback.
+        outage = self._pump_failures.setdefault(
+            pid, OutageLog(log, f"worker {self.owner_id}: pump of partition {pid}", "restarting from its checkpoint")
+        )
+        outage.failed(error)
+
+    # stopping ------------------------------------------------------------------------------
+
+    async def abort(self) -> None:
+        """Drop every pump at once: no final checkpoint, no release. What a crash leaves behind
+        (the store keeps the leases until they expire); for tests and the simulator."""
+        self._stop.set()
+        tasks: list[asyncio.Task[Any]] = [task for _, task in self._pumps.values()]
+        tasks += self._handoffs.values()
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        self._pumps.clear()
+
+    async def shutdown(self) -> None:
+        """Stop pumps (final checkpoints), then release every partition. Bounded in time."""
+        self._stop.set()
+        running = {task: pid for pid, (_, task) in self._pumps.items() if not task.done()}
+        for pump, _ in self._pumps.values():
+            pump.stop()
+        if running:
+            _, late = await asyncio.wait(running, timeout=self.shutdown_timeout)
+            for task in late:
+                log.warning(
+                    "worker %s: partition %s still busy after %gs; releasing it anyway (its event in hand "
+                    "will be handled again by the next owner)", self.owner_id, running[task], self.shutdown_timeout,
+                )
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=1.0)
+        for pid, (_, task) in list(self._pumps.items()):
+            if task.done():
+                self._finished(pid, task)
+        self._pumps.clear()
+        if self._handoffs:  # their pumps have stopped: each release is one store call
+            _, unreleased = await asyncio.wait(list(self._handoffs.values()), timeout=self.shutdown_timeout)
+            for handoff in unreleased:
+                handoff.cancel()
+        try:
+            async with self._lock:
+                await asyncio.wait_for(self.coordinator.release_all(), timeout=self.shutdown_timeout)
+        except Exception as exc:
+            metrics.STORE_ERRORS.labels(operation="release").inc()
+            log.warning(
+                "worker %s: could not release its partitions (%s: %s); others take them after expiry (%gs)",
+                self.owner_id, type(exc).__name__, exc, self.coordinator.expiry,
+            )
+        log.info("worker %s stopped", self.owner_id)
+
+
+async def run_workers(
+    processors: Sequence[EventProcessor],
+    *,
+    sink: EventSink | None = None,
+    signals: bool = True,
+) -> None:
+    """Run ``processors`` until all have stopped; SIGTERM or SIGINT stops them gracefully.
+
+    A second signal gives up on the graceful stop (pending work is cancelled).
+    """
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(p.run(), name=f"worker {p.owner_id}") for p in processors]
+    installed: list[signal.Signals] = []
+
+    def on_signal(signum: signal.Signals) -> None:
+        if any(p.stopping for p in processors):
+            log.warning("second %s: not waiting for the graceful stop", signum.name)
+            for task in tasks:
+                task.cancel()
+            return
+        log.info("%s: stopping %d worker(s): finishing events in hand, checkpointing, releasing", signum.name,
+                 len(processors))
+        for p in processors:
+            p.stop()
+
+    if signals:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, on_signal, signum)
+            installed.append(signum)
+    try:
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if sink is not None:
+            await sink.flush(timeout=5.0)
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*tasks, return_exceptions=True)
