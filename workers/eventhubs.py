@@ -52,7 +52,7 @@ from azure.eventhub import EventData, EventHubConsumerClient, PartitionContext, 
 from azure.eventhub.amqp import AmqpMessageBodyType
 from azure.eventhub.exceptions import AuthenticationError, EventHubError
 
-from .source import PartitionProperties, Position, ReceivedEvent
+from .source import PartitionProperties, PartitionTaken, Position, ReceivedEvent
 
 __all__ = ["EventHubsConfigError", "EventHubsReader", "EventHubsSource", "PartitionStolen", "ReaderFailed"]
 
@@ -78,7 +78,7 @@ class ReaderFailed(RuntimeError):
         self.partition_id = partition_id
 
 
-class PartitionStolen(ReaderFailed):
+class PartitionStolen(ReaderFailed, PartitionTaken):
     """The service disconnected the receiver because another one, with the same or a higher owner
     level, opened the partition: another worker (or Microsoft's processor) owns it now."""
 

@@ -52,7 +52,7 @@ from balancer.store import CheckpointStore
 from . import metrics
 from .handlers import Handler, MalformedEvent, PartitionContext, batch_size, is_async
 from .sink import OutageLog
-from .source import EventSource, PartitionReader, Position, ReceivedEvent
+from .source import EventSource, PartitionReader, PartitionTaken, Position, ReceivedEvent
 
 log = logging.getLogger("leaseboard.pump")
 T = TypeVar("T")
@@ -276,6 +276,10 @@ class PartitionPump:
                 pass
             if self._stopping.is_set() and self.stats.ended is None:
                 await self._checkpoint(final=True)
+            return self._end()
+        except PartitionTaken as exc:
+            log.warning("%s: the source gave the partition to another reader: %s", self._label, exc)
+            self.stats.ended = "lost"
             return self._end()
         except Exception:
             self.stats.ended = "failed"

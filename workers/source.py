@@ -11,6 +11,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 
+class PartitionTaken(Exception):
+    """The source cut this reader off because another reader took the partition (Event Hubs'
+    exclusive receivers: a higher or equal owner level attached). The pump ends as "lost"."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReceivedEvent:
     """One event as read from a partition."""

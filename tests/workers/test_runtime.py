@@ -607,3 +607,50 @@ def test_runworkers_refuses_bad_options_in_one_line(options: list[str], message:
     with pytest.raises(CommandError, match=message) as refused:
         call_command("runworkers", *options, "--store", "memory")
     assert "\n" not in str(refused.value)
+
+
+
+class _CutOffReader:
+    """A reader whose source handed the partition to another receiver after one event."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def receive(self, max_events: int) -> list[ReceivedEvent]:
+        from workers.source import PartitionTaken
+
+        self.calls += 1
+        if self.calls == 1:
+            return [ReceivedEvent("0", 0, "0", 1.0, None, b"{}")]
+        raise PartitionTaken("link stolen by a receiver with a higher owner level")
+
+    def close(self) -> None:
+        pass
+
+
+async def test_a_reader_cut_off_by_the_source_ends_its_pump_as_lost_not_failed() -> None:
+    from balancer.memory import MemoryStore
+    from balancer.model import OwnershipRecord
+    from workers.eventhubs import PartitionStolen
+    from workers.pump import DeadLetters, PartitionPump, PumpConfig
+    from workers.source import PartitionTaken
+
+    assert issubclass(PartitionStolen, PartitionTaken)
+    store = MemoryStore()
+    await store.claim_ownership([OwnershipRecord(REF, "0", "w")])
+    reader = _CutOffReader()
+
+    class Source:
+        def reader(self, partition_id: str, position: Position) -> PartitionReader:
+            return reader
+
+    handled: list[int] = []
+    pump = PartitionPump(
+        ref=REF, partition_id="0", owner_id="w", holds=lambda pid: True, checkpoints=store,
+        source=Source(),  # type: ignore[arg-type]
+        handler=lambda event, ctx: handled.append(event.sequence_number),
+        config=PumpConfig(checkpoint_events=1, checkpoint_seconds=60.0, dead_letter_dir=None),
+        dead_letters=DeadLetters(None),
+    )
+    stats = await asyncio.wait_for(pump.run(), timeout=10)
+    assert stats.ended == "lost" and handled == [0]

@@ -58,7 +58,7 @@ class Command(RunWorkers):
         self.check_migrations()
 
         # Imported here: daphne.server installs Twisted's asyncio reactor when imported.
-        from daphne.server import Server  # type: ignore[import-untyped]
+        from daphne.server import Server
         from twisted.internet import defer, reactor
 
         from dashboard.asgi import application
