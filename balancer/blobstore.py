@@ -72,6 +72,7 @@ from azure.storage.blob.aio import ContainerClient, LinearRetry
 
 from .errors import CorruptRecord, OwnershipLost, StoreError, StoreUnavailable
 from .model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord, check_partition_id
+from .store import Snapshot
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -445,6 +446,29 @@ class BlobStore:
         return self._last_now
 
     # ownership -----------------------------------------------------------------------------
+
+    async def snapshot(self, ref: HubRef) -> Snapshot:
+        """Ownership, members and controls from ONE listing of the scope (checkpoint blobs come
+        along and are ignored), with the service's clock from that response."""
+        scope = scope_prefix(ref)
+        blobs = await self._list(scope)
+        parts: dict[str, list[BlobProperties]] = {
+            "ownership/": [], "leaseboard/members/": [], "leaseboard/controls/": []
+        }
+        for blob in blobs:
+            for sub, found in parts.items():
+                if blob.name.startswith(scope + sub):
+                    found.append(blob)
+        return Snapshot(
+            self._parsed(scope + "ownership/", parts["ownership/"], lambda pid, b: parse_ownership(ref, pid, b)),
+            self._parsed(
+                scope + "leaseboard/members/", parts["leaseboard/members/"], lambda e, b: parse_member(ref, e, b)
+            ),
+            self._parsed(
+                scope + "leaseboard/controls/", parts["leaseboard/controls/"], lambda x, b: parse_control(ref, x, b)
+            ),
+            await self.now(),
+        )
 
     async def list_ownership(self, ref: HubRef) -> list[OwnershipRecord]:
         """Every readable ownership record of ``ref`` (one request); unreadable blobs are skipped."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from .model import BalancerEvent, ControlKind, EventKind, HubRef, Member, OwnershipRecord
-from .store import ControlStore, OwnershipStore, by_partition
+from .store import ControlStore, OwnershipStore, by_partition, snapshot
 from .strategies import Claim, Strategy, View
 
 PartitionSource = Callable[[], Awaitable[Sequence[str]]]
@@ -106,9 +106,8 @@ class Coordinator:
         started = self.monotonic()
         self._requests = 0
         pids = tuple(await self.partitions())
-        listed = by_partition(await self._call(self.store.list_ownership(self.ref)))
-        now = await self._call(self.store.now()) if self.strategy.store_clock else self.clock()
-        view = await self._view(pids, listed, now)
+        view = await self._view(pids)
+        listed, now = dict(view.ownership), view.now
         plan = self.strategy.plan(view, self.rng)
         self._announced = True
         self._waiting = {p: self._waiting.get(p, now) for p in plan.waiting}
@@ -184,19 +183,25 @@ class Coordinator:
 
     # helpers -------------------------------------------------------------------------------
 
-    async def _view(self, pids: tuple[str, ...], listed: dict[str, OwnershipRecord], now: float) -> View:
+    async def _view(self, pids: tuple[str, ...]) -> View:
         """The strategy's view; with heartbeats and controls when the strategy uses them."""
         members: frozenset[str] = frozenset()
         drained: frozenset[str] = frozenset()
         pins: dict[str, str] = {}
-        if self.controls is not None:
-            await self._call(self.controls.heartbeat(Member(self.ref, self.owner_id, now)))
         if self.controls is not None and self.strategy.uses_members:
-            listed_members = await self._call(self.controls.list_members(self.ref))
-            members = frozenset(m.owner_id for m in listed_members if m.alive(now, self.expiry))
-            controls = await self._call(self.controls.list_controls(self.ref))
-            drained = frozenset(c.target for c in controls if c.kind is ControlKind.DRAIN)
-            pins = {c.target: c.value for c in controls if c.kind is ControlKind.PIN}
+            snap, requests = await snapshot(self.store, self.controls, self.ref)
+            self._requests += requests
+            listed, now = by_partition(snap.ownership), snap.now
+            await self._call(self.controls.heartbeat(Member(self.ref, self.owner_id, now)))
+            members = frozenset(m.owner_id for m in snap.members if m.alive(now, self.expiry))
+            members |= {self.owner_id}
+            drained = frozenset(c.target for c in snap.controls if c.kind is ControlKind.DRAIN)
+            pins = {c.target: c.value for c in snap.controls if c.kind is ControlKind.PIN}
+        else:
+            listed = by_partition(await self._call(self.store.list_ownership(self.ref)))
+            now = await self._call(self.store.now()) if self.strategy.store_clock else self.clock()
+            if self.controls is not None:  # heartbeats for the dashboard's worker list
+                await self._call(self.controls.heartbeat(Member(self.ref, self.owner_id, now)))
         return View(
             self.owner_id,
             pids,

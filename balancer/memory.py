@@ -14,6 +14,7 @@ from itertools import count
 
 from .errors import OwnershipLost, StoreUnavailable
 from .model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
+from .store import Snapshot
 
 
 class MemoryStore:
@@ -37,6 +38,17 @@ class MemoryStore:
 
     async def now(self) -> float:
         return self._clock()
+
+    async def snapshot(self, ref: HubRef) -> Snapshot:
+        """Ownership, members, controls and the clock in one request."""
+        with self._lock:
+            self._enter()
+            return Snapshot(
+                [r for (k, _), r in self._ownership.items() if k == ref],
+                [m for (k, _), m in self._members.items() if k == ref],
+                [c for (k, _, _), c in self._controls.items() if k == ref],
+                self._clock(),
+            )
 
     # ownership -----------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from .memory import MemoryStore
 from .model import Checkpoint, Control, HubRef, Member, OwnershipRecord
+from .store import Snapshot
 
 T = TypeVar("T")
 
@@ -86,6 +87,9 @@ class LatentStore:
 
     async def list_ownership(self, ref: HubRef) -> list[OwnershipRecord]:
         return await self._call(lambda: self._store.list_ownership(ref))
+
+    async def snapshot(self, ref: HubRef) -> Snapshot:
+        return await self._call(lambda: self._store.snapshot(ref))
 
     async def claim_ownership(self, records: Sequence[OwnershipRecord]) -> list[OwnershipRecord]:
         if self.first_claim_at is None:

@@ -8,6 +8,7 @@ clients are async too. Every adapter is proven by ``tests/contract``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .model import Checkpoint, Control, HubRef, Member, OwnershipRecord
@@ -63,6 +64,35 @@ class ControlStore(Protocol):
 
     async def delete_control(self, ref: HubRef, kind: str, target: str) -> None:
         """Remove a control record; no error if it was not there."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What one cycle of a membership-aware strategy reads: ownership, members, controls, clock."""
+
+    ownership: list[OwnershipRecord]
+    members: list[Member]
+    controls: list[Control]
+    now: float  # the store's clock when it was read
+
+
+@runtime_checkable
+class SnapshotStore(Protocol):
+    """Optional: a store that reads a whole ``Snapshot`` in one round trip implements this."""
+
+    async def snapshot(self, ref: HubRef) -> Snapshot: ...
+
+
+async def snapshot(store: OwnershipStore, controls: ControlStore, ref: HubRef) -> tuple[Snapshot, int]:
+    """The snapshot of ``ref`` and the store requests it took: one where the store reads it in one
+    round trip, else four separate calls."""
+    same: object = controls
+    if store is same and isinstance(store, SnapshotStore):
+        return await store.snapshot(ref), 1
+    ownership = await store.list_ownership(ref)
+    members = await controls.list_members(ref)
+    listed = await controls.list_controls(ref)
+    return Snapshot(ownership, members, listed, await store.now()), 4
 
 
 def by_partition(records: Iterable[OwnershipRecord]) -> dict[str, OwnershipRecord]:

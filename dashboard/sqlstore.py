@@ -34,6 +34,7 @@ from django.db.models.functions import Concat
 
 from balancer.errors import CorruptRecord, OwnershipLost, StoreError, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
+from balancer.store import Snapshot
 
 from .models import CheckpointRow, ControlRow, MemberRow, Ownership
 
@@ -204,6 +205,20 @@ class SqlStore:
 
     async def list_ownership(self, ref: HubRef) -> list[OwnershipRecord]:
         return await self._run(LEASE, self._list_ownership, ref)
+
+    async def snapshot(self, ref: HubRef) -> Snapshot:
+        """Ownership, members, controls and the clock in one trip to the lease thread."""
+        return await self._run(LEASE, self._snapshot, ref)
+
+    def _snapshot(self, connection: BaseDatabaseWrapper, ref: HubRef) -> Snapshot:
+        # Three reads, not one transaction: on SQLite a transaction here would take the write lock
+        # (BEGIN IMMEDIATE), and each list is consistent on its own, which is all planning needs.
+        return Snapshot(
+            self._list_ownership(connection, ref),
+            self._list_members(connection, ref),
+            self._list_controls(connection, ref),
+            read_clock(connection),
+        )
 
     def _list_ownership(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[OwnershipRecord]:
         records = self._valid(list(self._rows(Ownership, ref)), Ownership.to_domain)

@@ -23,7 +23,7 @@ import pytest
 
 from balancer.errors import OwnershipLost
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
-from balancer.store import CheckpointStore, ControlStore, OwnershipStore, by_partition
+from balancer.store import CheckpointStore, ControlStore, OwnershipStore, SnapshotStore, by_partition, snapshot
 
 Store = Any  # one object serving OwnershipStore, CheckpointStore and ControlStore
 
@@ -333,3 +333,19 @@ class StoreContract:
             ("pin", "4"),
             ("rebalance", "*"),
         ]
+
+    async def test_a_snapshot_shows_what_the_separate_listings_show_in_one_request(self, store: Store) -> None:
+        await store.claim_ownership([OwnershipRecord(REF, "0", "w1"), OwnershipRecord(REF, "1", "w2")])
+        await store.update_checkpoint(Checkpoint(REF, "0", 5, "500"), "w1")  # must not show up as ownership
+        await store.heartbeat(Member(REF, "w1", last_seen=0.0))
+        await store.put_control(Control(REF, ControlKind.PIN, "1", "w1"))
+        await store.put_control(Control(NEIGHBOURS[0], ControlKind.DRAIN, "w9"))
+        before = await store.now()
+        requests = getattr(store, "requests", None)
+        snap, counted = await snapshot(store, store, REF)
+        if requests is not None and isinstance(store, SnapshotStore):
+            assert counted == 1 and store.requests - requests == 1
+        assert by_partition(snap.ownership) == by_partition(await store.list_ownership(REF))
+        assert [m.owner_id for m in snap.members] == ["w1"]
+        assert [(c.kind, c.target, c.value) for c in snap.controls] == [(ControlKind.PIN, "1", "w1")]
+        assert snap.now >= before
