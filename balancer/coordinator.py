@@ -33,6 +33,7 @@ class CycleReport:
     lost: tuple[BalancerEvent, ...] = ()
     requests: int = 0
     seconds: float = 0.0
+    rebalance: bool = False  # an operator asked for a rebalance since the last cycle: cycle again now
 
 
 @dataclass
@@ -65,6 +66,8 @@ class Coordinator:
     _requests: int = field(default=0, init=False)
     _announced: bool = field(default=False, init=False)
     _waiting: dict[str, float] = field(default_factory=dict, init=False)
+    _rebalance_token: str | None = field(default=None, init=False)
+    _rebalance: bool = field(default=False, init=False)
     _handing_off: set[str] = field(default_factory=set, init=False)
     # cycle(), release() and release_all() each read and rewrite the lease table across awaits: a
     # release sent while a cycle's renewal is in flight would lose to it (the renewal moves the ETag)
@@ -135,6 +138,7 @@ class Coordinator:
             lost=tuple(lost + lost2 + released),
             requests=self._requests,
             seconds=self.monotonic() - started,
+            rebalance=self._rebalance,
         )
         for event in report.gained + report.lost:
             self._emit(event)
@@ -197,6 +201,10 @@ class Coordinator:
             members |= {self.owner_id}
             drained = frozenset(c.target for c in snap.controls if c.kind is ControlKind.DRAIN)
             pins = {c.target: c.value for c in snap.controls if c.kind is ControlKind.PIN}
+            token = next((c.value for c in snap.controls if c.kind is ControlKind.REBALANCE), None)
+            # A token first seen at start is old news; one that changed since is a fresh request.
+            self._rebalance = self._announced and token is not None and token != self._rebalance_token
+            self._rebalance_token = token
         else:
             listed = by_partition(await self._call(self.store.list_ownership(self.ref)))
             now = await self._call(self.store.now()) if self.strategy.store_clock else self.clock()

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import random
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from balancer.coordinator import Coordinator, CycleReport
@@ -73,6 +73,10 @@ class EventProcessor:
         self.history: dict[str, PumpStats] = {}  # the last finished pump of each partition
         self.cycles = 0  # successful cycles
         self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        # Called when this worker's cycle saw an operator's rebalance request: run_workers wakes every
+        # worker of the process (a request may reach only one of them through the store).
+        self.on_rebalance: Callable[[], None] | None = None
         # cycle() and release() both rewrite the coordinator's lease table across awaits: never at once.
         self._lock = asyncio.Lock()
         self._handoffs: dict[str, asyncio.Task[None]] = {}
@@ -107,6 +111,10 @@ class EventProcessor:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    def wake(self) -> None:
+        """Run the next cycle now instead of at the end of the interval (an operator's rebalance)."""
+        self._wake.set()
+
     async def run(self) -> None:
         """Cycle every interval until ``stop()``; then stop pumps, checkpoint and release."""
         log.info("worker %s starts (interval %gs, expiry %gs)", self.owner_id, self.interval, self.coordinator.expiry)
@@ -134,6 +142,8 @@ class EventProcessor:
             self._outage.ok()
             self.cycles += 1
             metrics.CYCLE_DURATION.observe(report.seconds)
+            if report.rebalance and self.on_rebalance is not None:
+                self.on_rebalance()
         self._reconcile()
         return report
 
@@ -141,13 +151,15 @@ class EventProcessor:
         return self.interval * (1 + self._jitter * (2 * self._rng.random() - 1))
 
     async def _wait(self, seconds: float) -> None:
-        """Sleep ``seconds`` (the injected sleep) or until ``stop()``, whichever comes first."""
+        """Sleep ``seconds`` (the injected sleep) or until ``stop()`` or ``wake()``, whichever comes first."""
         sleeper = asyncio.ensure_future(self._sleep(seconds))
         stopper = asyncio.ensure_future(self._stop.wait())
+        waker = asyncio.ensure_future(self._wake.wait())
         try:
-            await asyncio.wait([sleeper, stopper], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([sleeper, stopper, waker], return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (sleeper, stopper):
+            self._wake.clear()
+            for task in (sleeper, stopper, waker):
                 task.cancel()
 
     def _reconcile(self) -> None:
@@ -297,6 +309,14 @@ async def run_workers(
     tasks = [loop.create_task(p.run(), name=f"worker {p.owner_id}") for p in processors]
     installed: list[signal.Signals] = []
 
+    def wake_all() -> None:
+        for p in processors:
+            p.wake()
+
+    for p in processors:
+        p.on_rebalance = wake_all
+    listener = loop.create_task(listen_for_wakeups(wake_all), name="wake-up listener")
+
     def on_signal(signum: signal.Signals) -> None:
         if any(p.stopping for p in processors):
             log.warning("second %s: not waiting for the graceful stop", signum.name)
@@ -317,6 +337,7 @@ async def run_workers(
         if sink is not None:
             await sink.flush(timeout=5.0)
     finally:
+        listener.cancel()
         for signum in installed:
             loop.remove_signal_handler(signum)
         for task in tasks:
@@ -324,3 +345,32 @@ async def run_workers(
                 task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+WAKE_GROUP = "leaseboard.workers"
+
+
+async def listen_for_wakeups(wake: Callable[[], None]) -> None:
+    """Wake the workers of this process on a ``worker.wake`` message to the channel-layer group
+    "leaseboard.workers" (an operator's "rebalance now"). With the in-process layer only workers in
+    the dashboard's own process hear it; the others see the rebalance token in their next cycle."""
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        channel = await layer.new_channel()
+        await layer.group_add(WAKE_GROUP, channel)
+    except Exception as exc:  # no layer to listen on: the token in the store still does the job
+        log.warning("not listening for rebalance wake-ups: %s: %s", type(exc).__name__, exc)
+        return
+    try:
+        while True:
+            message = await layer.receive(channel)
+            if message.get("type") == "worker.wake":
+                log.info("woken by the channel layer: %s", message.get("reason", "no reason given"))
+                wake()
+    finally:
+        with contextlib.suppress(Exception):
+            await layer.group_discard(WAKE_GROUP, channel)

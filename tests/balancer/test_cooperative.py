@@ -147,3 +147,14 @@ def test_a_live_holder_is_waited_for_then_overtaken_after_the_handoff_timeout() 
     assert first.claims == () and len(first.waiting) == 2
     later = plan(View(**base, waiting={p: 60.0 for p in first.waiting}), random.Random(0))  # type: ignore[arg-type]
     assert {c.kind for c in later.claims} == {EventKind.STEAL} and len(later.claims) == 2
+
+
+async def test_a_new_rebalance_token_is_reported_once_and_an_old_one_is_not() -> None:
+    cluster = cooperative(4)
+    await cluster.store.put_control(Control(REF, ControlKind.REBALANCE, "*", "before-start"))
+    a = cluster.add("a")
+    assert not (await a.cycle()).rebalance  # first cycle: a token from before start is old news
+    assert not (await a.cycle()).rebalance
+    await cluster.store.put_control(Control(REF, ControlKind.REBALANCE, "*", "operator-1"))
+    assert (await a.cycle()).rebalance
+    assert not (await a.cycle()).rebalance

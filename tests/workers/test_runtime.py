@@ -654,3 +654,59 @@ async def test_a_reader_cut_off_by_the_source_ends_its_pump_as_lost_not_failed()
     )
     stats = await asyncio.wait_for(pump.run(), timeout=10)
     assert stats.ended == "lost" and handled == [0]
+
+
+async def _sleep_forever(seconds: float) -> None:
+    await asyncio.Event().wait()
+
+
+async def test_wake_runs_the_next_cycle_at_once_instead_of_after_the_interval(rig: Rig) -> None:
+    worker = rig.worker("w", lambda event, ctx: None, sleep=_sleep_forever, strategy="cooperative")
+    task = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: worker.cycles == 1, what="the first cycle")
+        assert worker.cycles == 1  # and now waiting out an interval that never ends
+        worker.wake()
+        await until(lambda: worker.cycles == 2, what="a cycle right after wake()")
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, timeout=10)
+
+
+async def test_a_worker_that_sees_a_rebalance_request_wakes_every_worker_of_its_process(rig: Rig) -> None:
+    from balancer.model import Control, ControlKind
+    from workers.runtime import run_workers
+
+    workers = [rig.worker(w, lambda event, ctx: None, sleep=_sleep_forever, strategy="cooperative") for w in "ab"]
+    task = asyncio.create_task(run_workers(workers, signals=False))
+    try:
+        await until(lambda: all(w.cycles == 1 for w in workers), what="first cycles")
+        workers[0].wake()  # a's second cycle: nothing to report yet
+        await until(lambda: workers[0].cycles == 2, what="a's second cycle")
+        assert workers[1].cycles == 1
+        await rig.store.put_control(Control(REF, ControlKind.REBALANCE, "*", "operator-1"))
+        workers[0].wake()  # a sees the new token and wakes b, whose interval never ends
+        await until(lambda: workers[1].cycles >= 2, what="b woken by a's rebalance")
+    finally:
+        for w in workers:
+            w.stop()
+        await asyncio.wait_for(task, timeout=10)
+
+
+async def test_a_wake_message_on_the_channel_layer_wakes_the_workers() -> None:
+    from channels.layers import get_channel_layer
+
+    from workers.runtime import WAKE_GROUP, listen_for_wakeups
+
+    woken = asyncio.Event()
+    listener = asyncio.create_task(listen_for_wakeups(woken.set))
+    try:
+        layer = get_channel_layer()
+        assert layer is not None
+        deadline = asyncio.get_running_loop().time() + 10
+        while not woken.is_set():  # resend until the listener has joined the group
+            await layer.group_send(WAKE_GROUP, {"type": "worker.wake", "reason": "rebalance"})
+            await asyncio.wait([asyncio.ensure_future(woken.wait())], timeout=0.05)
+            assert asyncio.get_running_loop().time() < deadline, "no wake-up"
+    finally:
+        listener.cancel()
