@@ -110,8 +110,9 @@ def plan(view: View, rng: random.Random) -> Plan:
     mine = sorted((p for p, r in active.items() if r.owner_id == view.owner_id), key=_key)
     if view.owner_id in view.drained:
         return Plan(releases=tuple(mine))
-    if view.first_cycle:
-        return Plan()
+    if view.first_cycle:  # announce only; what is pinned elsewhere goes whatever the members are
+        others = view.members - {view.owner_id} - view.drained
+        return Plan(releases=tuple(p for p in mine if view.pins.get(p) in others))
     assignment = assign(view, active)
     releases = tuple(p for p in mine if assignment.get(p) != view.owner_id)
     timeout = view.expiry if view.handoff_timeout is None else view.handoff_timeout

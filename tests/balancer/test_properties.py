@@ -5,11 +5,7 @@ released, held by a ghost (a dead worker) whose lease expired, or held by a live
 live workers heartbeat while owning nothing. New strategies are checked as soon as they are
 registered in ``STRATEGIES``.
 
-TODO(controls): pins and drains. Once a strategy honours ``View.pins`` and ``View.drained`` for
-every worker, draw them in ``states()`` and add: a plan never claims a partition pinned to someone
-else and a drained worker claims nothing (``test_no_plan_claims_a_partition_held_by_a_live_worker``),
-and the cluster reaches balance with every pin respected and drained workers empty
-(``test_every_strategy_reaches_balance_and_then_moves_nothing``; ``settle`` has the hook).
+Pins and drains are drawn in ``test_properties_controls.py`` for the strategies that plan with them.
 """
 
 from __future__ import annotations
@@ -138,7 +134,6 @@ async def build(state: State, strategy: str) -> Cluster:
 def balanced(cluster: Cluster, owners: dict[str, str]) -> bool:
     counts = Counter(owners.get(p) for p in partition_ids(cluster.partitions))
     loads = [counts.get(w, 0) for w in cluster.workers]
-    # TODO(controls): and every pin respected, every drained worker empty
     return None not in counts and set(counts) <= set(cluster.workers) and max(loads) - min(loads) <= 1
 
 
