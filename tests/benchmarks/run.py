@@ -15,6 +15,7 @@ BENCHMARKS = [
     ("embedded hub: raw read and write rates", "tests.benchmarks.bench_hub"),
     ("one worker end to end on the embedded hub", "tests.benchmarks.bench_worker"),
     ("strategies x scenarios (simulator)", "tests.benchmarks.bench_strategies"),
+    ("store requests per worker per cycle, every real store", "tests.benchmarks.bench_stores"),
 ]
 
 
