@@ -2,6 +2,7 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 PORT ?= 8000
+AMQP_PORT ?= 5672
 VENV := .venv
 PY := $(VENV)/bin/python
 # The virtual environment is rebuilt only when pyproject.toml changes, so a second run starts at once.
@@ -26,7 +27,10 @@ demo: venv
 	@mkdir -p var
 	$(PY) manage.py migrate --noinput -v 0
 	$(PY) manage.py ensureadmin
-	$(PY) manage.py serve --port $(PORT)
+	@# The embedded hub also speaks Event Hubs' AMQP (runhub prints its connection string); it stops with serve.
+	@$(PY) manage.py runhub --port $(AMQP_PORT) & hub=$$!; \
+		trap 'kill $$hub 2>/dev/null; wait $$hub 2>/dev/null' EXIT; \
+		$(PY) manage.py serve --port $(PORT)
 
 lint: venv
 	$(VENV)/bin/ruff check balancer dashboard workers tests manage.py

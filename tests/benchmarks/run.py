@@ -16,6 +16,8 @@ BENCHMARKS = [
     ("one worker end to end on the embedded hub", "tests.benchmarks.bench_worker"),
     ("strategies x scenarios (simulator)", "tests.benchmarks.bench_strategies"),
     ("store requests per worker per cycle, every real store", "tests.benchmarks.bench_stores"),
+    ("Spark pipeline: 1M landed events vs a pyarrow scan; demo latency", "tests.benchmarks.bench_pipeline"),
+    ("Microsoft's processor vs Leaseboard's workers over AMQP", "tests.benchmarks.bench_amqp"),
 ]
 
 

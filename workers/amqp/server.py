@@ -1,0 +1,308 @@
+"""The embedded hub over AMQP: Event Hubs' protocol on a loopback port, on the same log the embedded source reads.
+
+``HubServer`` serves every hub under one directory (``LEASEBOARD_HUB_DIR``): what a producer sends
+is appended to the partition logs that ``workers.hub.EmbeddedHub`` readers (and the embedded
+workers) read, and what other processes append is sent to AMQP receivers within ``poll_interval``
+(at once for appends made through this server). Partitions added by any process (``produce
+--partitions``) are served from the next request on. One asyncio loop runs everything; file
+reads and appends are short and happen on it.
+
+``thread.ServerThread`` runs a server on a loop of its own in a daemon thread, for tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from proton import Link
+
+from workers.hub import EmbeddedHub
+
+from .addresses import Address, BadAddress, parse_address, parse_filter
+from .auth import Grant, SasKey
+from .connection import AmqpConnection, Limits, LinkHandler
+from .consumer import OUT_OF_RANGE, ConsumerLink, Receivers
+from .links import refuse
+from .management import HubDirectory, put_token, read_properties
+from .notes import AttachInfo
+from .producer import ProducerLink
+from .requests import ReplyLink, Request, RequestLink, Response
+
+log = logging.getLogger("leaseboard.amqp")
+EPOCH = "com.microsoft:epoch"
+RUNTIME_METRICS = "com.microsoft:enable-receiver-runtime-metric"
+
+
+def connection_string(host: str, port: int, key: SasKey) -> str:
+    """What a client of the Event Hubs SDKs is given (TLS off: ``UseDevelopmentEmulator=true``)."""
+    return (
+        f"Endpoint=sb://{host}:{port};SharedAccessKeyName={key.name};SharedAccessKey={key.key};"
+        "UseDevelopmentEmulator=true"
+    )
+
+
+@dataclass
+class Stats:
+    """Counters since the server started (read them through ``ServerThread.call`` from other threads)."""
+
+    connections: int = 0
+    open_connections: int = 0
+    links: int = 0
+    refused: int = 0
+    events_in: int = 0
+    events_out: int = 0
+    requests: int = 0
+
+
+class HubServer:
+    """Serves the hubs under ``root`` on ``host:port`` (0: a free port, see ``port`` once started)
+    to clients holding ``key``. Implements ``connection.Router``."""
+
+    def __init__(
+        self,
+        root: Path | str,
+        key: SasKey,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        limits: Limits | None = None,
+        poll_interval: float = 0.02,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.hubs = HubDirectory(Path(root))
+        self.key = key
+        self.host = host
+        self.port = port
+        self.limits = limits or Limits()
+        self.poll_interval = poll_interval
+        self.stats = Stats()
+        self._clock = clock
+        self._server: asyncio.Server | None = None
+        self._connections: set[AmqpConnection] = set()
+        self._grants: dict[int, list[Grant]] = defaultdict(list)
+        self._replies: dict[int, list[ReplyLink]] = defaultdict(list)
+        self.receivers = Receivers()
+        self._wake: asyncio.Event | None = None
+        self._pump_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Listens; raises OSError if the port cannot be bound."""
+        loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._server = await loop.create_server(
+            lambda: AmqpConnection(self, self.limits, "leaseboard-hub"), self.host, self.port, reuse_address=True
+        )
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        self._pump_task = asyncio.create_task(self._pump_forever(), name="amqp event pump")
+        log.info("embedded hub serving AMQP on %s:%d (hubs under %s)", self.host, self.port, self.hubs.root)
+
+    async def stop(self) -> None:
+        """Stops listening, closes every connection (with ``amqp:connection:forced``) and the hubs."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections):
+            conn.close("amqp:connection:forced", "the hub is shutting down")
+        if self._pump_task is not None:
+            self._pump_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump_task
+        if self._server is not None:
+            await self._server.wait_closed()
+        self.hubs.close()
+
+    @property
+    def connections(self) -> list[AmqpConnection]:
+        return list(self._connections)
+
+    def connection_string(self, host: str | None = None) -> str:
+        return connection_string(host or self.host, self.port, self.key)
+
+    # -- connection.Router -------------------------------------------------------------------------
+
+    def attach(self, conn: AmqpConnection, link: Link, info: AttachInfo) -> LinkHandler | None:
+        address_text = info.target if info.client_is_sender else info.source
+        try:
+            address = parse_address(address_text)
+            handler = self._open(conn, link, info, address)
+        except BadAddress as exc:
+            self.stats.refused += 1
+            refuse(conn, link, exc.condition, str(exc))
+            return None
+        self.stats.links += 1
+        log.debug("connection %d: link %r attached to %s", conn.id, link.name, address_text)
+        return handler
+
+    def connection_closed(self, conn: AmqpConnection) -> None:
+        self._connections.discard(conn)
+        self._grants.pop(conn.id, None)
+        self._replies.pop(conn.id, None)
+        self.receivers.prune()
+        self.stats.open_connections = len(self._connections)
+
+    def connection_opened(self, conn: AmqpConnection) -> None:
+        self._connections.add(conn)
+        self.stats.connections += 1
+        self.stats.open_connections = len(self._connections)
+
+    def wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # -- links -------------------------------------------------------------------------------------
+
+    def _open(self, conn: AmqpConnection, link: Link, info: AttachInfo, address: Address) -> LinkHandler:
+        if address.kind in ("cbs", "management"):
+            node = "$cbs" if address.kind == "cbs" else "$management"
+            if not info.client_is_sender:
+                reply = ReplyLink(conn, link, info, node)
+                # The SDK attaches a new pair for every management request: forget the detached ones.
+                self._replies[conn.id] = [r for r in self._replies[conn.id] if not r.gone] + [reply]
+                return reply
+            handle = self._put_token if address.kind == "cbs" else self._read_properties
+            return RequestLink(
+                conn, link, info, node, lambda request: handle(conn, request), lambda r: self._reply_to(conn, info, r)
+            )
+        hub = self._hub(address)
+        self._authorize(conn, address)
+        if info.client_is_sender:
+            if address.kind not in ("hub", "partition"):
+                raise BadAddress(f"{info.target!r} is not an address to send to: use <hub> or <hub>/Partitions/<id>")
+            self._check_partition(hub, address)
+            return ProducerLink(conn, link, hub, address.partition_id, self._appended)
+        if address.kind != "consumer":
+            raise BadAddress(
+                f"{info.source!r} is not an address to receive from: use <hub>/ConsumerGroups/<g>/Partitions/<id>"
+            )
+        self._check_partition(hub, address)
+        assert address.partition_id is not None and address.consumer_group is not None
+        start = parse_filter(info.filters)
+        level = _owner_level(info.properties)
+        consumer = ConsumerLink(
+            conn, link, hub, address.partition_id, address.consumer_group, start, level,
+            RUNTIME_METRICS in info.desired_capabilities, self.wake,
+        )  # fmt: skip
+        refused = self.receivers.admit(consumer)
+        if refused is not None:
+            consumer.on_detach()
+            raise BadAddress(refused, "amqp:link:stolen")
+        consumer.open()
+        self.wake()
+        return consumer
+
+    def _hub(self, address: Address) -> EmbeddedHub:
+        hub = self.hubs.get(address.hub)
+        if hub is None:
+            entity = f"sb://{self.host}:{self.port}/{address.hub}"
+            raise BadAddress(f"The messaging entity '{entity}' could not be found.", "amqp:not-found")
+        return hub
+
+    def _check_partition(self, hub: EmbeddedHub, address: Address) -> None:
+        if address.partition_id is not None and address.partition_id not in hub.partition_ids():
+            raise BadAddress(
+                f"The specified partition '{address.partition_id}' is invalid for event hub '{hub.name}': its"
+                f" partitions are 0..{hub.partition_count - 1}.",
+                OUT_OF_RANGE,
+            )
+
+    def _authorize(self, conn: AmqpConnection, address: Address) -> None:
+        now = self._clock()
+        if not any(grant.covers(address.entity, now) for grant in self._grants.get(conn.id, [])):
+            raise BadAddress(
+                f"Unauthorized access to '{address.entity}': put a token for it on $cbs first.",
+                "amqp:unauthorized-access",
+            )
+
+    def _appended(self, partition_id: str, count: int) -> None:
+        self.stats.events_in += count
+        self.wake()
+
+    # -- $cbs and $management ------------------------------------------------------------------------
+
+    def _reply_to(self, conn: AmqpConnection, info: AttachInfo, request: Request) -> ReplyLink | None:
+        node = "$cbs" if (info.target or "").lower().endswith("$cbs") else "$management"
+        replies = [r for r in self._replies.get(conn.id, []) if not r.gone and r.node == node]
+        if request.reply_to is not None:
+            for reply in replies:
+                if reply.target == request.reply_to:
+                    return reply
+        for reply in replies:
+            if reply.info.channel == info.channel:
+                return reply
+        return replies[0] if replies else None
+
+    def _put_token(self, conn: AmqpConnection, request: Request) -> Response:
+        self.stats.requests += 1
+        response, grant = put_token(request, self.key, self._clock())
+        if grant is None:
+            log.warning("connection %d from %s: token refused: %s", conn.id, conn.peer, response.description)
+        else:
+            self._grants[conn.id] = [*(g for g in self._grants[conn.id] if g.path != grant.path), grant]
+        return response
+
+    def _read_properties(self, conn: AmqpConnection, request: Request) -> Response:
+        self.stats.requests += 1
+        now = self._clock()
+        grants = self._grants.get(conn.id, [])
+        return read_properties(
+            request, self.hubs, self.key, now, lambda entity: any(g.covers(entity, now) for g in grants),
+            lambda hub: f"sb://{self.host}:{self.port}/{hub}",
+        )  # fmt: skip
+
+    # -- the event pump --------------------------------------------------------------------------
+
+    def pump_once(self, budget: int = 100) -> int:
+        """Sends what every receiver has credit for, up to ``budget`` events each; returns how many."""
+        sent = 0
+        touched: set[AmqpConnection] = set()
+        for consumer in self.receivers.all():
+            try:
+                n = consumer.pump(budget)
+            except Exception:  # one receiver's failure must not stop the others
+                log.exception("sending to receiver %r of partition %s failed; detaching it", consumer.link.name,
+                              consumer.partition_id)  # fmt: skip
+                consumer.detach("amqp:internal-error", "the hub failed to send to this receiver")
+                touched.add(consumer.conn)
+                continue
+            if n:
+                sent += n
+                touched.add(consumer.conn)
+        for conn in touched:
+            conn.flush()
+        self.stats.events_out += sent
+        return sent
+
+    async def _pump_forever(self) -> None:
+        assert self._wake is not None
+        while True:
+            self._wake.clear()
+            try:
+                sent = self.pump_once()
+            except Exception:
+                log.exception("the event pump failed; it goes on")
+                sent = 0
+            if sent:
+                await asyncio.sleep(0)  # let sockets drain and credit come in
+                continue
+            # Not asyncio.wait_for: on Python 3.11 it can swallow the cancellation that stop() sends.
+            try:
+                async with asyncio.timeout(self.poll_interval):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+
+def _owner_level(properties: dict[Any, Any]) -> int | None:
+    for key, value in properties.items():
+        if str(key) == EPOCH and value is not None:
+            return int(value)
+    return None
