@@ -8,6 +8,7 @@ simulator calls the same ``cycle()`` on simulated time.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -97,6 +98,12 @@ class Coordinator:
         """
         lease = self._leases.get(partition_id)
         return lease is not None and self.monotonic() - lease.renewed_at < self.expiry
+
+    def deadline(self, partition_id: str) -> float:
+        """The local monotonic time from which ``holds(partition_id)`` is False unless renewed meanwhile
+        (-inf when not held): lets a pump check its lease per event with one clock read."""
+        lease = self._leases.get(partition_id)
+        return -math.inf if lease is None else lease.renewed_at + self.expiry
 
     # the cycle -----------------------------------------------------------------------------
 
@@ -264,10 +271,17 @@ class Coordinator:
     ) -> dict[str, OwnershipRecord]:
         """The ETag loop of 000: while the partition's owner is still the one we meant to replace
         (it renewed, so the ETag moved), try again with the fresh ETag; stop as soon as a third
-        worker holds it, which means another claimer beat us to it."""
+        worker holds it, which means another claimer beat us to it.
+
+        Only steals (and our own renewals) go round the loop. A claim of an expired or released
+        partition that lost because its owner renewed meanwhile found that owner alive: taking
+        the fresh lease would leave two workers processing the partition until the owner's next
+        cycle (the fault-injection suite saw it after a store outage, when everyone renews and
+        claims at once). The next cycle plans again with what the store says then.
+        """
         won: dict[str, OwnershipRecord] = {}
-        pending = failed
-        for _ in range(self.etag_retries):
+        pending = [r for r in failed if r.partition_id not in claims or claims[r.partition_id].kind is EventKind.STEAL]
+        for _ in range(self.etag_retries if pending else 0):
             listed = by_partition(await self._call(self.store.list_ownership(self.ref)))
             again = []
             for request in pending:

@@ -6,6 +6,7 @@ them. Times are float seconds since the Unix epoch as the *store* reported them.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -62,8 +63,14 @@ class OwnershipRecord:
         check_partition_id(self.partition_id)
 
     def expired(self, now: float, expiry: float) -> bool:
-        """True when nobody renewed this record for longer than ``expiry`` seconds (or it was released)."""
-        if not self.owner_id or self.last_modified is None:
+        """True when nobody renewed this record for longer than ``expiry`` seconds (or it was released).
+
+        A last-modified time that is not a finite number was not written by a store (a hand edit,
+        a corrupt row): such a record counts as expired, so its partition can be claimed. Judged
+        live, it would never expire, and its owner (one that never heartbeats) would be assigned
+        partitions forever that nobody ever processes.
+        """
+        if not self.owner_id or self.last_modified is None or not math.isfinite(self.last_modified):
             return True
         return now - self.last_modified > expiry
 

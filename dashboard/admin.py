@@ -3,7 +3,8 @@
 Workers write these rows; editing one by hand would bypass the ETag compare-and-set and the audit
 log, so nothing can be added or changed here. Deleting is allowed where it is a safe way to purge:
 an ownership row (its holder's next renewal fails, it reclaims it as a first claim) and a dead
-worker's heartbeat. Operators' drain/pin/rebalance go through the dashboard's actions.
+worker's heartbeat. Operators' drain/pin/rebalance go through the dashboard's actions, which
+record themselves in the audit log shown here (read-only: an audit log nobody can edit).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from .models import CheckpointRow, ControlRow, EventLog, MemberRow, Ownership
+from .models import AuditEntry, CheckpointRow, ControlRow, EventLog, LagSample, MemberRow, Ownership
 
 SCOPE_FILTERS = ("namespace", "hub", "consumer_group")
 
@@ -102,4 +103,28 @@ class EventLogAdmin(ReadOnly):
 
     @admin.display(description="at (reporter's clock)", ordering="at")
     def reported(self, row: EventLog) -> str:
+        return _when(row.at)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnly):
+    list_display = ("id", "when", "user", "action", "target", "value", "outcome", "reason", "message")
+    list_filter = (*SCOPE_FILTERS, "action", "outcome", "user")
+    search_fields = ("user", "target", "value", "reason", "message")
+    ordering = ("-id",)
+
+    @admin.display(description="at", ordering="at")
+    def when(self, row: AuditEntry) -> str:
+        return _when(row.at)
+
+
+@admin.register(LagSample)
+class LagSampleAdmin(ReadOnly):
+    list_display = ("partition_id", "when", "owner_id", "sequence_number", "lag", "lag_seconds", "status", "hub")
+    list_filter = (*SCOPE_FILTERS, "status")
+    search_fields = ("partition_id", "owner_id")
+    ordering = ("-at", "partition_id")
+
+    @admin.display(description="at (store clock)", ordering="at")
+    def when(self, row: LagSample) -> str:
         return _when(row.at)

@@ -55,8 +55,11 @@ async def _send(payload: dict[str, Any]) -> None:
         return
     try:
         await layer.group_send(GROUP, _message(payload))
-    except Exception:  # any layer failure (Redis down, full channel): the row is saved, pollers find it
-        log.warning("balancer event %s saved but not sent to the channel layer", payload["id"], exc_info=True)
+    except Exception as exc:  # any layer failure (Redis down, full channel): the row is saved, pollers find it
+        # One line, no traceback: after a Redis restart every pooled connection fails once.
+        log.warning(
+            "balancer event %s saved but not sent to the channel layer: %s: %s", payload["id"], type(exc).__name__, exc
+        )
 
 
 def publish(event: BalancerEvent) -> dict[str, Any]:

@@ -1,18 +1,29 @@
-"""``/ws/balancer/``: a snapshot on connect and every second, and every balancer event in between.
+"""``/ws/balancer/``: a snapshot on connect, then deltas, every balancer event, and the audit log.
 
 Messages to the client (JSON):
-- ``{"type": "snapshot", "state": {...}}`` — the ``/api/state`` snapshot; on connect, then every ~1 s.
-- ``{"type": "history", "events": [...]}`` — once, after the first snapshot: recent events already
-  reflected in it (for the feed only).
-- ``{"type": "events", "events": [...]}`` — new events, each exactly once, in id order.
-- ``{"type": "error", "error": "..."}`` — the store could not be read; the socket stays open.
+- ``{"type": "snapshot", "state": {...}}`` — once, on connect: the monitor's latest state (the
+  ``/api/state`` shape plus ``lag_seconds``, ``lag_status``, ``events_per_second``, ``version``).
+- ``{"type": "history", "events": [...]}`` — once, after it: recent events already reflected in it.
+- ``{"type": "audit", "entries": [...]}`` — once with the recent audit log, then each new entry.
+- ``{"type": "delta", ...}`` — about once a second: what changed since the last state sent, field
+  by field (``delta.py``), with the new ``last_event_id``.
+- ``{"type": "events", "events": [...], "sent_at": t}`` — new events, each exactly once, in id order
+  (``sent_at``: the server's clock when it sent them, for measuring the last leg).
+- ``{"type": "error", "error": "..."}`` — the store could not be read (the socket stays open), or the
+  client sent something (the socket is read-only: actions are HTTP POSTs with a staff login and
+  CSRF token). Closed with 4401 when anonymous reading is off and nobody is logged in.
+
+A page applies exactly the events above a state's ``last_event_id`` on top of it; a state is read
+after that watermark, so every event at or below it is already reflected (see ``state.py``). Before
+each delta, every event committed so far is sent, so the page's feed is complete to the watermark.
 
 Every event sent comes from the EventLog table, not from the channel-layer message: the message
 only wakes the consumer. That is what makes delivery whole when workers run in other processes
 without Redis (the in-memory layer does not cross processes, and drops messages to a full
 channel), and it keeps one order for both paths. A row whose insert commits after a row with a
 higher id (possible on PostgreSQL, whose ids are handed out before commit) is still found: each
-poll also rereads ids above where ``last_sent`` stood ``SETTLE`` seconds ago, skipping ids sent.
+poll (at most every ``LATE_EVERY`` seconds) also rereads ids above where ``last_sent`` stood ``SETTLE``
+seconds ago, skipping ids sent.
 """
 
 from __future__ import annotations
@@ -29,20 +40,26 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db.models import Q
 
-from balancer.errors import StoreError
 from balancer.model import HubRef
 
+from .access import LOGIN_REQUIRED, can_read
+from .actions import recent_audit
 from .broadcast import GROUP
+from .delta import delta
 from .models import EventLog
-from .state import Snapshot, parse_ref, shared_snapshot
+from .monitor import Monitor, monitor
+from .state import Snapshot, parse_ref, snapshot
 
 log = logging.getLogger(__name__)
 
 POLL_EVERY = 0.5
-SNAPSHOT_EVERY = 1.0
+STALE_AFTER = 2.5  # seconds without a monitor round before a delta is read here instead
 SETTLE = 3.0  # seconds a late-committing EventLog row may trail a higher id and still be delivered
+LATE_EVERY = 0.5  # seconds between looks for late rows (at 200 events/s, looking on every wake-up is most of the work)
 HISTORY = 50
+AUDIT = 20
 BATCH = 500
+READ_ONLY = "this socket is read-only: actions are POSTed to /api/actions/ with a staff login and a CSRF token"
 
 
 def _history(ref: HubRef, upto: int, limit: int) -> list[dict[str, Any]]:
@@ -69,8 +86,18 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.last_sent: int | None = None  # None until the first snapshot went out
         self.sent: set[int] = set()  # ids above the floor already sent
         self.marks: deque[tuple[float, int]] = deque()  # (monotonic time, last_sent then)
+        self.late_checked = 0.0
+        self.state: Snapshot | None = None  # the state the page has
+        self.version = 0
+        self.audit_after = 0
+        self.error: str | None = None
+        self.watching: tuple[Monitor, int] | None = None
         query = parse_qs(self.scope.get("query_string", b"").decode("latin1"))
         await self.accept()
+        if not can_read(self.scope.get("user")):
+            await self.send_json({"type": "error", "error": LOGIN_REQUIRED})
+            await self.close(code=4401)
+            return
         try:
             self.ref = parse_ref(query.get("hub", [""])[0], query.get("consumer_group", [""])[0])
         except ValueError as exc:
@@ -79,15 +106,28 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         if self.channel_layer is not None:
             await self.channel_layer.group_add(GROUP, self.channel_name)
+        watched = monitor(self.ref)
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(self.wake.set)
+
+        self.watching = (watched, watched.subscribe(wake))
         self.pump = asyncio.create_task(self._run())
 
     async def disconnect(self, code: int) -> None:
+        if self.watching is not None:
+            self.watching[0].unsubscribe(self.watching[1])
         if self.channel_layer is not None:
             await self.channel_layer.group_discard(GROUP, self.channel_name)
         if self.pump is not None:
             self.pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.pump
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        """The page never needs to send; an attempt to act here is refused, whoever is logged in."""
+        await self.send_json({"type": "error", "error": READ_ONLY, "code": "read_only"})
 
     async def balancer_event(self, message: dict[str, Any]) -> None:
         """A worker published an event: read the log now rather than at the next poll."""
@@ -102,50 +142,97 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     # the pump: the only coroutine that sends after connect --------------------------------
 
     async def _run(self) -> None:
-        next_snapshot = 0.0
+        assert self.watching is not None
+        watched = self.watching[0]
+        await self._send_first(watched)
         while True:
             try:
-                if time.monotonic() >= next_snapshot:
-                    next_snapshot = time.monotonic() + SNAPSHOT_EVERY
-                    await self._send_snapshot()
-                elif await self._flush() >= BATCH:
+                if await self._flush() >= BATCH:
                     continue  # a burst: keep reading before waiting
-            except StoreError as exc:
-                await self.send_json({"type": "error", "error": f"store unavailable: {exc}"})
-            except Exception:  # a database hiccup must not end the stream; the next round retries
-                log.exception("balancer websocket round failed")
+                if watched.version != self.version or watched.error != self.error:
+                    await self._send_state(watched)
+                elif watched.error is None and time.monotonic() - watched.updated > STALE_AFTER and self.state:
+                    await self._send_state_of(await snapshot(self.ref), watched.version)  # monitor stuck
+            except Exception as exc:  # a database hiccup must not end the stream; the next round retries
+                log.warning("balancer websocket round failed: %s: %s", type(exc).__name__, exc)
             with contextlib.suppress(TimeoutError):
-                timeout = max(0.0, min(POLL_EVERY, next_snapshot - time.monotonic()))
-                await asyncio.wait_for(self.wake.wait(), timeout)
+                await asyncio.wait_for(self.wake.wait(), POLL_EVERY)
             self.wake.clear()
 
-    async def _send_snapshot(self) -> None:
-        state: Snapshot = await shared_snapshot(self.ref)
+    async def _send_first(self, watched: Monitor) -> None:
+        await asyncio.to_thread(watched.ready.wait, 10.0)
+        state = watched.state if watched.state is not None and watched.error is None else None
+        while state is None:
+            try:
+                state = await snapshot(self.ref)  # the monitor has not read the store yet (or cannot)
+            except Exception as exc:
+                await self.send_json({"type": "error", "error": f"store unavailable: {exc}"})
+                await asyncio.sleep(1.0)
+        self.state, self.version = state, int(state.get("version") or 0)
         watermark = int(state["last_event_id"])
-        if self.last_sent is None:
-            await self.send_json({"type": "snapshot", "state": state})
-            history: list[dict[str, Any]] = await database_sync_to_async(_history)(self.ref, watermark, HISTORY)
-            await self.send_json({"type": "history", "events": history})
-            self.last_sent = watermark
-            self.marks.append((time.monotonic(), watermark))
+        await self.send_json({"type": "snapshot", "state": state})
+        history: list[dict[str, Any]] = await database_sync_to_async(_history)(self.ref, watermark, HISTORY)
+        await self.send_json({"type": "history", "events": history})
+        entries: list[dict[str, Any]] = await database_sync_to_async(recent_audit)(self.ref, AUDIT)
+        self.audit_after = max((int(e["id"]) for e in entries), default=0)
+        await self.send_json({"type": "audit", "entries": entries[::-1]})
+        self.last_sent = watermark
+        self.marks.append((time.monotonic(), watermark))
+
+    async def _send_state(self, watched: Monitor) -> None:
+        self.error = watched.error
+        if watched.error is not None:
+            await self.send_json({"type": "error", "error": watched.error})
             return
+        state = watched.state
+        if state is None:
+            return
+        shared = watched.last_delta
+        if shared is not None and shared[0] == self.version and state.get("version") == self.version + 1:
+            await self._send_delta(state, shared[1])  # the common case: one diff for every page
+        else:
+            await self._send_state_of(state, watched.version)
+        self.version = watched.version
+
+    async def _send_state_of(self, state: Snapshot, version: int) -> None:
+        assert self.state is not None
+        await self._send_delta(state, delta(self.state, state))
+        self.version = version
+
+    async def _send_delta(self, state: Snapshot, message: dict[str, Any]) -> None:
         # Everything committed up to now goes out first; the client replays the events above the
-        # snapshot's watermark on top of it, so none is lost whichever side of the read it fell on.
+        # delta's watermark on top of it, so none is lost whichever side of the read it fell on.
         while await self._flush() >= BATCH:
             pass
-        await self.send_json({"type": "snapshot", "state": state})
+        await self.send_json(message)
+        self.state = state
+        await self._flush_audit()
+
+    async def _flush_audit(self) -> None:
+        read = database_sync_to_async(recent_audit)
+        entries: list[dict[str, Any]] = await read(self.ref, AUDIT, None, self.audit_after)
+        if entries:
+            self.audit_after = max(int(e["id"]) for e in entries)
+            await self.send_json({"type": "audit", "entries": entries[::-1]})
 
     async def _flush(self) -> int:
         """Send unsent events; return how many were read (BATCH means there may be more)."""
         if self.last_sent is None:
             return 0
         floor = self._floor()
+        if time.monotonic() - self.late_checked >= LATE_EVERY:
+            self.late_checked = time.monotonic()
+        else:
+            floor = self.last_sent  # no look below last_sent this time
         rows: list[dict[str, Any]] = await database_sync_to_async(_unsent)(
             self.ref, floor, self.last_sent, frozenset(self.sent), BATCH
         )
         fresh = [row for row in rows if row["id"] not in self.sent]
         if fresh:
-            await self.send_json({"type": "events", "events": fresh})
+            await self.send_json({"type": "events", "events": fresh, "sent_at": time.time()})
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("sent %d events, the oldest reported %.0f ms ago", len(fresh),
+                          (time.time() - min(row["at"] for row in fresh)) * 1000)
             for row in fresh:
                 self.sent.add(row["id"])
             self.last_sent = max(self.last_sent, max(row["id"] for row in fresh))

@@ -1,24 +1,45 @@
-"""The dashboard's ``/metrics``: series computed from the store at scrape time, plus the default registry.
+"""The dashboard's ``/metrics``: series computed from the store at scrape time, plus this host's worker metrics.
 
-The store-derived series come from one snapshot per scrape through a throw-away collector, so a
-worker or partition that is gone simply has no series at the next scrape (no stale labels to
-remove). Whatever this process's workers registered on prometheus_client's default REGISTRY
-(``workers/metrics.py``: ownership changes, cycle duration, ...) is written first.
+Per-worker and per-partition series come from one snapshot per scrape (the monitor's latest, at
+most a couple of seconds old) through a throw-away collector, so a worker or partition that is
+gone has no series at the next scrape: there are no stale labels to remove. Whatever worker
+processes registered (``workers/metrics.py``: ownership changes, cycle duration, store requests,
+...) is written first: this process's default registry, or in multi-process mode the sum over
+every process of the host. The dashboard's own counters (handoff duration, admin actions) are
+ordinary prometheus_client objects and reach the output the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from balancer.model import HubRef
+from workers.metrics import exposition_registry
 
+from .lag import STATUSES
 from .state import Snapshot
 
-STATUSES = ("owned", "unowned", "expired")
+OWNERSHIP_STATUSES = ("owned", "unowned", "expired")
+ACTIONS = ("drain", "undrain", "pin", "unpin", "rebalance", "resetcheckpoint", "purge")
+OUTCOMES = ("applied", "refused", "failed")
+
+HANDOFF_DURATION = Histogram(
+    "leaseboard_handoff_duration_seconds",
+    "Time from a planned release of a partition (handed off) to the next owner's claim, from the event log.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0),
+)
+ADMIN_ACTIONS = Counter(
+    "leaseboard_admin_actions",
+    "Operator actions applied, refused or failed, by action (from the page or a management command).",
+    ["action", "outcome"],
+)
+for _action in ACTIONS:
+    for _outcome in OUTCOMES:
+        ADMIN_ACTIONS.labels(_action, _outcome)
 
 
 class SnapshotCollector(Collector):
@@ -49,9 +70,11 @@ class SnapshotCollector(Collector):
             logged.add_metric([kind], count)
         yield logged
         if self.state is not None:
-            yield from self._from_snapshot(self.state)
+            yield from self._partitions(self.state)
+            yield from self._workers(self.state)
 
-    def _from_snapshot(self, state: Snapshot) -> Iterator[Metric]:
+    def _partitions(self, state: Snapshot) -> Iterator[Metric]:
+        partitions = state["partitions"]
         yield GaugeMetricFamily(
             "leaseboard_event_source_up",
             "1 when the event source answered for every partition at this scrape, else 0.",
@@ -60,8 +83,8 @@ class SnapshotCollector(Collector):
         by_status = GaugeMetricFamily(
             "leaseboard_partitions", "Partitions of the hub by ownership status.", labels=["status"]
         )
-        for status in STATUSES:
-            by_status.add_metric([status], sum(1 for p in state["partitions"] if p["status"] == status))
+        for name in OWNERSHIP_STATUSES:
+            by_status.add_metric([name], sum(1 for p in partitions if p["status"] == name))
         yield by_status
 
         lag = GaugeMetricFamily(
@@ -69,29 +92,49 @@ class SnapshotCollector(Collector):
             "Events enqueued in a partition after its checkpoint (last enqueued minus checkpointed sequence number).",
             labels=["partition"],
         )
+        lag_seconds = GaugeMetricFamily(
+            "leaseboard_checkpoint_lag_seconds",
+            "Enqueued time of a partition's newest event minus that of its checkpointed event (0 without lag).",
+            labels=["partition"],
+        )
         checkpoint = GaugeMetricFamily(
             "leaseboard_checkpoint_sequence_number", "Checkpointed sequence number per partition.", labels=["partition"]
         )
-        enqueued = GaugeMetricFamily(
-            "leaseboard_last_enqueued_sequence_number",
-            "Sequence number of the newest event in a partition (-1 while empty).",
-            labels=["partition"],
+        # One series per partition, labelled with its current status (a change of status ends one series
+        # and starts another): 1024 samples where a 0/1 series per status would be 5120, at ~10 µs each.
+        status = GaugeMetricFamily(
+            "leaseboard_partition_status",
+            "Always 1, labelled with the partition's current lag status (OK, WARN, STALL, STOP, REWIND; README).",
+            labels=["partition", "status"],
         )
-        for p in state["partitions"]:
+        counts = GaugeMetricFamily(
+            "leaseboard_partitions_by_lag_status", "Partitions per lag status.", labels=["status"]
+        )
+        tally = dict.fromkeys(STATUSES, 0)
+        for p in partitions:
+            pid = p["id"]
             if p["lag"] is not None:
-                lag.add_metric([p["id"]], p["lag"])
+                lag.add_metric([pid], p["lag"])
+            seconds = p.get("lag_seconds")
+            if seconds is not None:
+                lag_seconds.add_metric([pid], seconds)
             if p["sequence_number"] is not None:
-                checkpoint.add_metric([p["id"]], p["sequence_number"])
-            if p["last_enqueued_sequence_number"] is not None:
-                enqueued.add_metric([p["id"]], p["last_enqueued_sequence_number"])
-        yield from (lag, checkpoint, enqueued)
+                checkpoint.add_metric([pid], p["sequence_number"])
+            current = p.get("lag_status")
+            if current is not None:
+                tally[current] = tally.get(current, 0) + 1
+                status.add_metric([pid, current], 1)
+        for name, count in tally.items():
+            counts.add_metric([name], count)
+        yield from (lag, lag_seconds, checkpoint, status, counts)
 
+    def _workers(self, state: Snapshot) -> Iterator[Metric]:
         owned = GaugeMetricFamily(
             "leaseboard_partitions_owned", "Partitions a worker holds an unexpired lease on.", labels=["worker"]
         )
-        alive = GaugeMetricFamily(
-            "leaseboard_worker_alive",
-            "1 when the worker's last heartbeat is within the lease expiry.",
+        up = GaugeMetricFamily(
+            "leaseboard_worker_up",
+            "1 when the worker's last heartbeat is within the lease expiry, 0 for a worker that stopped sending them.",
             labels=["worker"],
         )
         draining = GaugeMetricFamily(
@@ -102,17 +145,29 @@ class SnapshotCollector(Collector):
             "Store time of the worker's last heartbeat, seconds since the epoch.",
             labels=["worker"],
         )
+        rate = GaugeMetricFamily(
+            "leaseboard_worker_checkpointed_events_per_second",
+            "Checkpointed events per second over the last 10 s, summed over the partitions the worker owns.",
+            labels=["worker"],
+        )
         for w in state["workers"]:
             owned.add_metric([w["id"]], w["owned"])
-            alive.add_metric([w["id"]], 1 if w["alive"] else 0)
+            up.add_metric([w["id"]], 1 if w["alive"] else 0)
             draining.add_metric([w["id"]], 1 if w["draining"] else 0)
             if w["last_seen"] is not None:
                 last_seen.add_metric([w["id"]], w["last_seen"])
-        yield from (owned, alive, draining, last_seen)
+            if w.get("events_per_second") is not None:
+                rate.add_metric([w["id"]], w["events_per_second"])
+        yield from (owned, up, draining, last_seen, rate)
 
 
-def render(ref: HubRef, state: Snapshot | None, logged: Mapping[str, int]) -> bytes:
-    """The exposition text: the default registry's series, then those of ``state``."""
+def render(
+    ref: HubRef, state: Snapshot | None, logged: Mapping[str, int], extra: Iterable[Collector] = ()
+) -> bytes:
+    """The exposition text: the workers' and dashboard's registered series, then those of ``state``
+    and of each ``extra`` collector (e.g. the pipeline's)."""
     scrape = CollectorRegistry(auto_describe=False)
     scrape.register(SnapshotCollector(ref, state, logged))
-    return generate_latest(REGISTRY) + generate_latest(scrape)
+    for collector in extra:
+        scrape.register(collector)
+    return generate_latest(exposition_registry()) + generate_latest(scrape)

@@ -162,4 +162,89 @@ class EventLog(Scoped):
             "reporter": self.reporter,
             "reason": self.reason,
             "at": self.at,
+            "category": category(self.kind, self.reason),
+        }
+
+
+def category(kind: str, reason: str) -> str:
+    """What the feed files an event under: its kind, or "handoff" for a planned release."""
+    if kind == "release" and reason.startswith("handed off"):
+        return "handoff"
+    return kind
+
+
+class LagSample(Scoped):
+    """One partition as one sampling round saw it: checkpoint, lag and status (kept for a bounded time).
+
+    Every partition of a round shares the round's ``at``, so the latest round is one ``at``.
+    """
+
+    partition_id = models.CharField(max_length=16)
+    at = models.FloatField(help_text="store clock, seconds since the epoch")
+    owner_id = models.CharField(max_length=255, blank=True)
+    sequence_number = models.BigIntegerField(null=True, blank=True, help_text="checkpointed")
+    checkpoint_modified = models.FloatField(null=True, blank=True, help_text="when the checkpoint was written")
+    last_enqueued_sequence_number = models.BigIntegerField(null=True, blank=True)
+    lag = models.BigIntegerField(null=True, blank=True, help_text="events after the checkpoint")
+    lag_seconds = models.FloatField(null=True, blank=True)
+    status = models.CharField(max_length=8, blank=True)
+
+    class Meta:
+        verbose_name = "lag sample"
+        indexes = [
+            models.Index(fields=["namespace", "hub", "consumer_group", "partition_id", "at"]),
+            models.Index(fields=["namespace", "hub", "consumer_group", "at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hub}/{self.partition_id} @ {self.at:.0f}: lag {self.lag} {self.status}"
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "at": self.at,
+            "owner": self.owner_id or None,
+            "sequence_number": self.sequence_number,
+            "checkpoint_modified": self.checkpoint_modified,
+            "last_enqueued_sequence_number": self.last_enqueued_sequence_number,
+            "lag": self.lag,
+            "lag_seconds": self.lag_seconds,
+            "status": self.status or None,
+        }
+
+
+class AuditEntry(Scoped):
+    """One operator action, applied or refused: who, when, what, why, outcome."""
+
+    APPLIED, REFUSED, FAILED = "applied", "refused", "failed"
+
+    at = models.FloatField(help_text="dashboard clock, seconds since the epoch")
+    user = models.CharField(max_length=255, help_text="username, or cli:<os user> for management commands")
+    action = models.CharField(max_length=32)
+    target = models.CharField(max_length=255, blank=True)
+    value = models.CharField(max_length=255, blank=True)
+    reason = models.TextField()
+    outcome = models.CharField(max_length=16, choices=[(o, o) for o in (APPLIED, REFUSED, FAILED)])
+    message = models.TextField(blank=True, help_text="what happened, or why it was refused")
+    detail = models.JSONField(default=dict, blank=True, help_text="the dry run that was confirmed")
+
+    class Meta:
+        verbose_name = "audit entry"
+        verbose_name_plural = "audit log"
+        indexes = [models.Index(fields=["namespace", "hub", "consumer_group", "id"])]
+
+    def __str__(self) -> str:
+        return f"#{self.id} {self.user} {self.action} {self.target} {self.value} ({self.outcome})".replace("  ", " ")
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "at": self.at,
+            "user": self.user,
+            "action": self.action,
+            "target": self.target,
+            "value": self.value,
+            "reason": self.reason,
+            "outcome": self.outcome,
+            "message": self.message,
+            "moves": len(self.detail.get("moves", [])) if isinstance(self.detail, dict) else 0,
         }

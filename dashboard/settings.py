@@ -90,7 +90,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/"
 
 REDIS_URL = envstr("REDIS_URL", "")
 if REDIS_URL:
@@ -134,7 +136,25 @@ LEASEBOARD_CHECKPOINT_EVENTS = envint("LEASEBOARD_CHECKPOINT_EVENTS", 100, minim
 LEASEBOARD_CHECKPOINT_SECONDS = envfloat("LEASEBOARD_CHECKPOINT_SECONDS", 1.0)
 # Events a handler could not process after its retries, one JSON line each, per hub and partition.
 LEASEBOARD_DEADLETTER_DIR = Path(envstr("LEASEBOARD_DEADLETTER_DIR", str(VAR_DIR / "deadletter")))
+# The Spark pipeline: where workers land events as Parquet, how long a landing batch waits to fill,
+# where the pipeline keeps its checkpoint and results, and which Spark master runs it.
+LEASEBOARD_LANDING_DIR = Path(envstr("LEASEBOARD_LANDING_DIR", str(VAR_DIR / "landing")))
+LEASEBOARD_LANDING_LINGER = envfloat("LEASEBOARD_LANDING_LINGER", 1.0)
+LEASEBOARD_PIPELINE_DIR = Path(envstr("LEASEBOARD_PIPELINE_DIR", str(VAR_DIR / "pipeline")))
+LEASEBOARD_SPARK_MASTER = envstr("LEASEBOARD_SPARK_MASTER", "local[*]")
 # Optional external services.
 AZURE_STORAGE_CONNECTION_STRING = envstr("AZURE_STORAGE_CONNECTION_STRING", "")
 LEASEBOARD_BLOB_CONTAINER = envstr("LEASEBOARD_BLOB_CONTAINER", "leaseboard")
 EVENTHUB_CONNECTION_STRING = envstr("EVENTHUB_CONNECTION_STRING", "")
+
+# --- the operator console ---------------------------------------------------------------------
+# Anonymous visitors see the read-only console (True) or are sent to the login page (False).
+# Actions always need a staff login, whatever this says; /metrics stays open for Prometheus.
+LEASEBOARD_ANONYMOUS_READ = envbool("LEASEBOARD_ANONYMOUS_READ", True)
+# Lag status (README "Lag and partition status"): a sample of every partition's checkpoint and lag
+# every LAG_SAMPLE_SECONDS; the status is judged over the last LAG_WINDOW samples; STOP after no
+# checkpoint for LAG_STOP_SECONDS; samples are kept LAG_RETENTION_SECONDS for the lag charts.
+LEASEBOARD_LAG_SAMPLE_SECONDS = envfloat("LEASEBOARD_LAG_SAMPLE_SECONDS", 5.0)
+LEASEBOARD_LAG_WINDOW = envint("LEASEBOARD_LAG_WINDOW", 10, minimum=2)
+LEASEBOARD_LAG_STOP_SECONDS = envfloat("LEASEBOARD_LAG_STOP_SECONDS", 300.0)
+LEASEBOARD_LAG_RETENTION_SECONDS = envfloat("LEASEBOARD_LAG_RETENTION_SECONDS", 3600.0)

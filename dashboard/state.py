@@ -13,8 +13,8 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -34,6 +34,7 @@ _HUB = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,255}$")
 _CONSUMER_GROUP = re.compile(r"^\$?[A-Za-z0-9][A-Za-z0-9._-]{0,255}$")
 
 Snapshot = dict[str, Any]
+T = TypeVar("T")
 
 
 def parse_ref(hub: str | None, consumer_group: str | None) -> HubRef:
@@ -95,6 +96,7 @@ def assemble(
         checkpoint = checkpointed.get(pid)
         props = properties.get(pid)
         last_enqueued = props.last_enqueued_sequence_number if props is not None else None
+        last_time = props.last_enqueued_time if props is not None else None
         lag = None
         if last_enqueued is not None:
             # Without a checkpoint everything retained is still to do (-1 + 1 = 0 for an empty partition).
@@ -107,6 +109,8 @@ def assemble(
                 "last_modified": record.last_modified if record is not None else None,
                 "sequence_number": checkpoint.sequence_number if checkpoint is not None else None,
                 "last_enqueued_sequence_number": last_enqueued,
+                "last_enqueued_time": last_time,
+                "checkpoint_modified": checkpoint.last_modified if checkpoint is not None else None,
                 "lag": lag,
                 "pinned_to": pins.get(pid),
                 "status": status,
@@ -186,6 +190,24 @@ def _read_source_locked(
         _sources.pop(key, None)  # maybe a stale handle; reopen next time
         error = f"could not read {len(failures)} partition(s) from {name!r}: " + "; ".join(failures[:3])
     return ids, properties, error
+
+
+def with_source(hub: str, work: Callable[[EventSource], T]) -> T | None:
+    """``work(source)`` on the configured source of ``hub`` (None when it does not exist or cannot
+    be opened), serialised with every other read of it. Blocking: call it on a thread."""
+    key = _source_key(hub)
+    with _sources_lock:
+        source = _sources.get(key)
+        if source is None:
+            name, _, directory = key
+            if name == "embedded" and not _embedded_exists(directory, hub):
+                return None
+            try:
+                source = _sources[key] = build_source(name, hub)
+            except Exception as exc:  # reported by the snapshot's source.error; nothing to add here
+                log.debug("event source %s for hub %r unavailable: %s", name, hub, exc)
+                return None
+        return work(source)
 
 
 def _embedded_exists(directory: str, hub: str) -> bool:

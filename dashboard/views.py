@@ -1,29 +1,41 @@
-"""The dashboard's HTTP endpoints: the page, ``/api/state``, ``/api/events`` and ``/metrics``."""
+"""The console's HTTP endpoints: the pages, the JSON API, the actions and ``/metrics``.
+
+Pages render a shell; their scripts load JSON and follow ``/ws/balancer/``. Who may read and who
+may act is ``access.py``'s business.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db.models import Count
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.db.models import Count, Max, Q
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.views.decorators.csrf import ensure_csrf_cookie
+from django.views.decorators.http import require_GET, require_POST
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from balancer.errors import StoreError
-from balancer.model import HubRef
+from balancer.model import HubRef, check_partition_id
 
-from . import metrics
-from .models import EventLog
+from . import actions, history, metrics
+from .access import STAFF_REQUIRED, can_act, readable_api, readable_page, readable_sync_api
+from .models import EventLog, LagSample, category
+from .monitor import host, monitor
+from .pipeline import PipelineCollector
 from .state import Snapshot, parse_ref, snapshot
 
 log = logging.getLogger(__name__)
 
 EVENTS_DEFAULT = 100
 EVENTS_MAX = 500
+HISTORY_EVENTS_MAX = 50_000
+ENRICHED = ("lag_seconds", "lag_status", "events_per_second")
+CATEGORIES = ("claim", "steal", "expire", "release", "handoff", "drain", "pin", "lost")
 
 
 def _bad_request(message: str) -> JsonResponse:
@@ -34,14 +46,57 @@ def _ref(request: HttpRequest) -> HubRef:
     return parse_ref(request.GET.get("hub"), request.GET.get("consumer_group"))
 
 
-@require_GET
-def index(request: HttpRequest) -> HttpResponse:
-    """The live dashboard page (its script loads ``/api/state`` and follows ``/ws/balancer/``)."""
+# --- pages ------------------------------------------------------------------------------------
+
+
+def _page(request: HttpRequest, template: str, page: str, **extra: Any) -> HttpResponse:
     try:
         ref = _ref(request)
     except ValueError as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain")
-    return render(request, "dashboard/index.html", {"ref": ref, "expiry": settings.LEASEBOARD_EXPIRY})
+    monitor(ref)  # the sampler starts with the first look at a hub
+    context = {
+        "ref": ref, "page": page, "expiry": settings.LEASEBOARD_EXPIRY, "can_act": can_act(request.user),
+        "categories": CATEGORIES, **extra,
+    }  # fmt: skip
+    return render(request, template, context)
+
+
+@require_GET
+@ensure_csrf_cookie
+@readable_page
+def index(request: HttpRequest) -> HttpResponse:
+    """The fleet: workers and the partition grid (its script loads ``/api/state`` and follows the socket)."""
+    return _page(request, "dashboard/index.html", "fleet")
+
+
+@require_GET
+@ensure_csrf_cookie
+@readable_page
+def partition_page(request: HttpRequest, partition_id: str) -> HttpResponse:
+    """One partition: ownership timeline, checkpoint history, lag chart."""
+    try:
+        check_partition_id(partition_id)
+    except ValueError as exc:
+        raise Http404(str(exc)) from exc
+    return _page(request, "dashboard/partition.html", "partition", partition_id=partition_id)
+
+
+@require_GET
+@readable_page
+def events_page(request: HttpRequest) -> HttpResponse:
+    """The filterable feed of balancer events."""
+    return _page(request, "dashboard/events.html", "events")
+
+
+@require_GET
+@readable_page
+def history_page(request: HttpRequest) -> HttpResponse:
+    """Rebalances over time, derived from the event log."""
+    return _page(request, "dashboard/history.html", "history")
+
+
+# --- state ------------------------------------------------------------------------------------
 
 
 async def _state_or_error(ref: HubRef) -> tuple[Snapshot | None, str | None]:
@@ -52,7 +107,44 @@ async def _state_or_error(ref: HubRef) -> tuple[Snapshot | None, str | None]:
         return None, f"store unavailable: {exc}"
 
 
+def _latest_samples(ref: HubRef) -> dict[str, dict[str, Any]]:
+    rows = LagSample.objects.filter(**LagSample.scope(ref))
+    newest = rows.aggregate(top=Max("at"))["top"]
+    if newest is None:
+        return {}
+    return {
+        row.partition_id: {"lag_seconds": row.lag_seconds, "lag_status": row.status or None}
+        for row in rows.filter(at=newest)
+    }
+
+
+async def enrich(ref: HubRef, state: Snapshot) -> Snapshot:
+    """``state`` with lag in seconds, status and rates: the running monitor's, else the last stored sample's."""
+    watched = host.running(ref)
+    latest = watched.fresh(max_age=5.0) if watched is not None else None
+    known: dict[str, dict[str, Any]]
+    if latest is not None:
+        known = {p["id"]: p for p in latest["partitions"]}
+        rates = {w["id"]: w.get("events_per_second") for w in latest["workers"]}
+    else:
+        known = await database_sync_to_async(_latest_samples)(ref)
+        rates = {}
+    for p in state["partitions"]:
+        found = known.get(p["id"], {})
+        for key in ENRICHED:
+            p[key] = found.get(key)
+        if p["lag"] == 0:  # no lag now: OK unless rewound (lag.py, rule 3), whenever the last sample was
+            p["lag_seconds"] = 0.0
+            if p["lag_status"] != "REWIND":
+                p["lag_status"] = "OK"
+    for w in state["workers"]:
+        w["events_per_second"] = rates.get(w["id"])
+        w["purgeable"] = not w["alive"] and w["owned"] == 0
+    return state
+
+
 @require_GET
+@readable_api
 async def api_state(request: HttpRequest) -> JsonResponse:
     """200 with the snapshot; 400 for a bad hub or consumer group; 503 when the store cannot be read."""
     try:
@@ -62,7 +154,7 @@ async def api_state(request: HttpRequest) -> JsonResponse:
     state, error = await _state_or_error(ref)
     if state is None:
         return JsonResponse({"error": error}, status=503)
-    return JsonResponse(state)
+    return JsonResponse(await enrich(ref, state))
 
 
 def _int_param(request: HttpRequest, name: str, default: int | None, low: int, high: int | None) -> int | None:
@@ -79,26 +171,212 @@ def _int_param(request: HttpRequest, name: str, default: int | None, low: int, h
     return value
 
 
-def _events(ref: HubRef, after: int | None, limit: int) -> list[dict[str, Any]]:
+def _filtered(ref: HubRef, request: HttpRequest) -> Any:
     rows = EventLog.objects.filter(**EventLog.scope(ref))
+    kinds = [k for k in request.GET.get("kind", "").split(",") if k]
+    unknown = set(kinds) - set(CATEGORIES)
+    if unknown:
+        raise ValueError(f"kind must be among {', '.join(CATEGORIES)}, got {', '.join(sorted(unknown))}")
+    if kinds:
+        match = Q(kind__in=[k for k in kinds if k not in ("release", "handoff")])
+        handoff = Q(kind="release", reason__startswith="handed off")
+        if "release" in kinds:
+            match |= Q(kind="release") & ~handoff
+        if "handoff" in kinds:
+            match |= handoff
+        rows = rows.filter(match)
+    partition = request.GET.get("partition", "")
+    if partition:
+        rows = rows.filter(partition_id=partition)
+    worker = request.GET.get("worker", "")
+    if worker:
+        rows = rows.filter(Q(owner_id=worker) | Q(previous_owner=worker) | Q(reporter=worker))
+    return rows
+
+
+def _events(
+    ref: HubRef, request: HttpRequest, after: int | None, before: int | None, limit: int
+) -> list[dict[str, Any]]:
+    rows = _filtered(ref, request)
     if after is not None:
         chosen = list(rows.filter(id__gt=after).order_by("id")[:limit])
     else:
+        if before is not None:
+            rows = rows.filter(id__lt=before)
         chosen = list(rows.order_by("-id")[:limit])[::-1]
     return [row.as_json() for row in chosen]
 
 
 @require_GET
+@readable_sync_api
 def api_events(request: HttpRequest) -> JsonResponse:
-    """Balancer events in id order: the first ``limit`` after ``after``, or without it the newest ``limit``."""
+    """Balancer events in id order: the first ``limit`` after ``after``, or else the newest ``limit``
+    (before ``before``); filtered by ``kind`` (comma-separated categories), ``partition``, ``worker``."""
     try:
         ref = _ref(request)
         after = _int_param(request, "after", None, 0, None)
+        before = _int_param(request, "before", None, 1, None)
         limit = _int_param(request, "limit", EVENTS_DEFAULT, 1, EVENTS_MAX)
+        assert limit is not None
+        return JsonResponse(_events(ref, request, after, before, limit), safe=False)
     except ValueError as exc:
         return _bad_request(str(exc))
-    assert limit is not None
-    return JsonResponse(_events(ref, after, limit), safe=False)
+
+
+def _partition_detail(ref: HubRef, pid: str) -> dict[str, Any]:
+    events = [
+        row.as_json()
+        for row in EventLog.objects.filter(**EventLog.scope(ref), partition_id=pid).order_by("id")
+    ]
+    samples = [
+        row.as_json()
+        for row in LagSample.objects.filter(**LagSample.scope(ref), partition_id=pid).order_by("at")
+    ]
+    return {
+        "timeline": history.ownership_timeline(events),
+        "events": events[-200:],
+        "samples": samples,
+        "checkpoints": history.checkpoint_history(samples),
+        "audit": actions.recent_audit(ref, 50, target=pid),
+    }
+
+
+@require_GET
+@readable_api
+async def api_partition(request: HttpRequest, partition_id: str) -> JsonResponse:
+    """One partition: current state, ownership timeline, events, lag samples, checkpoint moves, audit."""
+    try:
+        ref = _ref(request)
+        check_partition_id(partition_id)
+    except ValueError as exc:
+        return _bad_request(str(exc))
+    state, error = await _state_or_error(ref)
+    current = None
+    if state is not None:
+        state = await enrich(ref, state)
+        current = next((p for p in state["partitions"] if p["id"] == partition_id), None)
+    detail: dict[str, Any] = await database_sync_to_async(_partition_detail)(ref, partition_id)
+    detail.update(
+        partition=current, error=error, generated_at=state["generated_at"] if state else None,
+        last_event_id=state["last_event_id"] if state else None,
+        lag_rules={"window": settings.LEASEBOARD_LAG_WINDOW, "sample_seconds": settings.LEASEBOARD_LAG_SAMPLE_SECONDS,
+                   "stop_seconds": settings.LEASEBOARD_LAG_STOP_SECONDS},
+    )  # fmt: skip
+    return JsonResponse(detail)
+
+
+def _history(ref: HubRef, quiet: float, partitions: int | None) -> dict[str, Any]:
+    rows = EventLog.objects.filter(**EventLog.scope(ref), kind__in=(*history.OWNERSHIP, *history.OPERATOR))
+    fields = ("id", "kind", "partition_id", "owner_id", "previous_owner", "reporter", "reason", "at")
+    newest: list[dict[str, Any]] = [dict(row) for row in rows.order_by("-id").values(*fields)[:HISTORY_EVENTS_MAX]]
+    newest.reverse()
+    for event in newest:
+        event["category"] = category(event["kind"], event["reason"])
+    found = history.episodes(newest, quiet, partitions)
+    return {
+        "episodes": [e.as_json() for e in reversed(found)],
+        "quiet": quiet,
+        "partitions": partitions,
+        "events": len(newest),
+        "truncated": len(newest) >= HISTORY_EVENTS_MAX,
+    }
+
+
+@require_GET
+@readable_api
+async def api_history(request: HttpRequest) -> JsonResponse:
+    """Rebalances, newest first (``history.episodes``); ``quiet`` seconds end one (default expiry + interval)."""
+    try:
+        ref = _ref(request)
+        default = settings.LEASEBOARD_EXPIRY + settings.LEASEBOARD_INTERVAL
+        quiet = float(request.GET.get("quiet") or default)
+        if not 0 < quiet <= 3600:
+            raise ValueError(f"quiet must be between 0 and 3600 seconds, got {quiet}")
+    except ValueError as exc:
+        return _bad_request(str(exc))
+    watched = host.running(ref)
+    latest = watched.fresh(max_age=10.0) if watched is not None else None
+    partitions = len(latest["partitions"]) if latest is not None else None
+    found: dict[str, Any] = await database_sync_to_async(_history)(ref, quiet, partitions)
+    return JsonResponse(found)
+
+
+@require_GET
+@readable_sync_api
+def api_audit(request: HttpRequest) -> JsonResponse:
+    """The audit log of the hub, newest first (``after`` an id; ``target`` a worker or partition)."""
+    try:
+        ref = _ref(request)
+        limit = _int_param(request, "limit", 50, 1, EVENTS_MAX)
+        after = _int_param(request, "after", 0, 0, None)
+    except ValueError as exc:
+        return _bad_request(str(exc))
+    assert limit is not None and after is not None
+    return JsonResponse(actions.recent_audit(ref, limit, request.GET.get("target") or None, after), safe=False)
+
+
+# --- actions ----------------------------------------------------------------------------------
+
+
+Parsed = tuple[HubRef, actions.Request, str, Any]
+
+
+async def _action_request(request: HttpRequest) -> Parsed | JsonResponse:
+    user = await request.auser()
+    if not can_act(user):
+        return JsonResponse({"error": STAFF_REQUIRED, "code": "forbidden"}, status=403)
+    try:
+        data = json.loads(request.body or b"{}") if request.content_type == "application/json" else request.POST
+        if not isinstance(data, dict) and not hasattr(data, "get"):
+            raise ValueError("the body must be a JSON object")
+        ref = parse_ref(data.get("hub"), data.get("consumer_group"))
+        return ref, actions.Request.parse(data), user.get_username(), data
+    except (ValueError, actions.Refused) as exc:
+        return JsonResponse({"error": str(exc), "code": "bad_request"}, status=400)
+
+
+def _refusal(refusal: actions.Refused) -> JsonResponse:
+    status = 404 if refusal.code in ("unknown_worker", "unknown_partition") else 409
+    if refusal.code == "bad_request":
+        status = 400
+    return JsonResponse({"error": refusal.message, "code": refusal.code}, status=status)
+
+
+@require_POST
+async def action_preview(request: HttpRequest) -> JsonResponse:
+    """The dry run of an action (staff, CSRF). 200 with it; 4xx with ``error`` and ``code`` when refused."""
+    parsed = await _action_request(request)
+    if isinstance(parsed, JsonResponse):
+        return parsed
+    ref, wanted, _, _ = parsed
+    try:
+        shown = await actions.preview(ref, wanted)
+    except actions.Refused as refusal:
+        return _refusal(refusal)
+    except StoreError as exc:
+        return JsonResponse({"error": f"store unavailable: {exc}", "code": "store"}, status=503)
+    return JsonResponse(shown.as_json())
+
+
+@require_POST
+async def action_apply(request: HttpRequest) -> JsonResponse:
+    """Apply a confirmed action (staff, CSRF, ``confirmed: true``); 200 with its audit entry."""
+    parsed = await _action_request(request)
+    if isinstance(parsed, JsonResponse):
+        return parsed
+    ref, wanted, user, body = parsed
+    if body.get("confirmed") not in (True, "true", "on", "1"):
+        return JsonResponse({"error": "preview the action first, then confirm it", "code": "unconfirmed"}, status=400)
+    try:
+        entry = await actions.apply(ref, wanted, user)
+    except actions.Refused as refusal:
+        return _refusal(refusal)
+    except StoreError as exc:
+        return JsonResponse({"error": f"store unavailable: {exc}", "code": "store"}, status=503)
+    return JsonResponse(entry)
+
+
+# --- metrics ----------------------------------------------------------------------------------
 
 
 def _logged_by_kind(ref: HubRef) -> dict[str, int]:
@@ -108,10 +386,15 @@ def _logged_by_kind(ref: HubRef) -> dict[str, int]:
 
 @require_GET
 async def metrics_view(request: HttpRequest) -> HttpResponse:
-    """Prometheus text for the configured hub and consumer group (always 200, ``leaseboard_store_up`` says
-    whether the store answered)."""
+    """Prometheus text for the configured hub and consumer group (always 200; ``leaseboard_store_up``
+    says whether the store answered). Open to Prometheus whatever ``LEASEBOARD_ANONYMOUS_READ`` says."""
     ref = parse_ref(None, None)
-    state, _ = await _state_or_error(ref)
+    state = monitor(ref).fresh(max_age=3.0)
+    if state is None:
+        state, _ = await _state_or_error(ref)
+        if state is not None:
+            state = await enrich(ref, state)
     logged: dict[str, int] = await database_sync_to_async(_logged_by_kind)(ref)
-    body = metrics.render(ref, state, logged)
+    pipeline_series = await database_sync_to_async(PipelineCollector)(ref.hub)
+    body = metrics.render(ref, state, logged, extra=[pipeline_series])
     return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)

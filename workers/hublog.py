@@ -21,7 +21,9 @@ from __future__ import annotations
 import os
 import struct
 import zlib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from types import MemberDescriptorType
 
 from .source import ReceivedEvent
 
@@ -59,6 +61,47 @@ class Tail:
 
 
 EMPTY = Tail(0, 0, None, None)
+
+MakeEvent = Callable[[str, int, str, float, "str | None", bytes], ReceivedEvent]
+_EVENT_FIELDS = ("partition_id", "sequence_number", "offset", "enqueued_time", "partition_key", "body")
+
+
+def event_factory() -> MakeEvent:
+    """``ReceivedEvent``'s constructor, or an equivalent about twice as fast.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``: that was a
+    third of the cost of reading an event. The slots' own descriptors set the same fields for far
+    less. The fast path is used only while ``ReceivedEvent`` is what it was written for (these
+    fields in this order, slots, no ``__post_init__``); otherwise the class itself is returned.
+    """
+    cls = ReceivedEvent
+    slots = [cls.__dict__.get(name) for name in _EVENT_FIELDS]
+    if (
+        tuple(f.name for f in fields(cls)) != _EVENT_FIELDS
+        or hasattr(cls, "__post_init__")
+        or not all(isinstance(slot, MemberDescriptorType) for slot in slots)
+    ):
+        return cls
+    new = object.__new__
+    set_pid, set_seq, set_offset, set_time, set_key, set_body = (slot.__set__ for slot in slots)  # type: ignore[union-attr]
+
+    def make(
+        partition_id: str, sequence_number: int, offset: str, enqueued_time: float, partition_key: str | None,
+        body: bytes,
+    ) -> ReceivedEvent:
+        event: ReceivedEvent = new(cls)
+        set_pid(event, partition_id)
+        set_seq(event, sequence_number)
+        set_offset(event, offset)
+        set_time(event, enqueued_time)
+        set_key(event, partition_key)
+        set_body(event, body)
+        return event
+
+    return make
+
+
+make_event = event_factory()
 
 
 def encode(sequence_number: int, enqueued_time: float, key: bytes | None, body: bytes) -> bytes:
@@ -220,7 +263,7 @@ class Cursor:
         buf, base = self._buf, self._base
         size = len(buf)
         view = memoryview(buf)
-        unpack, crc32, keys, event = HEADER.unpack_from, zlib.crc32, self._keys, ReceivedEvent
+        unpack, crc32, keys, event = HEADER.unpack_from, zlib.crc32, self._keys, make_event
         head, shortest, longest = HEADER.size, MIN_RECORD, MAX_RECORD
         append = out.append if out is not None else None
         partition_id = self.log.partition_id

@@ -1,16 +1,35 @@
 """Prometheus metrics of a worker process (``runworkers``, or ``serve`` with embedded workers).
 
-All on the default registry, so the dashboard's ``/metrics`` shows them when workers run inside
-the serving process; a standalone ``runworkers`` process can expose them with
-``prometheus_client.start_http_server``. Labels are bounded: kinds and operations are fixed sets,
-never partition ids, owner ids or event data. ``leaseboard_partitions_owned`` and
-``leaseboard_checkpoint_lag_events`` belong to the dashboard (computed from the store) and are not
-defined here.
+Names are ``leaseboard_…`` in base units, counters end in ``_total`` (prometheus_client appends it),
+durations in ``_seconds``. Labels are bounded: kinds, reasons, operations and outcomes are fixed
+sets, never partition ids, owner ids or event data, so nothing here has to be removed when a worker
+or a lease goes. The per-worker and per-partition series (partitions owned, worker up, lag, status)
+belong to the dashboard, which computes them from the store at every scrape (``dashboard/metrics.py``),
+so a worker that is gone simply has none.
+
+Multi-process mode: with ``PROMETHEUS_MULTIPROC_DIR`` set (before this module is imported; an
+empty directory per deployment, shared by every process on the host), each process writes its
+values to files there and ``exposition_registry()`` adds up the files of every process, so any
+one ``runworkers --metrics-port`` (or the dashboard's ``/metrics``) reports all the processes of
+the host. Counters and histograms are summed. Without the variable the default registry is used.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import atexit
+import os
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+
+from balancer.errors import OwnershipLost, StoreUnavailable
+from balancer.model import BalancerEvent, EventKind
+
+T = TypeVar("T")
+
+MULTIPROCESS_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 
 # prometheus_client appends "_total" to counter names itself.
 OWNERSHIP_CHANGES = Counter(
@@ -18,10 +37,40 @@ OWNERSHIP_CHANGES = Counter(
     "Ownership changes this process's workers made or noticed, by kind (claim, expire, steal, release, lost).",
     ["kind"],
 )
+OWNERSHIP_CHANGE_REASONS = Counter(
+    "leaseboard_ownership_changes_by_reason",
+    "Ownership changes this process's workers made or noticed, by kind and reason (a fixed set: see REASONS in "
+    "workers/metrics.py).",
+    ["kind", "reason"],
+)
+STEALS = Counter(
+    "leaseboard_steals",
+    "Partitions this process's workers took from a live owner (over its share, or a handoff that timed out).",
+)
+LEASE_EXPIRATIONS = Counter(
+    "leaseboard_lease_expirations",
+    "Partitions this process's workers took because the owner's lease had expired (a crashed or stuck worker).",
+)
+LOST_LEASES = Counter(
+    "leaseboard_lost_leases",
+    "Leases this process's workers found in another worker's hands, or could not renew.",
+)
 CYCLE_DURATION = Histogram(
     "leaseboard_cycle_duration_seconds",
     "Duration of one load-balancing cycle (list, plan, claim and renew).",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+STORE_REQUESTS = Counter(
+    "leaseboard_store_requests",
+    "Calls to the ownership, checkpoint and control store by operation and outcome (ok, lost: the caller no "
+    "longer owns the partition, unavailable: the store could not be reached, error: anything else).",
+    ["operation", "outcome"],
+)
+STORE_REQUEST_DURATION = Histogram(
+    "leaseboard_store_request_duration_seconds",
+    "Duration of one store call, by operation.",
+    ["operation"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
 EVENTS_PROCESSED = Counter(
     "leaseboard_events_processed",
@@ -67,3 +116,156 @@ LANDING_WRITE = Histogram(
     "Time to write one landing file durably (Parquet, fsync, rename, fsync of the folder).",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
 )
+
+# --- ownership changes by reason -----------------------------------------------------------------
+
+# The reason of an event, reduced to a fixed set: (kind, prefix of the coordinator's reason) -> label.
+REASONS: dict[str, tuple[tuple[str, str], ...]] = {
+    EventKind.CLAIM: (("never owned", "never_owned"), ("released", "released")),
+    EventKind.EXPIRE: (("lease of", "lease_expired"),),
+    EventKind.STEAL: (("", "over_share"),),  # refined below: a handoff that timed out
+    EventKind.RELEASE: (("handed off", "handoff"), ("shutting down", "shutdown")),
+    EventKind.LOST: (("now held by", "taken"), ("renewal refused", "renewal_refused"), ("taken", "taken")),
+    EventKind.DRAIN: (("", "operator"),),
+    EventKind.PIN: (("", "operator"),),
+}
+OTHER = "other"
+
+
+def reason_label(event: BalancerEvent) -> str:
+    """The bounded ``reason`` label of ``event`` (``other`` for a reason no rule names)."""
+    if event.kind is EventKind.STEAL and "did not hand over" in event.reason:
+        return "handoff_timeout"
+    for prefix, label in REASONS.get(event.kind, ()):
+        if event.reason.startswith(prefix):
+            return label
+    return OTHER
+
+
+def observe_event(event: BalancerEvent) -> None:
+    """Count one balancer event (the worker's ``EventSink`` calls this for every event)."""
+    OWNERSHIP_CHANGES.labels(kind=event.kind.value).inc()
+    OWNERSHIP_CHANGE_REASONS.labels(kind=event.kind.value, reason=reason_label(event)).inc()
+    if event.kind is EventKind.STEAL:
+        STEALS.inc()
+    elif event.kind is EventKind.EXPIRE:
+        LEASE_EXPIRATIONS.inc()
+    elif event.kind is EventKind.LOST:
+        LOST_LEASES.inc()
+
+
+# --- store requests ------------------------------------------------------------------------------
+
+OPERATIONS = (
+    "list_ownership", "claim_ownership", "now", "snapshot", "list_checkpoints", "update_checkpoint",
+    "heartbeat", "list_members", "remove_member", "list_controls", "put_control", "delete_control",
+)  # fmt: skip
+OUTCOMES = ("ok", "lost", "unavailable", "error")
+
+
+def outcome_of(error: BaseException | None) -> str:
+    if error is None:
+        return "ok"
+    if isinstance(error, OwnershipLost):
+        return "lost"
+    if isinstance(error, StoreUnavailable):
+        return "unavailable"
+    return "error"
+
+
+class InstrumentedStore:
+    """A store that counts and times every protocol call of the store it wraps; anything else
+    (``aclose``, ``requests``, attributes tests set) reaches the wrapped store unchanged."""
+
+    def __init__(self, store: Any) -> None:
+        object.__setattr__(self, "_store", store)
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._store, name)
+        if name in OPERATIONS and callable(attribute):
+            return _counted(name, attribute)
+        return attribute
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._store, name, value)
+
+    def __repr__(self) -> str:
+        return f"InstrumentedStore({self._store!r})"
+
+
+def _counted(operation: str, call: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    async def counted(*args: Any, **kwargs: Any) -> T:
+        started = time.perf_counter()
+        try:
+            result = await call(*args, **kwargs)
+        except BaseException as exc:
+            STORE_REQUESTS.labels(operation=operation, outcome=outcome_of(exc)).inc()
+            raise
+        finally:
+            STORE_REQUEST_DURATION.labels(operation=operation).observe(time.perf_counter() - started)
+        STORE_REQUESTS.labels(operation=operation, outcome="ok").inc()
+        return result
+
+    return counted
+
+
+def instrument(stores: Any) -> Any:
+    """``workers.bootstrap.Stores`` whose stores count their calls (one wrapper per distinct store,
+    so ``ownership is controls`` stays true where it was)."""
+    from dataclasses import replace
+
+    wrapped: dict[int, InstrumentedStore] = {}
+
+    def wrap(store: Any) -> Any:
+        if isinstance(store, InstrumentedStore):
+            return store
+        return wrapped.setdefault(id(store), InstrumentedStore(store))
+
+    return replace(stores, ownership=wrap(stores.ownership), checkpoints=wrap(stores.checkpoints),
+                   controls=wrap(stores.controls))  # fmt: skip
+
+
+# --- exposition ----------------------------------------------------------------------------------
+
+
+def _initialise(counter: Counter, labels: Sequence[tuple[str, ...]]) -> None:
+    """Create the series at 0, so a rate() over them works before the first event (and multi-process
+    mode, which only reports series that were written, reports them)."""
+    for values in labels:
+        counter.labels(*values)
+
+
+_initialise(OWNERSHIP_CHANGES, [(str(k),) for k in (EventKind.CLAIM, EventKind.EXPIRE, EventKind.STEAL,
+                                                     EventKind.RELEASE, EventKind.LOST)])
+_initialise(OWNERSHIP_CHANGE_REASONS, [(k, r) for k, pairs in REASONS.items() for _, r in pairs])
+_initialise(STORE_REQUESTS, [(op, outcome) for op in OPERATIONS for outcome in OUTCOMES])
+_initialise(STORE_ERRORS, [(op,) for op in ("cycle", "release", "list_checkpoints", "update_checkpoint")])
+
+
+def exposition_registry() -> CollectorRegistry:
+    """What a ``/metrics`` of this process should render: the sum over every process of the host in
+    multi-process mode, else this process's default registry."""
+    if not MULTIPROCESS_DIR:
+        return REGISTRY
+    from prometheus_client import multiprocess
+
+    registry = CollectorRegistry(auto_describe=False)
+    multiprocess.MultiProcessCollector(registry, path=MULTIPROCESS_DIR)  # type: ignore[no-untyped-call]
+    return registry
+
+
+def serve(port: int, addr: str = "127.0.0.1") -> None:
+    """Serve ``exposition_registry()`` over HTTP on ``addr:port`` from a daemon thread."""
+    from prometheus_client import start_http_server
+
+    start_http_server(port, addr=addr, registry=exposition_registry())
+
+
+if MULTIPROCESS_DIR:
+
+    @atexit.register
+    def _mark_dead() -> None:
+        # Live gauges of a finished process must not count; counters and histograms keep their totals.
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(os.getpid(), MULTIPROCESS_DIR)  # type: ignore[no-untyped-call]

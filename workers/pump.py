@@ -7,8 +7,11 @@ concurrently, one thread each.
 
 Ownership. Before every handler call and every checkpoint the pump asks ``holds(partition)``,
 the coordinator's local lease deadline; once it says no, the pump stops without touching another
-event. A checkpoint refused with ``OwnershipLost`` (the store says another worker owns the
-partition) stops the pump too.
+event. (A sync handler's thread reads the deadline itself once per read of events and compares it
+with the clock before each event, re-reading it when the clock passes it: the same answer for one
+clock read instead of a call into the coordinator per event. A worker woken from SIGSTOP past its
+deadline handles nothing more.) A checkpoint refused with ``OwnershipLost`` (the store says
+another worker owns the partition) stops the pump too.
 
 Checkpoints. After every ``checkpoint_events`` events or ``checkpoint_seconds`` seconds,
 whichever comes first, and once more when the pump is stopped on purpose. Delivery is at least
@@ -101,6 +104,48 @@ class PumpStats:
     last_sequence: int | None = None
     checkpointed: int | None = None
     ended: str | None = None  # why the pump stopped: stopped, expired, lost, failed
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """How one lane call of a sync pump ended: a checkpoint is due (all fields empty), the partition
+    had nothing new (``idle``), the pump must stop (``stopped``), or the handler raised ``error`` on
+    ``failed`` (one event, or a batch)."""
+
+    idle: bool = False
+    stopped: bool = False
+    failed: list[ReceivedEvent] = field(default_factory=list)
+    error: Exception | None = None
+
+
+class CheckpointOutage:
+    """The checkpoint store failing for one worker's pumps, logged once for all of them.
+
+    In a store outage every pump of the worker fails its checkpoints at once; one line says so (and
+    one says when it works again), not one per partition. It works again once no partition that
+    failed is still failing; a pump that ends while failing is forgotten, so it cannot keep the
+    outage open, and one partition failing on its own while the others succeed is not reported as
+    recovered each time another partition checkpoints.
+    """
+
+    def __init__(self, owner_id: str) -> None:
+        self._log = OutageLog(
+            log, f"worker {owner_id}: checkpoint store",
+            "retrying; events handled meanwhile are checkpointed when it answers (or handled again by the next owner)",
+        )  # fmt: skip
+        self._failing: set[str] = set()
+
+    def failed(self, partition_id: str, exc: BaseException) -> None:
+        self._failing.add(partition_id)
+        self._log.failed(exc)
+
+    def ok(self, partition_id: str) -> None:
+        self._failing.discard(partition_id)
+        if not self._failing:
+            self._log.ok()
+
+    def forget(self, partition_id: str) -> None:
+        self._failing.discard(partition_id)
 
 
 class ThreadLane:
@@ -224,11 +269,14 @@ class PartitionPump:
         dead_letters: DeadLetters,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        deadline: Callable[[str], float] | None = None,
+        outage: CheckpointOutage | None = None,
     ) -> None:
         self.ref = ref
         self.partition_id = partition_id
         self.owner_id = owner_id
         self._holds = holds
+        self._deadline = deadline  # ``monotonic`` time the lease runs out; agrees with ``holds``
         self._checkpoints = checkpoints
         self._source = source
         self._handler = handler
@@ -241,16 +289,20 @@ class PartitionPump:
         self.ctx = PartitionContext(ref, partition_id, owner_id)
         self.stats = PumpStats()
         self._stopping = threading.Event()  # read by the lane thread between events
+        self._stop_requested = False
         self._expected: int | None = None  # next sequence number, once known
         self._last: tuple[int, str] | None = None  # (sequence number, offset) of the last event done
         self._since = 0  # events done since the last checkpoint
         self._checkpoint_at = 0.0
         self._retry_checkpoint_at = 0.0
-        self._store = OutageLog(log, f"partition {partition_id} ({owner_id}): checkpoint store", "retrying")
+        self._pending: list[ReceivedEvent] = []  # read, not yet handled (sync handlers; lane thread only)
+        self._deferred: Exception | None = None  # a read error held back until the events before it are checkpointed
+        self._store = outage or CheckpointOutage(owner_id)  # shared by the worker's pumps
         self._label = f"partition {partition_id} ({owner_id})"
 
     def stop(self) -> None:
         """Ask the pump to stop after the event in hand and write a final checkpoint."""
+        self._stop_requested = True  # what the per-event loop reads: a plain attribute, not a method call
         self._stopping.set()
 
     @property
@@ -285,6 +337,7 @@ class PartitionPump:
             self.stats.ended = "failed"
             raise
         finally:
+            self._store.forget(self.partition_id)
             if reader is not None:
                 lane.submit(reader.close)  # queued behind a handler that may still be running
             lane.close()
@@ -305,10 +358,10 @@ class PartitionPump:
                 listed = await self._checkpoints.list_checkpoints(self.ref)
             except Exception as exc:
                 metrics.STORE_ERRORS.labels(operation="list_checkpoints").inc()
-                self._store.failed(exc)
+                self._store.failed(self.partition_id, exc)
                 await self._pause(self._config.backoff_max)
                 continue
-            self._store.ok()
+            self._store.ok(self.partition_id)
             found = next((c for c in listed if c.partition_id == self.partition_id), None)
             if found is None:
                 log.info("%s: no checkpoint, starting at %s", self._label, describe(self._config.initial_position))
@@ -320,7 +373,83 @@ class PartitionPump:
         return None
 
     async def _step(self, lane: ThreadLane, reader: PartitionReader) -> bool:
-        """Read once and handle what came; False when the pump must stop."""
+        """Read and handle until a checkpoint is due or nothing is left; False when the pump must stop.
+
+        A sync handler runs with the reads in one lane call that ends only when a checkpoint is due,
+        the partition has nothing new, the pump must stop, or the handler failed: one round trip
+        between the loop and the thread per checkpoint, not two per read (the hops, not the reads,
+        were what cost a worker its throughput).
+        """
+        if self._async:
+            return await self._step_on_loop(lane, reader)
+        run = await lane.call(self._work, reader)
+        if run.error is not None:
+            if not await self._recover(lane, run.failed, run.error):
+                return False
+        elif run.stopped:
+            return False
+        # Before a held-back read error ends the pump, what was handled is checkpointed.
+        if not await self._checkpoint(final=self._deferred is not None):
+            return False
+        if run.idle:
+            await self._pause(self._config.poll_seconds)
+        return True
+
+    def _work(self, reader: PartitionReader) -> _Run:
+        """In the lane thread: read and handle (sync handler) until the loop has something to do."""
+        if self._deferred is not None:
+            error, self._deferred = self._deferred, None
+            raise error
+        size = self._batch or self._config.max_events
+        progressed = False
+        while True:
+            if not self._pending:
+                try:
+                    received = reader.receive(size)
+                except Exception as exc:
+                    if not progressed:
+                        raise
+                    self._deferred = exc  # checkpoint what was handled first; raised by the next call
+                    return _Run()
+                self._pending = self._contiguous(received)
+                if not self._pending:
+                    return _Run(idle=True)
+            progressed = True
+            run = self._handle_pending()
+            if run is not None:
+                return run
+            if self._checkpoint_due(self._monotonic()):
+                return _Run()
+
+    def _handle_pending(self) -> _Run | None:
+        """Hand the pending events to the sync handler, up to the next checkpoint; None if all went well."""
+        events = self._pending
+        if self._batch is not None:
+            self._pending = []
+            if not self._may_go_on():
+                return _Run(stopped=True)
+            try:
+                self._handler(events, self.ctx)
+            except Exception as exc:
+                return _Run(failed=events, error=exc)
+            self._advance(events)
+            return None
+        room = max(1, self._config.checkpoint_events - self._since)
+        if room < len(events):
+            events, self._pending = events[:room], events[room:]
+        else:
+            self._pending = []
+        handled, error = self._run_sync(events)
+        self._advance(events[:handled])
+        if error is not None:
+            self._pending = events[handled + 1 :] + self._pending
+            return _Run(failed=[events[handled]], error=error)
+        if handled < len(events):
+            return _Run(stopped=True)  # stopped or no longer held between two events
+        return None
+
+    async def _step_on_loop(self, lane: ThreadLane, reader: PartitionReader) -> bool:
+        """Read once (in the lane) and hand what came to an async handler on the loop."""
         events = await lane.call(reader.receive, self._batch or self._config.max_events)
         events = self._contiguous(events)
         if not events:
@@ -349,6 +478,13 @@ class PartitionPump:
 
     def _contiguous(self, events: list[ReceivedEvent]) -> list[ReceivedEvent]:
         """``events`` without repeats; a jump in sequence numbers is logged as lost data."""
+        expected = self._expected
+        if expected is not None and events:
+            # The usual case, checked in C rather than event by event: exactly the next numbers.
+            numbers = [event.sequence_number for event in events]
+            if numbers == list(range(expected, expected + len(numbers))):
+                self._expected = expected + len(numbers)
+                return events
         kept = []
         for event in events:
             expected = self._expected
@@ -383,12 +519,31 @@ class PartitionPump:
         return len(events), None
 
     def _run_sync(self, events: Sequence[ReceivedEvent]) -> tuple[int, Exception | None]:
-        # In the lane thread. holds() only reads the coordinator's lease table and clock.
+        # In the lane thread. holds() only reads the coordinator's lease table and clock. Names are
+        # bound locally: this loop is the per-event cost of the runtime.
+        handler, ctx, holds, pid, stopping = self._handler, self.ctx, self._holds, self.partition_id, self._stopping
+        if self._deadline is None:
+            for n, event in enumerate(events):
+                if stopping.is_set() or not holds(pid):
+                    return n, None
+                try:
+                    handler(event, ctx)
+                except Exception as exc:
+                    return n, exc
+            return len(events), None
+        deadline, monotonic = self._deadline, self._monotonic
+        # Read per chunk, so a lease the cycle dropped (another worker holds it) ends the pump at the
+        # next chunk at the latest; pump.stop() from the same cycle ends it at the next event.
+        until = deadline(pid)
         for n, event in enumerate(events):
-            if not self._may_go_on():
+            if self._stop_requested:
                 return n, None
+            if monotonic() >= until:
+                until = deadline(pid)  # renewed meanwhile?
+                if monotonic() >= until:
+                    return n, None
             try:
-                self._handler(event, self.ctx)
+                handler(event, ctx)
             except Exception as exc:
                 return n, exc
         return len(events), None
@@ -462,14 +617,20 @@ class PartitionPump:
 
     # checkpoints ---------------------------------------------------------------------------
 
+    def _checkpoint_due(self, now: float) -> bool:
+        """True when events are done since the last checkpoint and the count or the time says write one
+        (and a failed write's retry time has come)."""
+        if self._last is None or self._last[0] == self.stats.checkpointed or now < self._retry_checkpoint_at:
+            return False
+        config = self._config
+        return self._since >= config.checkpoint_events or now - self._checkpoint_at >= config.checkpoint_seconds
+
     async def _checkpoint(self, final: bool = False) -> bool:
         """Checkpoint the last event done if due (always when ``final``); False if ownership is gone."""
         if self._last is None or self._last[0] == self.stats.checkpointed:
             return True
         now = self._monotonic()
-        config = self._config
-        due = self._since >= config.checkpoint_events or now - self._checkpoint_at >= config.checkpoint_seconds
-        if not final and (not due or now < self._retry_checkpoint_at):
+        if not final and not self._checkpoint_due(now):
             return True
         if not self._holds(self.partition_id):
             return False
@@ -485,10 +646,10 @@ class PartitionPump:
         except Exception as exc:
             # Keep handling while the lease lasts; the next checkpoint covers these events too.
             metrics.STORE_ERRORS.labels(operation="update_checkpoint").inc()
-            self._store.failed(exc)
+            self._store.failed(self.partition_id, exc)
             self._retry_checkpoint_at = now + max(self._config.checkpoint_seconds, 0.5)
             return True
-        self._store.ok()
+        self._store.ok(self.partition_id)
         metrics.CHECKPOINTS.inc()
         self.stats.checkpoints += 1
         self.stats.checkpointed = sequence

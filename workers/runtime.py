@@ -27,11 +27,12 @@ from balancer.store import CheckpointStore
 
 from . import metrics
 from .handlers import Handler
-from .pump import DeadLetters, PartitionPump, PumpConfig, PumpStats, Sleep
+from .pump import CheckpointOutage, DeadLetters, PartitionPump, PumpConfig, PumpStats, Sleep
 from .sink import EventSink, OutageLog
 from .source import EventSource
 
 log = logging.getLogger("leaseboard.worker")
+START_BACKOFF_MAX = 30.0  # seconds: the longest wait between tries when the store is down at start
 
 
 class EventProcessor:
@@ -86,6 +87,17 @@ class EventProcessor:
             log, f"worker {coordinator.owner_id}: load-balancing cycle",
             f"retrying every {interval:g}s; pumps keep running while their leases last",
         )
+        # Before its first cycle a worker holds nothing, so it may back off: a fleet started
+        # against a store that is not up yet does not hammer it. Once it holds leases it retries
+        # every interval, to renew them the moment the store answers again.
+        self.start_backoff_max = max(interval, START_BACKOFF_MAX)
+        self._start_failures = 0
+        self._checkpoint_outage = CheckpointOutage(coordinator.owner_id)  # one line per outage, not per pump
+        self._unreachable = OutageLog(
+            log, f"worker {coordinator.owner_id}: first load-balancing cycle",
+            f"the store may not be up yet: retrying with backoff ({interval:g}s, doubling, at most "
+            f"{self.start_backoff_max:g}s)",
+        )
 
     @property
     def owner_id(self) -> str:
@@ -137,8 +149,13 @@ class EventProcessor:
                 report = await self.coordinator.cycle()
         except Exception as exc:
             metrics.STORE_ERRORS.labels(operation="cycle").inc()
-            self._outage.failed(exc)
+            if self.cycles == 0:
+                self._start_failures += 1
+                self._unreachable.failed(exc)
+            else:
+                self._outage.failed(exc)
         else:
+            self._unreachable.ok()
             self._outage.ok()
             self.cycles += 1
             metrics.CYCLE_DURATION.observe(report.seconds)
@@ -148,7 +165,10 @@ class EventProcessor:
         return report
 
     def _next_delay(self) -> float:
-        return self.interval * (1 + self._jitter * (2 * self._rng.random() - 1))
+        base = self.interval
+        if self.cycles == 0 and self._start_failures:
+            base = min(self.interval * 2 ** min(self._start_failures - 1, 30), self.start_backoff_max)
+        return base * (1 + self._jitter * (2 * self._rng.random() - 1))
 
     async def _wait(self, seconds: float) -> None:
         """Sleep ``seconds`` (the injected sleep) or until ``stop()`` or ``wake()``, whichever comes first."""
@@ -223,6 +243,8 @@ class EventProcessor:
             dead_letters=self.dead_letters,
             monotonic=self.coordinator.monotonic,
             sleep=self._sleep,
+            deadline=self.coordinator.deadline,
+            outage=self._checkpoint_outage,
         )
         task = asyncio.get_running_loop().create_task(pump.run(), name=f"pump {self.owner_id} {pid}")
         self._pumps[pid] = (pump, task)

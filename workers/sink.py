@@ -97,7 +97,7 @@ class EventSink:
             "%s partition %s: %s -> %s (by %s: %s)",
             event.kind.value, event.partition_id, frm, to, event.reporter, event.reason,
         )
-        metrics.OWNERSHIP_CHANGES.labels(kind=event.kind.value).inc()
+        metrics.observe_event(event)
         self.seen.append(event)
         del self.seen[: -self.keep]
         if self._broadcast:

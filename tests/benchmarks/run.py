@@ -18,6 +18,7 @@ BENCHMARKS = [
     ("store requests per worker per cycle, every real store", "tests.benchmarks.bench_stores"),
     ("Spark pipeline: 1M landed events vs a pyarrow scan; demo latency", "tests.benchmarks.bench_pipeline"),
     ("Microsoft's processor vs Leaseboard's workers over AMQP", "tests.benchmarks.bench_amqp"),
+    ("console: event -> browser latency, /metrics render", "tests.benchmarks.bench_dashboard"),
 ]
 
 

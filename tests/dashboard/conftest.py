@@ -16,6 +16,7 @@ from balancer.coordinator import Coordinator
 from balancer.model import BalancerEvent, EventKind, HubRef
 from balancer.strategies import get_strategy
 from dashboard import state
+from dashboard.monitor import host
 from workers.bootstrap import Stores, hub_ref
 from workers.hub import EmbeddedHub
 
@@ -59,7 +60,16 @@ async def stores(settings: LazySettings, transactional_db: None, ref: HubRef) ->
     try:
         yield state.configured_stores()
     finally:
+        # The monitors read the database: stopped before the test database is flushed.
+        await asyncio.to_thread(host.stop)
         await state.forget_stores()
+
+
+@pytest.fixture(autouse=True)
+def _no_monitor_left() -> Iterator[None]:
+    """A monitor a test started (a page, a socket, /metrics) stops with the test."""
+    yield
+    host.stop()
 
 
 def coordinator(stores: Stores, ref: HubRef, owner_id: str, partitions: int = PARTITIONS, **kw: Any) -> Coordinator:

@@ -1,8 +1,10 @@
-"""The page in Debian Chromium against a real Daphne: an ownership change appears live, no reload.
+"""The console in Debian Chromium against a real Daphne: ownership changes appear live, no reload;
+a staff user drains a worker by clicking and watches its partitions move; anonymous users cannot act.
 
-Daphne and the worker are separate processes sharing a SQLite file and an embedded hub, with the
+Daphne and the workers are separate processes sharing a SQLite file and an embedded hub, with the
 in-memory channel layer: what the page shows crossed processes through the event log and the
-store, the path a ``runworkers`` process without Redis takes.
+store, the path a ``runworkers`` process without Redis takes. A failing test leaves a screenshot
+in ``test-artifacts/``.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ pytestmark = pytest.mark.slow
 class Site:
     """Daphne serving the dashboard from ``var`` (a SQLite file, an embedded hub) on a free port."""
 
-    def __init__(self, var: Path) -> None:
+    def __init__(self, var: Path, **extra: str) -> None:
         self.var = var
-        self.env = _environment(var)
+        self.env = _environment(var, **extra)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = var / "daphne.log"
@@ -77,7 +79,7 @@ class Site:
         raise AssertionError(f"daphne not answering at {self.url} after {timeout}s:\n{self.log.read_text()[-3000:]}")
 
 
-def _environment(var: Path) -> dict[str, str]:
+def _environment(var: Path, **extra: str) -> dict[str, str]:
     environ = {
         k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "LEASEBOARD_", "DATABASE_URL", "REDIS_URL"))
     }
@@ -90,6 +92,7 @@ def _environment(var: Path) -> dict[str, str]:
         LEASEBOARD_PARTITIONS="4",
         LEASEBOARD_EXPIRY="30",
         LEASEBOARD_LOG_LEVEL="WARNING",
+        **extra,
     )
     return environ
 
@@ -210,3 +213,108 @@ def test_the_page_reconnects_and_reloads_the_snapshot_after_a_server_restart(sit
         worker.command("release")
         worker.stop()
     assert page.evaluate("window.__sameDocument") is True, "the page was reloaded"
+
+
+# --- operator actions ------------------------------------------------------------------------------
+
+PASSWORD = "browser-test-password-1"
+
+
+@pytest.fixture(scope="module")
+def busy_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """A site with a real ``runworkers`` process of two workers (bw-0, bw-1) on four partitions."""
+    served = Site(tmp_path_factory.mktemp("busy"), LEASEBOARD_ADMIN_PASSWORD=PASSWORD)
+    for command in (["migrate", "-v0"], ["ensureadmin"]):
+        subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=served.env, check=True, timeout=120,
+                       capture_output=True)  # fmt: skip
+    with EmbeddedHub(served.var / "hub", "sensors", partitions=4) as hub:
+        hub.send_batch([b'{"sensor": "door"}'] * 8, partition_id="1")
+    workers = subprocess.Popen(
+        [sys.executable, "manage.py", "runworkers", "--count", "2", "--owner-prefix", "bw", "--interval", "0.5",
+         "--expiry", "5"],
+        cwd=ROOT, env=served.env, stdout=subprocess.DEVNULL, stderr=(served.var / "workers.log").open("wb"),
+    )  # fmt: skip
+    served.start()
+    try:
+        yield served
+    finally:
+        workers.terminate()
+        try:
+            workers.wait(20)
+        except subprocess.TimeoutExpired:
+            workers.kill()
+            workers.wait(5)
+        served.stop()
+
+
+def balanced(page: Page) -> None:
+    expect(page.locator("#connection")).to_have_attribute("data-state", "live", timeout=15_000)
+    for worker in ("bw-0", "bw-1"):
+        expect(page.locator(f'#partitions [data-owner="{worker}"]')).to_have_count(2, timeout=20_000)
+
+
+def test_staff_drains_a_worker_by_clicking_and_watches_its_partitions_move(busy_site: Site, page: Page) -> None:
+    page.goto(busy_site.url + "/login/?next=/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", PASSWORD)
+    page.click("form button[type=submit]")
+    page.wait_for_url(busy_site.url + "/")
+    balanced(page)
+    tiles = page.locator('#partitions [data-owner="bw-0"]').all()
+    moving = sorted(t.get_attribute("data-partition") or "" for t in tiles)
+    page.evaluate("window.__sameDocument = true")
+
+    page.click('#workers tr[data-worker="bw-0"] button[data-action="drain"]')
+    page.fill("#action-reason", "deploy of the bw host")
+    expect(page.locator("#action-confirm")).to_be_disabled()  # nothing to confirm before the dry run
+    page.click("#action-preview-button")
+    expect(page.locator("#preview-summary")).to_have_text("drain bw-0: 2 partitions move (bw-0 → bw-1: 2)")
+    rows = page.locator('#preview-moves tbody tr[data-caused="true"]')
+    assert sorted(r.get_attribute("data-partition") or "" for r in rows.all()) == moving
+    page.click("#action-confirm")
+
+    expect(page.locator("#action-dialog")).not_to_be_visible()
+    entry = page.locator('#audit li[data-action="drain"][data-target="bw-0"]')
+    expect(entry).to_have_attribute("data-outcome", "applied", timeout=10_000)
+    expect(entry).to_contain_text("deploy of the bw host")
+    for pid in moving:
+        tile = page.locator(f'#partitions [data-partition="{pid}"]')
+        expect(tile).to_have_attribute("data-owner", "bw-1", timeout=20_000)
+    expect(page.locator('#workers tr[data-worker="bw-0"]')).to_have_attribute("data-draining", "true")
+    expect(page.locator(f'#feed li[data-kind="handoff"][data-partition="{moving[0]}"]')).to_have_count(1)
+    assert page.evaluate("window.__sameDocument") is True, "the page was reloaded"
+
+    page.click('#workers tr[data-worker="bw-0"] button[data-action="undrain"]')  # leave the fleet as it was
+    page.fill("#action-reason", "deploy done")
+    page.click("#action-preview-button")
+    expect(page.locator("#action-preview")).to_be_visible()
+    page.click("#action-confirm")
+    balanced(page)
+
+
+def test_an_anonymous_visitor_sees_the_console_but_cannot_act(busy_site: Site, page: Page) -> None:
+    page.goto(busy_site.url + "/")
+    balanced(page)
+
+    assert page.locator("button[data-action]").count() == 0 and page.locator("#action-dialog").count() == 0
+    expect(page.locator("#login")).to_be_visible()
+    status = page.evaluate(
+        """async () => (await fetch("/api/actions/apply", {
+             method: "POST", headers: {"Content-Type": "application/json"},
+             body: JSON.stringify({action: "drain", target: "bw-1", reason: "x", confirmed: true}),
+           })).status"""
+    )
+    refusal = page.evaluate(
+        """() => new Promise((resolve) => {
+             const ws = new WebSocket(`ws://${location.host}/ws/balancer/`);
+             ws.onopen = () => ws.send(JSON.stringify({action: "drain", target: "bw-1", reason: "x"}));
+             ws.onmessage = (m) => {
+               const d = JSON.parse(m.data);
+               if (d.type === "error") { ws.close(); resolve(d.code); }
+             };
+           })"""
+    )
+
+    assert status == 403 and refusal == "read_only"
+    state = json.loads(urllib.request.urlopen(f"{busy_site.url}/api/state", timeout=5).read())
+    assert [w["draining"] for w in state["workers"]] == [False, False]

@@ -9,8 +9,11 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.conf import LazySettings
+from django.contrib.auth.models import User
 
-from balancer.model import HubRef
+from balancer.model import ControlKind, HubRef
+from dashboard import delta, monitor
 from dashboard.asgi import application
 from dashboard.broadcast import apublish
 from dashboard.models import EventLog
@@ -24,12 +27,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ORIGIN = [(b"origin", b"http://127.0.0.1:8000")]
 
 
+@pytest.fixture(autouse=True)
+def fast_monitor(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(monitor, "ROUND_SECONDS", 0.2)
+
+
 async def receive_until(
     ws: WebsocketCommunicator, wanted: str, timeout: float = 5.0
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The next message of type ``wanted``, and every message received before it."""
-    before = []
+    before: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
     while True:
+        assert time.monotonic() < deadline, f"no {wanted!r} message in {timeout}s (got {[m['type'] for m in before]})"
         message: dict[str, Any] = await ws.receive_json_from(timeout=timeout)
         if message["type"] == wanted:
             return message, before
@@ -51,51 +61,56 @@ def event_ids(messages: list[dict[str, Any]]) -> list[int]:
     return [e["id"] for m in messages if m["type"] == "events" for e in m["events"]]
 
 
-@pytest.fixture
-async def ws(stores: Stores, hub: EmbeddedHub) -> AsyncIterator[WebsocketCommunicator]:
-    communicator = WebsocketCommunicator(application, "/ws/balancer/", headers=ORIGIN)
+async def opened(path: str = "/ws/balancer/", user: Any = None) -> WebsocketCommunicator:
+    communicator = WebsocketCommunicator(application, path, headers=ORIGIN)
+    if user is not None:
+        communicator.scope["user"] = user  # what the session middleware finds for a logged-in browser
     connected, _ = await communicator.connect()
     assert connected
+    return communicator
+
+
+@pytest.fixture
+async def ws(stores: Stores, hub: EmbeddedHub) -> AsyncIterator[WebsocketCommunicator]:
+    communicator = await opened()
     try:
+        await receive_until(communicator, "audit")
         yield communicator
     finally:
         await communicator.disconnect()
 
 
-async def test_connecting_sends_a_snapshot_then_the_recent_history(
+async def test_connecting_sends_a_snapshot_the_recent_history_and_the_audit_log(
     stores: Stores, hub: EmbeddedHub, ref: HubRef
 ) -> None:
     earlier = await apublish(event(ref, "1"))
-    communicator = WebsocketCommunicator(application, "/ws/balancer/", headers=ORIGIN)
-    connected, _ = await communicator.connect()
-    assert connected
+    communicator = await opened()
     try:
         first = await communicator.receive_json_from(timeout=5)
         second = await communicator.receive_json_from(timeout=5)
+        third = await communicator.receive_json_from(timeout=5)
     finally:
         await communicator.disconnect()
 
     assert first["type"] == "snapshot"
     assert first["state"]["hub"] == ref.hub and len(first["state"]["partitions"]) == 4
     assert first["state"]["last_event_id"] == earlier["id"]
+    assert {"lag_seconds", "lag_status", "events_per_second"} <= set(first["state"]["partitions"][0])
     assert second == {"type": "history", "events": [earlier]}
+    assert third == {"type": "audit", "entries": []}
 
 
 async def test_a_published_event_arrives_once_and_in_order(ws: WebsocketCommunicator, ref: HubRef) -> None:
-    await receive_until(ws, "history")
-
     published = [await apublish(event(ref, str(i))) for i in range(3)]
-    # Both paths deliver (the group message and the poll): wait for two snapshots to pass, each
-    # sent after a flush of the log, and count.
-    _, seen = await receive_until(ws, "snapshot")
-    _, more = await receive_until(ws, "snapshot")
+    # Both paths deliver (the group message and the poll): wait for two deltas to pass, each sent
+    # after a flush of the log, and count.
+    _, seen = await receive_until(ws, "delta")
+    _, more = await receive_until(ws, "delta")
 
     assert event_ids(seen + more) == [p["id"] for p in published]
 
 
 async def test_events_another_process_wrote_arrive_by_polling(ws: WebsocketCommunicator, ref: HubRef) -> None:
-    await receive_until(ws, "history")
-
     # What a runworkers process without Redis does: a row, and no message this process can see.
     row = EventLog.from_domain(event(ref, "2", owner="w-remote"))
     await database_sync_to_async(row.save)()
@@ -108,7 +123,6 @@ async def test_events_another_process_wrote_arrive_by_polling(ws: WebsocketCommu
 async def test_a_row_committed_after_a_higher_id_was_sent_still_arrives_once(
     ws: WebsocketCommunicator, ref: HubRef
 ) -> None:
-    await receive_until(ws, "history")
     first = await apublish(event(ref, "0"))
     # PostgreSQL hands out ids before commit: id first+1 belongs to a slow transaction that
     # commits only after id first+2 has been sent to the page.
@@ -122,16 +136,14 @@ async def test_a_row_committed_after_a_higher_id_was_sent_still_arrives_once(
     slow.id = slow_id
     await database_sync_to_async(slow.save)()
     received += await events_until(ws, slow_id)
-    _, rest = await receive_until(ws, "snapshot")
-    _, more = await receive_until(ws, "snapshot")
+    _, rest = await receive_until(ws, "delta")
+    _, more = await receive_until(ws, "delta")
     received += event_ids(rest + more)
 
     assert sorted(received) == [first["id"], slow_id, quick_id]
 
 
 async def test_events_of_other_hubs_are_not_sent(ws: WebsocketCommunicator, ref: HubRef) -> None:
-    await receive_until(ws, "history")
-
     await apublish(event(HubRef(ref.namespace, "doorbells", ref.consumer_group), "0"))
     mine = await apublish(event(ref, "0"))
     message, before = await receive_until(ws, "events")
@@ -139,24 +151,68 @@ async def test_events_of_other_hubs_are_not_sent(ws: WebsocketCommunicator, ref:
     assert event_ids([*before, message]) == [mine["id"]]
 
 
-async def test_a_later_snapshot_shows_a_claim(ws: WebsocketCommunicator, stores: Stores, ref: HubRef) -> None:
-    first, _ = await receive_until(ws, "snapshot")
-    assert all(p["owner"] is None for p in first["state"]["partitions"])
+async def test_deltas_carry_only_what_changed_and_rebuild_the_state(
+    stores: Stores, hub: EmbeddedHub, ref: HubRef
+) -> None:
+    communicator = await opened()
+    try:
+        snapshot, _ = await receive_until(communicator, "snapshot")
+        state = snapshot["state"]
+        assert all(p["owner"] is None for p in state["partitions"])
 
-    await coordinator(stores, ref, "w1", partitions=1).cycle()
+        await coordinator(stores, ref, "w1", partitions=1).cycle()
+        for _ in range(20):
+            message, _ = await receive_until(communicator, "delta")
+            state = delta.apply(state, message)
+            if state["partitions"][0]["owner"] == "w1":
+                break
+    finally:
+        await communicator.disconnect()
 
-    for _ in range(10):
-        snapshot, _ = await receive_until(ws, "snapshot")
-        if snapshot["state"]["partitions"][0]["owner"] == "w1":
-            break
-    assert snapshot["state"]["partitions"][0]["owner"] == "w1"
-    assert snapshot["state"]["workers"][0]["id"] == "w1"
+    assert state["partitions"][0]["owner"] == "w1" and state["partitions"][0]["status"] == "owned"
+    assert [w["id"] for w in state["workers"]] == ["w1"]
+    changed = next(p for p in message["partitions"] if p["id"] == "0")
+    assert "owner" in changed and "last_enqueued_sequence_number" not in changed  # fields, not whole partitions
+    assert [p["id"] for p in message["partitions"]] == ["0"]  # the untouched partitions are not sent
+
+
+async def test_the_socket_refuses_any_action_even_from_staff(stores: Stores, hub: EmbeddedHub, ref: HubRef) -> None:
+    staff = await database_sync_to_async(User.objects.create_user)("ops", password="x", is_staff=True)
+    for user in (None, staff):
+        communicator = await opened(user=user)
+        try:
+            await receive_until(communicator, "audit")
+            await communicator.send_json_to({"action": "drain", "target": "w1", "reason": "over the socket"})
+            refusal, _ = await receive_until(communicator, "error")
+        finally:
+            await communicator.disconnect()
+        assert refusal["code"] == "read_only" and "staff login" in refusal["error"]
+    controls = await stores.controls.list_controls(ref)
+    assert not [c for c in controls if c.kind is ControlKind.DRAIN]
+
+
+async def test_anonymous_sockets_are_closed_with_4401_when_anonymous_reading_is_off(
+    settings: LazySettings, stores: Stores, hub: EmbeddedHub
+) -> None:
+    settings.LEASEBOARD_ANONYMOUS_READ = False
+    anonymous = await opened()
+    message = await anonymous.receive_json_from(timeout=5)
+    closed = await anonymous.receive_output(timeout=5)
+
+    assert message["type"] == "error" and "log in" in message["error"]
+    assert closed["type"] == "websocket.close" and closed["code"] == 4401
+
+    user = await database_sync_to_async(User.objects.create_user)("viewer", password="x")
+    logged_in = await opened(user=user)
+    try:
+        first = await logged_in.receive_json_from(timeout=5)
+    finally:
+        await logged_in.disconnect()
+    assert first["type"] == "snapshot"
 
 
 async def test_a_bad_consumer_group_is_refused_with_4400(stores: Stores) -> None:
-    communicator = WebsocketCommunicator(application, "/ws/balancer/?consumer_group=no%20spaces", headers=ORIGIN)
-    connected, _ = await communicator.connect()
-    assert connected
+    communicator = await opened("/ws/balancer/?consumer_group=no%20spaces")
     message = await communicator.receive_json_from(timeout=5)
     closed = await communicator.receive_output(timeout=5)
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import pytest
+from channels.db import database_sync_to_async
 from django.test import AsyncClient
 from prometheus_client.parser import text_string_to_metric_families
 
 import workers.metrics  # registers the runtime's series on the default registry, as a serving process does
 from balancer.model import Checkpoint, HubRef
 from dashboard.broadcast import apublish
+from dashboard.models import LagSample
 from workers.bootstrap import Stores
 from workers.hub import EmbeddedHub
 
@@ -52,8 +56,32 @@ async def test_metrics_has_owned_partitions_per_worker_and_lag_per_partition(
     lag = labelled(samples, "leaseboard_checkpoint_lag_events", "partition")
     assert lag == {"0": 3.0, "1": 0.0, "2": 0.0, "3": 0.0}
     assert labelled(samples, "leaseboard_partitions", "status") == {"owned": 2.0, "unowned": 2.0, "expired": 0.0}
+    assert labelled(samples, "leaseboard_worker_up", "worker") == {"w1": 1.0, "w2": 1.0}
     assert samples[("leaseboard_store_up", ())] == 1.0
     assert samples[("leaseboard_event_source_up", ())] == 1.0
+
+
+async def test_metrics_has_lag_in_seconds_and_one_status_series_per_partition_and_status(
+    async_client: AsyncClient, stores: Stores, hub: EmbeddedHub, ref: HubRef
+) -> None:
+    hub.send_batch([b"{}"] * 3, partition_id="1")
+    rows = [
+        LagSample(**LagSample.scope(ref), partition_id=pid, at=1000.0, lag=lag, lag_seconds=seconds, status=status)
+        for pid, lag, seconds, status in (("0", 0, 0.0, "OK"), ("1", 3, 2.5, "STALL"))
+    ]
+    await database_sync_to_async(LagSample.objects.bulk_create)(rows)  # the latest sampling round
+
+    samples = await scrape(async_client)
+
+    seconds = labelled(samples, "leaseboard_checkpoint_lag_seconds", "partition")
+    assert seconds == {"0": 0.0, "1": 2.5, "2": 0.0, "3": 0.0}
+    status = {
+        (dict(k)["partition"], dict(k)["status"]): v
+        for (n, k), v in samples.items()
+        if n == "leaseboard_partition_status"
+    }
+    assert status == {("0", "OK"): 1.0, ("1", "STALL"): 1.0, ("2", "OK"): 1.0, ("3", "OK"): 1.0}  # 2, 3: no lag
+    assert labelled(samples, "leaseboard_partitions_by_lag_status", "status")["STALL"] == 1.0
 
 
 async def test_the_runtime_series_of_the_default_registry_are_included(
@@ -89,8 +117,11 @@ async def test_the_labels_of_a_worker_that_went_away_vanish(
 
     await w1.release_all()
 
-    samples = await scrape(async_client)
-    assert not [key for key in samples if ("worker", "w1") in key[1]]
+    # /metrics serves the monitor's state, at most a round (a second) old: w1 is gone within a few.
+    deadline = time.monotonic() + 5
+    while [key for key in await scrape(async_client) if ("worker", "w1") in key[1]]:
+        assert time.monotonic() < deadline, "w1's series are still there"
+        await asyncio.sleep(0.1)
 
 
 async def test_a_store_outage_still_answers_with_store_up_zero(async_client: AsyncClient, settings: Any) -> None:

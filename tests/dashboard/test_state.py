@@ -24,7 +24,11 @@ TOP_KEYS = {"namespace", "hub", "consumer_group", "generated_at", "partitions", 
 PARTITION_KEYS = {
     "id", "owner", "last_modified", "sequence_number", "last_enqueued_sequence_number", "lag", "pinned_to", "status",
 }  # fmt: skip
+# Added to DESIGN.md's keys by the console: when the newest event and the checkpoint were written, lag in
+# seconds, the lag status and the checkpointed rate.
+CONSOLE_KEYS = {"last_enqueued_time", "checkpoint_modified", "lag_seconds", "lag_status", "events_per_second"}
 WORKER_KEYS = {"id", "owned", "draining", "last_seen", "alive"}
+CONSOLE_WORKER_KEYS = {"events_per_second", "purgeable"}
 
 
 async def get_state(client: AsyncClient, **query: str) -> dict[str, Any]:
@@ -49,8 +53,8 @@ async def test_state_has_the_keys_of_design_md(
     assert (state["namespace"], state["hub"], state["consumer_group"]) == (ref.namespace, ref.hub, ref.consumer_group)
     assert [p["id"] for p in state["partitions"]] == [str(i) for i in range(PARTITIONS)]
     for partition in state["partitions"]:
-        assert set(partition) == PARTITION_KEYS
-    assert [set(w) for w in state["workers"]] == [WORKER_KEYS]
+        assert set(partition) == PARTITION_KEYS | CONSOLE_KEYS
+    assert [set(w) for w in state["workers"]] == [WORKER_KEYS | CONSOLE_WORKER_KEYS]
     assert isinstance(state["generated_at"], float)
 
 
@@ -78,10 +82,12 @@ async def test_an_unowned_partition_has_owner_null_and_everything_as_lag(
 
     partitions = by_id((await get_state(async_client))["partitions"])
 
-    assert partitions["1"] == {
+    p1 = {k: v for k, v in partitions["1"].items() if k not in CONSOLE_KEYS}
+    assert p1 == {
         "id": "1", "owner": None, "last_modified": None, "sequence_number": None,
         "last_enqueued_sequence_number": 2, "lag": 3, "pinned_to": None, "status": "unowned",
     }  # fmt: skip
+    assert isinstance(partitions["1"]["last_enqueued_time"], float) and partitions["1"]["checkpoint_modified"] is None
     assert partitions["2"]["last_enqueued_sequence_number"] == -1 and partitions["2"]["lag"] == 0
 
 
@@ -127,7 +133,9 @@ async def test_workers_come_from_heartbeats_drains_and_owners(
     assert list(workers) == ["w1", "w2", "w3"]
     assert workers["w1"]["alive"] is True and workers["w1"]["owned"] == 1 and workers["w1"]["draining"] is False
     assert workers["w1"]["last_seen"] <= state["generated_at"]
-    assert workers["w2"] == {"id": "w2", "owned": 1, "draining": False, "last_seen": None, "alive": False}
+    w2 = {k: v for k, v in workers["w2"].items() if k not in CONSOLE_WORKER_KEYS}
+    assert w2 == {"id": "w2", "owned": 1, "draining": False, "last_seen": None, "alive": False}
+    assert workers["w2"]["purgeable"] is False  # it still holds a lease
     assert workers["w3"]["draining"] is True and workers["w3"]["owned"] == 0
     assert by_id(state["partitions"])["2"]["pinned_to"] == "w1"
 

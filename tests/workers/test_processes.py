@@ -294,7 +294,7 @@ def _default_sigint() -> None:
 
 async def test_serve_runs_dashboard_workers_and_producer_in_one_process_and_ctrl_c_releases(site: Site) -> None:
     command = [
-        sys.executable, "manage.py", "serve", "--port", "0", "--workers", "2", "--produce", "200",
+        sys.executable, "manage.py", "serve", "--port", "0", "--workers", "2", "--produce", "200", "--no-pipeline",
         "--hub", REF.hub, "--store", "sql", "--interval", "0.5", "--expiry", "3",
     ]  # fmt: skip
     with (site.root / "serve.log").open("ab") as log:

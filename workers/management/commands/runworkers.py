@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import random
+import signal
 import socket
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +25,18 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from balancer.coordinator import Coordinator
-from balancer.strategies import DEFAULT, STRATEGIES, get_strategy
+from balancer.race_build import (
+    add_race_options,
+    build_race_coordinator,
+    close_race_stores,
+    probes_of,
+    race_times,
+    races_in_process,
+    wait_until_reachable,
+)
+from balancer.race_times import LoadWeights
+from balancer.strategies import DEFAULT, NAMES, RACE, get_strategy
+from workers import metrics
 from workers.bootstrap import SOURCES, STORES, Stores, build_source, build_stores, hub_ref
 from workers.handlers import DEFAULT_HANDLER, HandlerNotFound, resolve_handler
 from workers.pump import DeadLetters, PumpConfig
@@ -41,7 +56,7 @@ class Command(BaseCommand):
         add = parser.add_argument
         add(self.count_option, type=int, default=self.default_count, dest="count",
             help=f"workers in this process (default {self.default_count})")
-        add("--strategy", help=f"planning strategy: {', '.join(sorted(STRATEGIES))} (default: {DEFAULT})")
+        add("--strategy", help=f"planning strategy: {', '.join(sorted(NAMES))} (default: {DEFAULT})")
         add("--store", choices=sorted(STORES), help="ownership and checkpoint store (default: LEASEBOARD_STORE)")
         add("--source", choices=sorted(SOURCES), help="event source (default: LEASEBOARD_SOURCE)")
         add("--hub", help="hub name (default: LEASEBOARD_HUB)")
@@ -60,7 +75,9 @@ class Command(BaseCommand):
             help="where a partition without a checkpoint starts (default: earliest)")
         add("--shutdown-timeout", type=float, default=10.0,
             help="seconds a graceful stop waits for handlers, and again for the release (default 10)")
-        add("--metrics-port", type=int, default=0, help="serve Prometheus metrics on 127.0.0.1:PORT (default: off)")
+        add("--metrics-port", type=int, default=0, help="serve Prometheus metrics on ADDR:PORT (default: off)")
+        add("--metrics-addr", default="127.0.0.1", help="interface of --metrics-port (default 127.0.0.1)")
+        add_race_options(parser)
 
     # building ------------------------------------------------------------------------------
 
@@ -71,10 +88,18 @@ class Command(BaseCommand):
         expiry = options["expiry"] if options["expiry"] is not None else settings.LEASEBOARD_EXPIRY
         if count < 1:
             raise CommandError(f"{self.count_option} must be at least 1, got {count}")
+        # Named as the user gave them: an option, or the environment variable behind its default.
+        interval_name = "--interval" if options["interval"] is not None else "LEASEBOARD_INTERVAL"
+        expiry_name = "--expiry" if options["expiry"] is not None else "LEASEBOARD_EXPIRY"
         if interval <= 0:
-            raise CommandError(f"--interval must be more than 0 seconds, got {interval}")
+            raise CommandError(f"{interval_name} must be more than 0 seconds, got {interval}")
         if expiry <= interval:
-            raise CommandError(f"--expiry ({expiry:g}s) must be longer than --interval ({interval:g}s)")
+            raise CommandError(f"{expiry_name} ({expiry:g}s) must be longer than {interval_name} ({interval:g}s)")
+        check_limits(options)
+        skew = clock_skew()
+        clock = skewed_clock(skew)
+        if skew:
+            log.warning("%s=%g: this process's wall clock runs %+gs off (a test hook)", CLOCK_SKEW_ENV, skew, skew)
         try:
             strategy = get_strategy(options["strategy"] or settings.LEASEBOARD_STRATEGY or None)
             handler = resolve_handler(options["handler"])
@@ -84,7 +109,11 @@ class Command(BaseCommand):
                 checkpoint_seconds=options["checkpoint_seconds"],
                 initial_position=Position(latest=True) if options["initial_position"] == "latest" else None,
             )
-            stores = build_stores(options["store"])
+            if config.checkpoint_seconds <= 0:
+                seconds = config.checkpoint_seconds
+                raise ValueError(f"LEASEBOARD_CHECKPOINT_SECONDS must be more than 0, got {seconds:g}")
+            times = race_times(options, interval) if strategy.name == RACE.name else None
+            stores = metrics.instrument(build_stores(options["store"]))
             source = source or build_source(options["source"], ref.hub)
         except (ValueError, TypeError, HandlerNotFound, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from exc
@@ -101,14 +130,26 @@ class Command(BaseCommand):
 
         processors = []
         for i in range(count):
-            coordinator = Coordinator(
-                ref=ref, owner_id=f"{prefix}-{i}", store=stores.ownership, partitions=partitions,
-                strategy=strategy, expiry=expiry, controls=stores.controls, on_event=sink, rng=random.Random(),
-            )
+            coordinator: Any
+            if times is not None:  # 001's lease race (balancer.race), not a lease-table plan
+                coordinator = build_race_coordinator(
+                    ref, f"{prefix}-{i}", stores.ownership, partitions, times=times, controls=stores.controls,
+                    redis_url=settings.REDIS_URL or None, on_event=sink, rng=random.Random(),
+                )
+                if i == 0 and races_in_process(coordinator.backend):
+                    log.warning("--strategy race without REDIS_URL races in this process only")
+            else:
+                coordinator = Coordinator(
+                    ref=ref, owner_id=f"{prefix}-{i}", store=stores.ownership, partitions=partitions,
+                    strategy=strategy, expiry=expiry, controls=stores.controls, on_event=sink, rng=random.Random(),
+                    clock=clock,
+                )
             processors.append(EventProcessor(
                 coordinator, checkpoints=stores.checkpoints, source=source, handler=handler, interval=interval,
                 pump_config=config, dead_letters=dead_letters, shutdown_timeout=options["shutdown_timeout"],
             ))
+            if times is not None and options["load_weighted"]:
+                coordinator.load = LoadWeights(processed_by(processors[-1]), unit=options["load_unit"])
         log.info(
             "%d worker(s) %s-0..%d on %s/%s/%s: strategy %s, store %s, interval %gs, expiry %gs, handler %s",
             count, prefix, count - 1, ref.namespace, ref.hub, ref.consumer_group, strategy.name,
@@ -119,9 +160,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         built = self.build(options)
         if options["metrics_port"]:
-            from prometheus_client import start_http_server
-
-            start_http_server(options["metrics_port"], addr="127.0.0.1")
+            metrics.serve(options["metrics_port"], options["metrics_addr"])
         try:
             asyncio.run(self._run(built))
         finally:
@@ -129,9 +168,83 @@ class Command(BaseCommand):
 
     async def _run(self, built: Built) -> None:
         try:
-            await run_workers(built.processors, sink=built.sink)
+            if await wait_for_stores(built):
+                await run_workers(built.processors, sink=built.sink)
         finally:
             await close_stores(built.stores)
+            await close_race_stores()
+
+
+# A test hook: seconds added to the wall clock the workers of this process read (their
+# coordinators' ``clock``), to run one worker as if its machine's clock were off. Leases are judged
+# by the store's clock with the default strategy, so a skew must change nothing; the fault-injection
+# suite (tests/chaos) proves it. Not for production use.
+CLOCK_SKEW_ENV = "LEASEBOARD_CLOCK_SKEW"
+
+
+def clock_skew() -> float:
+    """Seconds of ``LEASEBOARD_CLOCK_SKEW`` (0 when unset). Raises CommandError for a value that is not."""
+    raw = os.environ.get(CLOCK_SKEW_ENV, "").strip()
+    if not raw:
+        return 0.0
+    try:
+        skew = float(raw)
+    except ValueError:
+        skew = math.nan
+    if not math.isfinite(skew):
+        raise CommandError(f"{CLOCK_SKEW_ENV} must be a number of seconds, got {raw!r}")
+    return skew
+
+
+def skewed_clock(skew: float) -> Callable[[], float]:
+    """``time.time``, or ``time.time`` plus ``skew`` seconds."""
+    if not skew:
+        return time.time
+    return lambda: time.time() + skew
+
+
+def check_limits(options: dict[str, Any]) -> None:
+    """Refuse option values that cannot work, in one line naming the option. Raises CommandError."""
+    limits: list[tuple[str, str, float, bool]] = [  # option, dest, lowest, lowest allowed itself
+        ("--checkpoint-events", "checkpoint_events", 1, True),
+        ("--checkpoint-seconds", "checkpoint_seconds", 0, False),
+        ("--shutdown-timeout", "shutdown_timeout", 0, False),
+        ("--metrics-port", "metrics_port", 0, True),
+    ]
+    for option, dest, lowest, inclusive in limits:
+        value = options.get(dest)
+        if value is None:
+            continue
+        if value < lowest or (value == lowest and not inclusive):
+            bound = f"at least {lowest:g}" if inclusive else f"more than {lowest:g}"
+            raise CommandError(f"{option} must be {bound}, got {value:g}")
+    if options.get("metrics_port") and options["metrics_port"] > 65535:
+        raise CommandError(f"--metrics-port must be a TCP port (1-65535, or 0 for none), got {options['metrics_port']}")
+
+
+async def wait_for_stores(built: Built) -> bool:
+    """Wait, with backoff and one clear line per attempt, until the stores answer (a store that is
+    down at start); False if SIGTERM or SIGINT came first (nothing is held yet)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        stores = (built.stores.ownership, built.stores.checkpoints, built.stores.controls)
+        return await wait_until_reachable(probes_of(stores, [p.coordinator for p in built.processors]), stop)
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+
+
+def processed_by(processor: EventProcessor) -> Callable[[str], int]:
+    """Events ``processor`` handled so far on a partition (what the load-weighted race measures)."""
+
+    def processed(pid: str) -> int:
+        stats = processor.stats().get(pid)
+        return stats.processed if stats is not None else 0
+
+    return processed
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """``manage.py serve``: the whole demo in one process (what ``make demo`` runs).
 
 Daphne serves ``dashboard.asgi.application`` while embedded workers (``--workers``, default 3)
-balance the embedded hub and an embedded producer writes sensor events to it (``--produce``).
+balance the embedded hub and an embedded producer writes sensor events to it (``--produce``). The
+workers land events as Parquet (``workers.landing.LandingHandler``) and the Spark pipeline runs
+over the landing as a child process (``--no-pipeline`` leaves it out; its log is var/pipeline.log).
 Daphne's Twisted reactor runs on an asyncio loop, and the workers run on that same loop, so their
 balancer events reach the websocket consumers through the in-memory channel layer. Ctrl-C (or
 SIGTERM) stops the producer, then the workers (final checkpoints, partitions released), then
@@ -10,15 +12,19 @@ the server.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import random
+import subprocess
 import threading
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
+from workers.pipeline.launcher import start_pipeline, stop_pipeline
 from workers.runtime import run_workers
 from workers.sensors import run_producer
 
@@ -44,6 +50,10 @@ class Command(RunWorkers):
                             help="create the embedded hub with, or grow it to, this many partitions "
                                  "(default: LEASEBOARD_PARTITIONS)")
         parser.add_argument("--homes", type=int, default=1000, help="homes (partition keys) of the producer")
+        parser.add_argument("--pipeline", action=argparse.BooleanOptionalAction, default=True,
+                            help="also run the Spark pipeline (runpipeline, local[1]) as a child process; "
+                                 "its log goes to var/pipeline.log (default: on)")
+        parser.set_defaults(handler="workers.landing.LandingHandler")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["produce"] < 0:
@@ -66,6 +76,7 @@ class Command(RunWorkers):
         server = Server(application, endpoints=[f"tcp:port={options['port']}:interface={options['host']}"])
         stop_producing = threading.Event()
         running: dict[str, asyncio.Task[None]] = {}
+        pipeline: list[subprocess.Popen[bytes]] = []
 
         def started() -> None:
             host, port = server.listening_addresses[0] if server.listening_addresses else (options["host"], "?")
@@ -78,10 +89,13 @@ class Command(RunWorkers):
                     args=(hub, options["produce"], stop_producing, random.Random()),
                     kwargs={"homes": options["homes"]},
                 ).start()  # fmt: skip
+            if options["pipeline"]:
+                pipeline.append(start_pipeline(hub_name, Path(settings.VAR_DIR) / "pipeline.log"))
             self.stdout.write(
                 f"Leaseboard is serving at http://{host}:{port}/ with {len(built.processors)} workers on "
                 f"{len(hub.partition_ids())} partitions of hub {hub_name!r}"
                 + (f", producing {options['produce']:g} events/s" if options["produce"] > 0 else "")
+                + (", with the Spark pipeline (log in var/pipeline.log)" if pipeline else "")
                 + ". Ctrl-C stops it.",
             )
             self.stdout.flush()
@@ -90,7 +104,9 @@ class Command(RunWorkers):
             stop_producing.set()
             for processor in built.processors:
                 processor.stop()
-            return defer.Deferred.fromFuture(asyncio.ensure_future(self._finish(running.get("workers"), built)))
+            return defer.Deferred.fromFuture(
+                asyncio.ensure_future(self._finish(running.get("workers"), built, pipeline))
+            )
 
         reactor.callWhenRunning(started)
         reactor.addSystemEventTrigger("before", "shutdown", stopping)  # type: ignore[arg-type]  # zope interface
@@ -98,17 +114,23 @@ class Command(RunWorkers):
             server.run()
         finally:
             stop_producing.set()
+            for process in pipeline:  # a backstop: normally stopped in order by _finish
+                stop_pipeline(process)
             hub.close()
         if not server.listening_addresses:
             raise CommandError(f"could not listen on {options['host']}:{options['port']} (is the port in use?)")
 
-    async def _finish(self, workers: asyncio.Task[None] | None, built: Built) -> None:
-        """Wait for the workers' graceful stop (bounded), then close the stores."""
+    async def _finish(
+        self, workers: asyncio.Task[None] | None, built: Built, pipeline: list[subprocess.Popen[bytes]]
+    ) -> None:
+        """Wait for the workers' graceful stop (bounded), then the pipeline's, then close the stores."""
         if workers is not None:
             bound = 2 * max(p.shutdown_timeout for p in built.processors) + 5
             _, late = await asyncio.wait([workers], timeout=bound)
             for task in late:
                 log.warning("workers did not stop within %gs; leaving their leases to expire", bound)
                 task.cancel()
+        for process in pipeline:
+            await asyncio.to_thread(stop_pipeline, process)
         await close_stores(built.stores)
         self.stdout.write("Leaseboard stopped.")

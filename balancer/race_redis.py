@@ -1,0 +1,122 @@
+"""The lease race's hashes and channels in Redis (001's own store), for ``balancer.race``.
+
+Keys and channels sit under the hub and consumer group's scope (``redisstore.scope``, the same
+hash tag as the store's keys), so one scope is one cluster slot and nothing outside it is touched::
+
+    leaseboard:{<namespace>/<hub>/<consumer group>}:race:allocation      hash  partition -> node
+    leaseboard:{...}:race:grab                                          hash  partition -> node
+    leaseboard:{...}:race:grab-lease                                    channel
+    leaseboard:{...}:race:allocated-lease                               channel
+
+``HSETNX`` and the read of the winner go in one ``MULTI``; a delete that must only remove this
+node's own value is a Lua compare-and-delete. The subscription has a connection of its own,
+without retries: when it breaks, ``listen`` raises and the coordinator subscribes again (and
+knows it may have missed notifications).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .model import HubRef
+from .race_backend import Channel, Deliver, Hash
+from .redisstore import RedisStore, _Connection, scope
+
+# KEYS: one hash. ARGV: field, value. Deletes the field only while it holds the value.
+DELETE_IF = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end
+return 0
+"""
+_ERRORS = (RedisConnectionError, RedisTimeoutError, ResponseError, OSError)
+
+
+class RedisRaceBackend:
+    """One node's connection to the race of ``ref`` on the Redis of ``store``."""
+
+    def __init__(self, store: RedisStore, ref: HubRef) -> None:
+        self._store = store
+        prefix = f"{scope(ref)}:race"
+        self.keys: dict[Hash, str] = {"allocation": f"{prefix}:allocation", "grab": f"{prefix}:grab"}
+        self.channels: dict[Channel, str] = {"grab": f"{prefix}:grab-lease", "allocated": f"{prefix}:allocated-lease"}
+        self._channel_of = {name: channel for channel, name in self.channels.items()}
+        self.requests = 0
+
+    async def _run(self, doing: str, call: Callable[[_Connection], Any]) -> Any:
+        self.requests += 1  # counted here, not in the store's requests
+        return await self._store.run(doing, call, count=False)
+
+    async def hgetall(self, hashes: tuple[Hash, ...]) -> dict[Hash, dict[str, str]]:
+        async def read(c: _Connection) -> list[dict[str, str]]:
+            pipe = c.client.pipeline(transaction=False)
+            for name in hashes:
+                pipe.hgetall(self.keys[name])
+            return list(await pipe.execute())
+
+        found = await self._run("reading the race hashes", read)
+        return {name: dict(values) for name, values in zip(hashes, found, strict=True)}
+
+    async def hget(self, name: Hash, field: str) -> str | None:
+        async def read(c: _Connection) -> str | None:
+            value = await c.client.hget(self.keys[name], field)
+            return None if value is None else str(value)
+
+        result: str | None = await self._run(f"reading the race's {name} hash", read)
+        return result
+
+    async def hset(self, name: Hash, field: str, value: str) -> None:
+        async def write(c: _Connection) -> None:
+            await c.client.hset(self.keys[name], field, value)
+
+        await self._run(f"writing the race's {name} hash", write)
+
+    async def hsetnx(self, name: Hash, field: str, value: str) -> str:
+        async def race(c: _Connection) -> str:
+            pipe = c.client.pipeline(transaction=True)  # MULTI: nobody writes between the two
+            pipe.hsetnx(self.keys[name], field, value)
+            pipe.hget(self.keys[name], field)
+            _, holder = await pipe.execute()
+            return str(holder)
+
+        holder: str = await self._run(f"HSETNX on the race's {name} hash", race)
+        return holder
+
+    async def hdel(self, name: Hash, field: str, expect: str | None = None) -> bool:
+        async def delete(c: _Connection) -> int:
+            if expect is None:
+                return int(await c.client.hdel(self.keys[name], field))
+            script = c.script(DELETE_IF)
+            return int(await script(keys=[self.keys[name]], args=[field, expect]))
+
+        deleted: int = await self._run(f"deleting from the race's {name} hash", delete)
+        return deleted > 0
+
+    async def publish(self, channel: Channel, partition_id: str) -> None:
+        async def send(c: _Connection) -> None:
+            await c.client.publish(self.channels[channel], partition_id)
+
+        await self._run(f"publishing a {channel} notification", send)
+
+    async def listen(self, deliver: Deliver, ready: Callable[[], None]) -> None:
+        self.requests += 1
+        client = self._store.new_client(retries=0)
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(*self.channels.values())
+            ready()
+            while True:
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                if message is None:
+                    continue
+                channel = self._channel_of.get(str(message["channel"]))
+                if channel is not None:
+                    deliver(channel, str(message["data"]))
+        except _ERRORS as exc:
+            raise self._store.error("the race subscription", exc) from None
+        finally:
+            await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await client.aclose()

@@ -1,0 +1,103 @@
+"""The simulator's run of the ``race`` strategy: real ``RaceCoordinator``s on simulated time.
+
+Everything of ``simulator._Run`` holds (scenarios, latency, ledger, processing, measures); what
+differs is the coordinator and one more store: the race's hashes and channels live in one
+``MemoryRaceHub``, and each worker reaches it through its own ``MemoryRaceBackend`` with the
+same latency as the ownership store (a message reaches each subscriber after a one-way latency
+of its own). The workers' cycles (renewals, repairs, grab timers) run every ``interval`` as for
+the lease-table strategies; the races run between cycles, driven by the notifications.
+
+Spans: the normal lease time is the lease-table ``expiry`` (a partition is challenged about as
+often as a lease-table lease must be renewed at the latest), the maximum lease time 1.5 times
+that, the maximum shutdown time and the minimum lease grab time half of it (the maximum shutdown
+time at least 1.5 intervals: it is also the local lease a worker holds between two cycles), and
+001's 250 ms delay per partition held.
+
+``store_requests_per_worker_cycle`` counts the round trips to both stores; ``plan_ms`` is empty:
+the race has no plan function.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import cast
+
+from .coordinator import Coordinator
+from .memory import MemoryStore
+from .model import partition_ids
+from .race import RaceCoordinator
+from .race_backend import MemoryRaceBackend, MemoryRaceHub
+from .race_times import RaceTimes
+from .sim_store import LatentStore, Ledger
+from .simulator import EPOCH, REF, Outcome, Settings, _Run
+
+
+def sim_times(settings: Settings) -> RaceTimes:
+    """The race's spans for a simulation with ``settings`` (see the module docstring)."""
+    half = settings.expiry / 2
+    return RaceTimes(
+        normal_lease=settings.expiry,
+        maximum_lease=1.5 * settings.expiry,
+        maximum_shutdown=max(half, 1.5 * settings.interval),
+        minimum_lease_grab=half,
+        leases_held_delay=0.25,
+    )
+
+
+class RaceRun(_Run):
+    """One seeded run of one scenario with ``RaceCoordinator``s."""
+
+    def _build(self) -> None:
+        times = sim_times(self.s)
+        self.store = MemoryStore(clock=lambda: EPOCH + self._now())
+        self.ledger = Ledger(self.s.expiry, lambda w: w in self.alive)
+        self.hub = MemoryRaceHub()
+        self.proxies: dict[str, LatentStore] = {}
+        self.races: dict[str, RaceCoordinator] = {}
+        for w in self.names:
+            proxy = LatentStore(self.store, self.ledger, random.Random(self.env.random()), self.s.latency)
+            backend = MemoryRaceBackend(self.hub, REF, self.s.latency, random.Random(self.env.random()))
+            self.proxies[w] = proxy
+            self.races[w] = RaceCoordinator(
+                REF, w, proxy, backend, self._partition_ids, times,
+                controls=proxy, on_handoff=self._on_handoff(w), rng=random.Random(f"{self.seed}/{w}"),
+                clock=self._clock_of(w), monotonic=self._now,
+            )  # fmt: skip
+        # The base class uses only cycle, owned, holds, handing_off and release of its
+        # coordinators, which a RaceCoordinator has too; what else differs is overridden here.
+        self.coordinators = cast(dict[str, Coordinator], self.races)
+
+    async def _adopt(self, workers: list[str]) -> None:
+        """Start from a balanced state: deal the partitions out; each worker adopts its deal."""
+        pids = list(partition_ids(self.hub_size))
+        self.env.shuffle(pids)
+        for i, w in enumerate(workers):
+            await self.races[w].adopt(pids[i :: len(workers)], "initial state")
+            self.alive.add(w)
+            await self._cycle(w)
+        for w in workers:
+            self._launch(w, self._now() + self.env.uniform(0, self.s.interval))
+
+    async def _cycle(self, w: str) -> None:
+        proxy, race = self.proxies[w], self.races[w]
+        async with self.locks[w]:
+            proxy.first_claim_at = None
+            report = await race.cycle()
+        spent = proxy.requests + race.backend.requests
+        if self._now() >= self.disturbed_at:  # this cycle's requests, and the races' since the last
+            self.cycles[w] += 1
+            self.requests.append(spent - self.counted[w])
+        self.counted[w] = spent
+        self._after_cycle(w, report)
+
+    def _crash(self, w: str) -> None:
+        self.races[w].abort()
+        super()._crash(w)
+
+    async def main(self) -> Outcome:
+        try:
+            return await super().main()
+        finally:
+            tasks = [t for race in self.races.values() for t in race.abort()]
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,113 @@
+"""The shared shape of the admin-action commands (``drain``, ``pin``, ...): parse, show the dry run, ask, apply.
+
+Each command names its action and positional arguments; the work is ``dashboard.actions``, the
+same code behind the page's buttons, so both land in the same audit log. The user recorded is
+``cli:<login name>`` (``--user`` overrides it). Without ``--yes`` the command asks before applying;
+``--dry-run`` only shows what would move. A refusal ends the command with exit status 1 and the
+reason on stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from balancer.errors import StoreError
+from balancer.model import HubRef
+
+from . import actions
+from .state import forget_stores, parse_ref
+
+
+class ActionCommand(BaseCommand):
+    stealth_options = ("stdin",)  # tests (and scripts calling call_command) hand the answers in
+    action = ""
+    target_help = ""  # the positional argument's help; empty: no positional argument
+    value_help = ""
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        if self.target_help:
+            parser.add_argument("target", help=self.target_help)
+        if self.value_help:
+            parser.add_argument("value", help=self.value_help)
+        parser.add_argument("--reason", default="", help="why (kept in the audit log); asked for when left out")
+        parser.add_argument("--yes", action="store_true", help="apply without asking")
+        parser.add_argument("--dry-run", action="store_true", help="only show what would move")
+        parser.add_argument("--user", default="", help="who to record in the audit log (default: cli:<login>)")
+        parser.add_argument("--hub", help="hub (default: LEASEBOARD_HUB)")
+        parser.add_argument("--consumer-group", help="consumer group (default: LEASEBOARD_CONSUMER_GROUP)")
+
+    def request(self, options: dict[str, Any]) -> actions.Request:
+        return actions.Request(
+            self.action, options.get("target") or ("*" if self.action == "rebalance" else ""),
+            options.get("value") or "", options["reason"],
+        )  # fmt: skip
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self.stdin = options.get("stdin") or sys.stdin
+        try:
+            ref = parse_ref(options["hub"], options["consumer_group"])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        asyncio.run(self._run(ref, options))
+
+    async def _run(self, ref: HubRef, options: dict[str, Any]) -> None:
+        try:
+            await self._act(ref, options)
+        except actions.Refused as refusal:
+            raise CommandError(refusal.message) from None
+        except StoreError as exc:
+            raise CommandError(f"store unavailable: {exc}") from exc
+        finally:
+            await forget_stores()
+
+    async def _act(self, ref: HubRef, options: dict[str, Any]) -> None:
+        wanted = self.request(options)
+        shown = await actions.preview(ref, wanted)
+        self._show(shown)
+        if options["dry_run"]:
+            return
+        reason = wanted.reason or self._ask("Reason (kept in the audit log): ")
+        if not reason:
+            raise CommandError("a reason is needed: --reason '...'")
+        confirm_last = False
+        if shown.needs_confirmation:
+            if options["yes"]:
+                raise CommandError(f"{shown.notes[0]}; run without --yes and confirm by typing the worker's id")
+            confirm_last = self._ask(f"Type {wanted.target} to drain the last live worker: ") == wanted.target
+            if not confirm_last:
+                raise CommandError("not confirmed; nothing was changed")
+        elif not options["yes"] and self._ask("Apply? [y/N] ").lower() not in ("y", "yes"):
+            self.stdout.write("Nothing was changed.")
+            return
+        final = actions.Request(
+            wanted.action, wanted.target, wanted.value, reason, getattr(wanted, "force", False), confirm_last
+        )
+        user = options["user"] or f"cli:{getpass.getuser()}"
+        entry = await actions.apply(ref, final, user)
+        self.stdout.write(self.style.SUCCESS(f"Applied (audit #{entry['id']}): {entry['message']}"))
+
+    def _show(self, shown: actions.Preview) -> None:
+        self.stdout.write(shown.summary)
+        for move in shown.moves:
+            why = "" if move.caused else "  (already on its way)"
+            before, after = move.before or "nobody", move.after or "nobody"
+            self.stdout.write(f"  partition {move.partition_id}: {before} -> {after}{why}")
+        if shown.checkpoint is not None:
+            c = shown.checkpoint
+            self.stdout.write(
+                f"  partition {c['partition_id']}: checkpoint {c['from']} -> {c['to']}, "
+                f"lag {c['lag_before']} -> {c['lag_after']} events"
+            )
+        for note in shown.notes:
+            self.stdout.write(f"  note: {note}")
+
+    def _ask(self, prompt: str) -> str:
+        if self.stdin.isatty():
+            self.stdout.write(prompt, ending="")
+            self.stdout.flush()
+        return str(self.stdin.readline()).strip()

@@ -1,0 +1,251 @@
+"""Events per second through the Spark pipeline for 1 million landed events, against a plain pyarrow
+scan of the same files as the floor.
+
+Run: ``.venv/bin/python -m tests.benchmarks.bench_pipeline [--events N]`` (or ``make bench``). The
+events are landed first, as the landing handler lands them (files of 5000 events, 16 partitions,
+written durably with ``workers.landing.write_atomically``); they are synthetic sensor readings of
+1000 homes over an hour. Then, on the same files:
+
+* pyarrow: a scan of every column (the floor: reading is all it does), and a scan plus the
+  per-home/minute/sensor count (the aggregation without the dedupe);
+* Spark (``local[2]``, the session started once): the real job, ``runpipeline --once`` minus the
+  command (``PipelineJob.start(once=True)``: file source, dedupe with its RocksDB state, aggregates
+  and alerts to Parquet, summary to a throw-away SQLite database), from a fresh checkpoint; twice,
+  the first run paying the JVM's warm-up.
+
+Then the demo's latency from enqueue to aggregate: ``produce --rate 50``, ``runworkers --count 3
+--handler workers.landing.LandingHandler`` and ``runpipeline --master local[1]`` (5 s trigger, as
+``serve`` starts it) as real processes on a throw-away database for ``--latency-seconds`` after
+the pipeline's first batch; per committed batch, the time from the enqueueing of its newest and
+of its oldest event to its commit. The page shows a commit within its poll interval (3 s) more.
+
+Prints one table. Not collected by pytest (no ``test_`` prefix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+django.setup()
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+import pyarrow.dataset as ds  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+
+from workers.landing import ARROW_SCHEMA, MAX_EVENTS, file_name, write_atomically  # noqa: E402
+from workers.sensors import SENSORS  # noqa: E402
+
+HUB = "bench"
+PARTITIONS = 16
+HOMES = np.array([f"home-{i:05d}" for i in range(1000)])
+KINDS = list(SENSORS)
+T0 = 1_767_225_600.0
+
+
+def synthetic(partition_id: str, first: int, count: int, rng: np.random.Generator, span: float) -> pa.Table:
+    """``count`` landed events of one partition from sequence number ``first``, spread over ``span`` s."""
+    weights = np.array([SENSORS[k][0] for k in KINDS], dtype=float)
+    kinds = rng.choice(len(KINDS), size=count, p=weights / weights.sum())
+    sensor = np.array(KINDS)[kinds]
+    opened = rng.random(count) < 0.5
+    event = np.where(
+        np.isin(sensor, ["door", "window"]),
+        np.where(opened, "opened", "closed"),
+        np.where(np.isin(sensor, ["glass_break"]) | opened, "detected", "cleared"),
+    )
+    sequence = np.arange(first, first + count, dtype=np.int64)
+    seconds = T0 + rng.random(count) * span
+    micros = pa.array((seconds * 1e6).astype(np.int64), pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    columns = {
+        "partition_id": pa.array(np.full(count, partition_id)),
+        "sequence_number": pa.array(sequence),
+        "offset": pa.array((sequence * 120).astype(str)),
+        "enqueued_time": micros,
+        "partition_key": pa.nulls(count, pa.string()),
+        "event_id": pa.array(np.char.add(f"{partition_id}-", sequence.astype(str))),
+        "home": pa.array(HOMES[rng.integers(0, len(HOMES), count)]),
+        "sensor": pa.array(sensor),
+        "sensor_id": pa.array(np.char.add(sensor, "-1")),
+        "event": pa.array(event),
+        "armed": pa.array(rng.random(count) < 0.3),
+        "event_time": micros,
+    }
+    return pa.Table.from_pydict(columns, schema=ARROW_SCHEMA)
+
+
+def land(root: Path, events: int) -> tuple[int, float]:
+    """Land ``events`` events under ``root``/HUB; (files written, seconds)."""
+    rng = np.random.default_rng(7)
+    per_partition = events // PARTITIONS
+    files = 0
+    started = time.perf_counter()
+    for p in range(PARTITIONS):
+        for first in range(0, per_partition, MAX_EVENTS):
+            count = min(MAX_EVENTS, per_partition - first)
+            table = synthetic(str(p), first, count, rng, 3600.0)
+            write_atomically(root / HUB / str(p), file_name(first, first + count - 1), table)
+            files += 1
+    return files, time.perf_counter() - started
+
+
+def pyarrow_scan(folder: Path) -> tuple[int, float]:
+    started = time.perf_counter()
+    table = ds.dataset(folder, format="parquet").to_table()
+    return table.num_rows, time.perf_counter() - started
+
+
+def pyarrow_aggregate(folder: Path) -> tuple[int, float]:
+    started = time.perf_counter()
+    table = ds.dataset(folder, format="parquet").to_table(columns=["home", "sensor", "event_time"])
+    table = table.append_column("minute", pc.floor_temporal(table["event_time"], unit="minute"))
+    counts = table.group_by(["home", "minute", "sensor"]).aggregate([([], "count_all")])
+    assert pc.sum(counts["count_all"]).as_py() == table.num_rows
+    return table.num_rows, time.perf_counter() - started
+
+
+def database(root: Path) -> str:
+    """A migrated throw-away SQLite database for the summary; its alias."""
+    from tests.servers import add_django_database
+
+    alias = f"bench_pipeline_{os.getpid()}_{time.monotonic_ns()}"
+    add_django_database(
+        alias, f"sqlite:///{root / 'bench.sqlite3'}", timeout=20,
+        init_command="PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", transaction_mode="IMMEDIATE",
+    )  # fmt: skip
+    call_command("migrate", database=alias, verbosity=0)
+    return alias
+
+
+def spark_run(root: Path, run: int, alias: str) -> tuple[int, float, float, float]:
+    """The job over the landing from a fresh checkpoint; (events counted, seconds, trigger s, write s)."""
+    from workers.models import PipelineBatch
+    from workers.pipeline.job import Paths, PipelineJob
+    from workers.pipeline.spark import build_session
+
+    spark = build_session("local[2]", "leaseboard-bench")
+    paths = Paths.for_hub(HUB, root, root / f"pipeline-{run}")
+    job = PipelineJob(spark, HUB, paths, database=alias)
+    started = time.perf_counter()
+    query = job.start(once=True)
+    query.awaitTermination()
+    seconds = time.perf_counter() - started
+    job.record_progress(query)
+    batches = list(PipelineBatch.objects.using(alias).filter(query_id=str(query.id)))
+    trigger = sum(b.duration_seconds or 0.0 for b in batches)
+    write = sum(b.write_seconds for b in batches)
+    return sum(b.events for b in batches), seconds, trigger, write
+
+
+def demo_latency(seconds: float) -> list[tuple[float, float]]:
+    """(newest event's, oldest event's) seconds from enqueued to committed, per batch of a demo-like run."""
+    from tests.servers import add_django_database, remove_django_database
+    from workers.models import PipelineBatch
+    from workers.pipeline.launcher import start_pipeline, stop_pipeline
+
+    manage = Path(__file__).resolve().parents[2] / "manage.py"
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        env = {
+            **os.environ, "DATABASE_URL": f"sqlite:///{root / 'db.sqlite3'}", "LEASEBOARD_VAR_DIR": str(root / "var"),
+            "LEASEBOARD_HUB_DIR": str(root / "hub"), "LEASEBOARD_LOG_LEVEL": "WARNING",
+        }  # fmt: skip
+        subprocess.run([sys.executable, str(manage), "migrate", "--noinput", "-v", "0"], env=env, check=True)
+        alias = f"bench_latency_{os.getpid()}"
+        add_django_database(alias, env["DATABASE_URL"], timeout=20)
+        out = (root / "demo.log").open("ab")
+        processes = [
+            subprocess.Popen([sys.executable, str(manage), "produce", "--rate", "50"], env=env, stdout=out, stderr=out)
+        ]
+        time.sleep(1.0)  # the producer creates the hub
+        processes.append(subprocess.Popen(
+            [sys.executable, str(manage), "runworkers", "--count", "3", "--handler", "workers.landing.LandingHandler"],
+            env=env, stdout=out, stderr=out,
+        ))  # fmt: skip
+        pipeline = start_pipeline("sensors", root / "pipeline.log", env=env)
+        try:
+            deadline = time.monotonic() + 180
+            batches = PipelineBatch.objects.using(alias)
+            while not batches.exists():
+                if time.monotonic() > deadline or pipeline.poll() is not None:
+                    raise RuntimeError("no pipeline batch in 180 s:\n" + (root / "pipeline.log").read_text()[-2000:])
+                time.sleep(1.0)
+            warm = batches.order_by("-batch_id")[0].batch_id  # the first batches carry the start-up's backlog
+            time.sleep(seconds)
+            rows = list(batches.filter(batch_id__gt=warm))
+        finally:
+            stop_pipeline(pipeline)
+            for process in processes:
+                process.terminate()
+                process.wait(30)
+            out.close()
+            remove_django_database(alias)
+        return [(b.as_json()["latency_seconds"], b.as_json()["max_latency_seconds"]) for b in rows]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=1_000_000, help="events to land (default 1000000)")
+    parser.add_argument("--latency-seconds", type=float, default=45.0,
+                        help="seconds to measure the demo's latency after its first batch (default 45; 0: skip)")
+    args = parser.parse_args(argv or [])
+    logging.getLogger("leaseboard").setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        files, landing_seconds = land(root / "landing", args.events)
+        folder = root / "landing" / HUB
+        size = sum(p.stat().st_size for p in folder.rglob("*.parquet"))
+        events = args.events // PARTITIONS * PARTITIONS
+        print(f"{events:,} events in {files} landing files ({size / 1e6:.1f} MB), {PARTITIONS} partitions; "
+              f"{os.cpu_count()} cores")  # fmt: skip
+        print(f"{'case':<62} {'seconds':>8} {'events/s':>11}")
+
+        def row(title: str, seconds: float) -> None:
+            print(f"{title:<62} {seconds:>8.2f} {events / seconds:>11,.0f}", flush=True)
+
+        row("landing: write the files durably (pyarrow, fsync, rename)", landing_seconds)
+        rows, seconds = pyarrow_scan(folder)
+        assert rows == events
+        row("floor: pyarrow scan of every column", seconds)
+        rows, seconds = pyarrow_aggregate(folder)
+        row("pyarrow scan + count per home/minute/sensor (no dedupe)", seconds)
+
+        alias = database(root)
+        started = time.perf_counter()
+        from workers.pipeline.spark import build_session
+
+        build_session("local[2]", "leaseboard-bench")
+        print(f"{'(Spark session start, not counted below)':<62} {time.perf_counter() - started:>8.2f}")
+        for run, title in ((1, "Spark job, first run (JVM warming up)"), (2, "Spark job, second run (warm JVM)")):
+            counted, seconds, trigger, write = spark_run(root / "landing", run, alias)
+            assert counted == events, f"the job counted {counted} events, not {events}"
+            row(title, seconds)
+            print(f"{'  of which Spark trigger / foreachBatch writes':<62} {trigger:>8.2f} {write:>11.2f}")
+
+    if args.latency_seconds > 0:
+        latencies = demo_latency(args.latency_seconds)
+        if not latencies:
+            print("demo latency: no batch committed in the measured time")
+            return
+        newest = [a for a, _ in latencies]
+        oldest = [b for _, b in latencies]
+        print(f"demo (50 events/s, 3 workers, pipeline local[1], 5 s trigger): {len(latencies)} batches in "
+              f"{args.latency_seconds:g} s; seconds from enqueue to committed aggregate:")  # fmt: skip
+        print(f"{'  newest event of a batch: median / max':<62} {statistics.median(newest):>8.2f} {max(newest):>11.2f}")
+        print(f"{'  oldest event of a batch: median / max':<62} {statistics.median(oldest):>8.2f} {max(oldest):>11.2f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,215 @@
+"""The store contract on ``balancer.redisstore.RedisStore`` against a real ``redis-server`` (flushed
+before each test), plus what only the Redis store has: one slot per scope, scripts that touch only
+their scope's keys (an ACL user allowed nothing else runs them), the server's clock, unreadable
+records, outages and refused credentials."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager, aclosing
+
+import pytest
+from redis.asyncio import Redis
+from redis.crc import key_slot
+
+from balancer.errors import StoreError, StoreUnavailable
+from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
+from balancer.redisstore import Keys, RedisStore, scope
+from tests.redis_server import RedisServer, start_redis
+from tests.servers import free_port
+
+from .base import NEIGHBOURS, REF, StoreContract
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    server = start_redis()
+    yield server
+    server.stop()
+
+
+async def flush(url: str) -> None:
+    async with Redis.from_url(url) as raw:
+        await raw.flushall()
+
+
+class TestRedisStore(StoreContract):
+    @pytest.fixture
+    async def store(self, redis_server: RedisServer) -> AsyncIterator[RedisStore]:
+        await flush(redis_server.url)
+        async with RedisStore(redis_server.url) as store:
+            yield store
+
+    def connect(self, store: RedisStore) -> AbstractAsyncContextManager[RedisStore]:
+        return aclosing(RedisStore(store.url))  # its own connections, in the thread's own loop
+
+    # only the Redis store ------------------------------------------------------------------
+
+    async def test_every_listing_and_every_claim_is_one_round_trip(self, store: RedisStore) -> None:
+        before = store.requests
+        won = await store.claim_ownership([OwnershipRecord(REF, str(p), "w1") for p in range(40)])
+        assert len(won) == 40 and store.requests - before == 1
+        renewed = await store.claim_ownership(won)
+        assert [r.partition_id for r in renewed] == [str(p) for p in range(40)]
+        for listing in (store.list_ownership, store.list_checkpoints, store.list_members, store.list_controls):
+            before = store.requests
+            await listing(REF)
+            assert store.requests - before == 1
+
+    async def test_every_key_of_a_scope_hashes_to_one_cluster_slot_and_braces_cannot_split_it(
+        self, store: RedisStore, redis_server: RedisServer
+    ) -> None:
+        tricky = HubRef("ns}{x", "hub{a}", "$Default")
+        for ref in (REF, tricky):
+            keys = Keys.of(ref)
+            fields = (keys.ownership, keys.checkpoints, keys.members, keys.controls, keys.etags)
+            assert len({key_slot(k.encode()) for k in fields}) == 1
+            assert scope(ref).count("{") == 1 and scope(ref).count("}") == 1
+        await store.claim_ownership([OwnershipRecord(tricky, "0", "a")])
+        await store.update_checkpoint(Checkpoint(tricky, "0", 3), "a")
+        async with Redis.from_url(redis_server.url, decode_responses=True) as raw:
+            written = sorted(await raw.keys("*"))
+        assert written == sorted([Keys.of(tricky).ownership, Keys.of(tricky).etags, Keys.of(tricky).checkpoints])
+        assert all(k.startswith(scope(tricky) + ":") for k in written)
+
+    async def test_the_scripts_touch_only_keys_of_their_scope(
+        self, store: RedisStore, redis_server: RedisServer
+    ) -> None:
+        # An ACL user may touch REF's keys and nothing else; Redis checks every key a script
+        # touches against it. The whole protocol works for REF; a neighbour is refused.
+        async with Redis.from_url(redis_server.url) as admin:
+            await admin.acl_setuser(
+                "scoped", enabled=True, passwords=["+scoped-pw"], commands=["+@all"],
+                keys=[f"{scope(REF)}:*"], reset_keys=True,
+            )  # fmt: skip
+        url = f"redis://scoped:scoped-pw@127.0.0.1:{redis_server.port}/0"
+        async with RedisStore(url) as scoped:
+            [held] = await scoped.claim_ownership([OwnershipRecord(REF, "0", "a")])
+            assert (await scoped.claim_ownership([held]))[0].owner_id == "a"
+            await scoped.update_checkpoint(Checkpoint(REF, "0", 5, "500"), "a")
+            await scoped.heartbeat(Member(REF, "a", 0.0, {"pid": "1"}))
+            await scoped.put_control(Control(REF, ControlKind.PIN, "0", "a"))
+            await scoped.delete_control(REF, "pin", "0")
+            await scoped.remove_member(REF, "a")
+            assert [c.sequence_number for c in await scoped.list_checkpoints(REF)] == [5]
+            assert await scoped.list_members(REF) == [] and await scoped.list_controls(REF) == []
+            for other in NEIGHBOURS:
+                with pytest.raises(StoreError, match=r"(?i)no permissions"):
+                    await scoped.claim_ownership([OwnershipRecord(other, "0", "a")])
+                with pytest.raises(StoreError, match=r"(?i)no permissions"):
+                    await scoped.list_ownership(other)
+        assert {r.partition_id for r in await store.list_ownership(REF)} == {"0"}
+        for other in NEIGHBOURS:
+            assert await store.list_ownership(other) == []
+
+    async def test_times_are_the_servers_to_the_microsecond_and_never_go_back(self, store: RedisStore) -> None:
+        async with Redis.from_url(store.url) as raw:
+            seconds, micros = await raw.time()
+        server = seconds + micros / 1e6
+        now = await store.now()
+        assert server <= now < server + 5
+        written = []
+        for i in range(20):
+            [record] = await store.claim_ownership([OwnershipRecord(REF, str(i), "a")])
+            assert record.last_modified is not None
+            written.append(record.last_modified)
+        assert written == sorted(written) and len(set(written)) > 1  # microseconds, not rounded away
+        assert now <= written[0] and written[-1] <= await store.now()
+
+    async def test_an_unreadable_record_is_logged_once_and_skipped_and_a_first_claim_may_replace_it(
+        self, store: RedisStore, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
+        await store.update_checkpoint(Checkpoint(REF, "0", 3), "a")
+        keys = Keys.of(REF)
+        async with Redis.from_url(store.url) as raw:  # what a hand edit in redis-cli could leave
+            await raw.hset(keys.ownership, mapping={"1": "{not json", "abc": '{"owner":"x","etag":"e","modified":"1"}'})
+            await raw.hset(keys.checkpoints, "1", '{"sequence": "-5", "modified": "1.0"}')
+            await raw.hset(keys.members, "m", '{"seen": "1.0", "info": [1, 2]}')
+            await raw.hset(keys.controls, "explode/1", '{"value": "", "created": "1.0"}')
+        with caplog.at_level(logging.WARNING, logger="balancer.redisstore"):
+            for _ in range(2):
+                assert [r.partition_id for r in await store.list_ownership(REF)] == ["0"]
+                assert [c.partition_id for c in await store.list_checkpoints(REF)] == ["0"]
+                assert await store.list_members(REF) == [] and await store.list_controls(REF) == []
+        warnings = [r.getMessage() for r in caplog.records if r.name == "balancer.redisstore"]
+        assert len(warnings) == 5 and len(store.corrupt) == 5  # logged once, though listed twice
+        assert any("'1'" in w and "not JSON" in w for w in warnings), warnings
+        assert any("unknown control kind 'explode'" in w for w in warnings), warnings
+        # partition 1 looks never owned to a worker: its first claim replaces the unreadable record
+        [won] = await store.claim_ownership([OwnershipRecord(REF, "1", "b")])
+        assert won.owner_id == "b" and len(store.corrupt) == 5
+        assert sorted(r.partition_id for r in await store.list_ownership(REF)) == ["0", "1"]
+        assert len(store.corrupt) == 4
+
+    def test_one_store_serves_one_event_loop_after_another(self, redis_server: RedisServer) -> None:
+        asyncio.run(flush(redis_server.url))
+        store = RedisStore(redis_server.url)
+
+        async def first() -> list[OwnershipRecord]:
+            async with store:
+                return await store.claim_ownership([OwnershipRecord(REF, "0", "w1")])
+
+        async def second() -> list[OwnershipRecord]:
+            async with store:
+                return await store.list_ownership(REF)
+
+        [held] = asyncio.run(first())
+        assert asyncio.run(second()) == [held]
+
+
+# outages and credentials: servers of their own -------------------------------------------------
+
+
+async def test_a_redis_that_is_down_is_store_unavailable_naming_it_but_never_its_password() -> None:
+    port = free_port()
+    async with RedisStore(f"redis://:s3cr3t-pw@127.0.0.1:{port}/2") as store:
+        for call in (store.now(), store.list_ownership(REF), store.claim_ownership([OwnershipRecord(REF, "0", "a")])):
+            with pytest.raises(StoreUnavailable) as down:
+                await call
+            message = str(down.value)
+            assert f"cannot reach Redis at 127.0.0.1:{port}/2" in message
+            assert "s3cr3t-pw" not in message and "s3cr3t-pw" not in repr(down.value.__cause__)
+    assert store.requests == 3
+
+
+async def test_a_restarted_redis_fails_at_most_one_call_and_the_same_store_goes_on() -> None:
+    server = start_redis()
+    try:
+        async with RedisStore(server.url) as store:
+            [held] = await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
+            server.restart()  # no persistence: every key is gone, pooled connections are dead
+            assert await store.list_ownership(REF) == []  # the retry took a fresh connection
+            assert await store.claim_ownership([held]) == []  # its ETag died with the old server
+            [again] = await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
+            assert again.etag != held.etag
+            server.shutdown()
+            with pytest.raises(StoreUnavailable):
+                await store.claim_ownership([again])
+            server.start()
+            assert await store.list_ownership(REF) == []
+    finally:
+        server.stop()
+
+
+async def test_refused_credentials_are_a_store_error_that_does_not_print_them() -> None:
+    server = start_redis(password="right-pw")
+    try:
+        async with RedisStore(f"redis://:wrong-pw@127.0.0.1:{server.port}/0") as store:
+            with pytest.raises(StoreError) as refused:
+                await store.list_ownership(REF)
+        assert not isinstance(refused.value, StoreUnavailable)
+        assert "refused the credentials" in str(refused.value) and "wrong-pw" not in str(refused.value)
+        async with RedisStore(server.url) as store:
+            assert await store.list_ownership(REF) == []
+    finally:
+        server.stop()
+
+
+def test_a_url_that_is_not_redis_is_refused_at_once() -> None:
+    with pytest.raises(StoreError, match="must be a redis://"):
+        RedisStore("http://127.0.0.1:6379")
+    with pytest.raises(StoreError, match="no Redis URL"):
+        RedisStore("")

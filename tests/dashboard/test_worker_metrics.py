@@ -1,0 +1,78 @@
+"""``workers/metrics.py``: reasons reduced to a fixed set, and store calls counted by operation and outcome."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from prometheus_client import REGISTRY
+
+from balancer.errors import OwnershipLost, StoreUnavailable
+from balancer.memory import MemoryStore
+from balancer.model import BalancerEvent, Checkpoint, EventKind, HubRef, OwnershipRecord
+from workers import metrics
+from workers.bootstrap import Stores
+
+REF = HubRef("metrics.example", "sensors", "$Default")
+
+
+def value(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def event(kind: EventKind, reason: str) -> BalancerEvent:
+    return BalancerEvent(kind, REF, "0", "w2", "w1", "w2", reason, time.time())
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason", "label"),
+    [
+        (EventKind.CLAIM, "never owned", "never_owned"),
+        (EventKind.CLAIM, "released", "released"),
+        (EventKind.EXPIRE, "lease of w1 not renewed for 31.2s (expiry 30s)", "lease_expired"),
+        (EventKind.STEAL, "w1 did not hand over within 30s", "handoff_timeout"),
+        (EventKind.STEAL, "w1 holds 6, above its share", "over_share"),
+        (EventKind.RELEASE, "handed off", "handoff"),
+        (EventKind.RELEASE, "shutting down", "shutdown"),
+        (EventKind.LOST, "now held by w3", "taken"),
+        (EventKind.LOST, "a reason nobody wrote a rule for", "other"),
+    ],
+)
+def test_a_reason_becomes_one_of_a_fixed_set_of_labels(kind: EventKind, reason: str, label: str) -> None:
+    assert metrics.reason_label(event(kind, reason)) == label
+
+
+def test_an_event_counts_by_kind_by_reason_and_as_a_steal_or_an_expiry() -> None:
+    steals, expiries = value("leaseboard_steals_total"), value("leaseboard_lease_expirations_total")
+    by_reason = value("leaseboard_ownership_changes_by_reason_total", kind="steal", reason="handoff_timeout")
+
+    metrics.observe_event(event(EventKind.STEAL, "w1 did not hand over within 30s"))
+    metrics.observe_event(event(EventKind.EXPIRE, "lease of w1 not renewed for 31.2s (expiry 30s)"))
+
+    assert value("leaseboard_steals_total") == steals + 1
+    assert value("leaseboard_lease_expirations_total") == expiries + 1
+    after = value("leaseboard_ownership_changes_by_reason_total", kind="steal", reason="handoff_timeout")
+    assert after == by_reason + 1
+
+
+async def test_an_instrumented_store_counts_each_call_by_operation_and_outcome() -> None:
+    memory = MemoryStore()
+    stores = metrics.instrument(Stores(memory, memory, memory))
+    assert stores.ownership is stores.checkpoints is stores.controls  # one wrapper per store
+
+    def count(operation: str, outcome: str) -> float:
+        return value("leaseboard_store_requests_total", operation=operation, outcome=outcome)
+
+    claims, lost = count("claim_ownership", "ok"), count("update_checkpoint", "lost")
+    down = count("list_ownership", "unavailable")
+    await stores.ownership.claim_ownership([OwnershipRecord(REF, "0", "w1")])
+    with pytest.raises(OwnershipLost):
+        await stores.checkpoints.update_checkpoint(Checkpoint(REF, "0", 3), "w2")
+    stores.ownership.down = True  # reaches the wrapped store, as tests and the simulator expect
+    with pytest.raises(StoreUnavailable):
+        await stores.ownership.list_ownership(REF)
+
+    assert memory.down is True
+    assert (count("claim_ownership", "ok"), count("update_checkpoint", "lost")) == (claims + 1, lost + 1)
+    assert count("list_ownership", "unavailable") == down + 1
+    assert value("leaseboard_store_request_duration_seconds_count", operation="claim_ownership") >= 1

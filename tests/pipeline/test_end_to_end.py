@@ -1,0 +1,322 @@
+"""End to end, exactly once: a known set of sensor events through two real ``runworkers`` processes
+landing them (one SIGKILLed midway, so part of its work lands twice) and a real ``runpipeline``
+process running continuously beside them; every event is counted once and every alert raised once.
+
+Everything is read back from disk and the shared SQLite file: the landing and result Parquet with
+pyarrow, checkpoints through SqlStore, the summary through a Django alias. Waiting is polling with
+a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+from asgiref.sync import sync_to_async
+
+from balancer.model import HubRef
+from dashboard.sqlstore import SqlStore
+from tests.servers import add_django_database, remove_django_database
+from workers.hub import EmbeddedHub
+from workers.models import Alert, MinuteSummary, PipelineBatch
+from workers.pipeline.audit import batch_files, local_path
+from workers.sensors import SensorEvent, SensorFleet
+
+from .helpers import Key, alert_kind, expected_aggregates, expected_minutes, minute
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+REF = HubRef("localhost", "e2e-pipeline", "$Default")
+PARTITIONS = 4
+EVENTS = 6000
+# Long enough for the pipeline to commit what A landed before B lands it again: duplicates in two batches.
+EXPIRY = 8
+MALFORMED_EVERY = 500  # every 500th body is not a sensor event
+_aliases = itertools.count()
+
+
+@dataclass
+class Site:
+    root: Path
+    env: dict[str, str]
+    hub: EmbeddedHub
+    store: SqlStore
+    alias: str
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def landing(self) -> Path:
+        return self.root / "var" / "landing" / REF.hub
+
+    @property
+    def results(self) -> Path:
+        return self.root / "var" / "pipeline" / REF.hub / "results"
+
+    def start(self, name: str, *args: str) -> None:
+        with (self.root / f"{name}.log").open("ab") as out:
+            self.processes[name] = subprocess.Popen(
+                [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def start_worker(self, prefix: str) -> None:
+        self.start(
+            prefix, "runworkers", "--count", "1", "--owner-prefix", prefix, "--store", "sql",
+            "--source", "embedded", "--hub", REF.hub, "--interval", "0.5", "--expiry", str(EXPIRY),
+            "--handler", "workers.landing.LandingHandler",
+            # Checkpoints are rare, so a kill leaves landed but uncheckpointed events: they land twice.
+            "--checkpoint-events", "100000", "--checkpoint-seconds", "4", "--shutdown-timeout", "5",
+        )  # fmt: skip
+
+    def log(self, name: str) -> str:
+        return (self.root / f"{name}.log").read_text(errors="replace")
+
+    async def owners(self) -> dict[str, str]:
+        return {r.partition_id: r.owner_id for r in await self.store.list_ownership(REF)}
+
+    async def checkpoints(self) -> dict[str, int]:
+        return {c.partition_id: c.sequence_number for c in await self.store.list_checkpoints(REF)}
+
+    def landed_ends(self) -> dict[str, int]:
+        """Partition -> the highest sequence number in a landing file name."""
+        out: dict[str, int] = {}
+        for path in self.landing.glob("*/*.parquet"):
+            last = int(path.stem.split("-")[1])
+            out[path.parent.name] = max(out.get(path.parent.name, -1), last)
+        return out
+
+    async def until(self, condition: Callable[[], Any], timeout: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            result = condition()
+            if asyncio.iscoroutine(result):
+                result = await result
+            if result:
+                return result
+            for name, process in self.processes.items():
+                if process.poll() is not None and process.returncode not in (0, -signal.SIGKILL):
+                    raise AssertionError(f"{name} exited with {process.returncode}:\n{self.log(name)[-4000:]}")
+            if time.monotonic() > deadline:
+                logs = "\n".join(f"--- {n}\n{self.log(n)[-3000:]}" for n in self.processes)
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs}")
+            await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+def environment(tmp_path: Path, django_db_blocker: Any) -> Iterator[tuple[dict[str, str], str]]:
+    database = tmp_path / "db.sqlite3"
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{database}",
+        "LEASEBOARD_VAR_DIR": str(tmp_path / "var"),
+        "LEASEBOARD_HUB_DIR": str(tmp_path / "hub"),
+        "LEASEBOARD_PARTITIONS": str(PARTITIONS),
+        "LEASEBOARD_LOG_LEVEL": "INFO",
+        "PYTHONUNBUFFERED": "1",
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=120
+    )
+    alias = f"e2e_pipeline_{next(_aliases)}"
+    add_django_database(alias, f"sqlite:///{database}", timeout=20)
+    with django_db_blocker.unblock():
+        yield env, alias
+    remove_django_database(alias)
+
+
+@pytest.fixture
+async def site(tmp_path: Path, environment: tuple[dict[str, str], str]) -> AsyncIterator[Site]:
+    env, alias = environment
+    hub = EmbeddedHub(tmp_path / "hub", REF.hub, partitions=PARTITIONS)
+    site = Site(tmp_path, env, hub, SqlStore(alias), alias)
+    try:
+        yield site
+    finally:
+        for process in site.processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+        hub.close()
+        await site.store.aclose()
+
+
+class Producer:
+    """Sends a known list of bodies (readings, some malformed) from a thread and remembers the
+    (partition, sequence number) the hub gave each: the first FAST quickly, then a trickle (so a
+    worker is always between a landing and its next checkpoint) until ``release``, then the rest."""
+
+    FAST = 2000
+
+    def __init__(self, hub: EmbeddedHub) -> None:
+        ticks = itertools.count()
+        fleet = SensorFleet(50, random.Random(2024), clock=lambda: 1_767_225_600.0 + 0.05 * next(ticks))
+        self.hub = hub
+        self.bodies: list[tuple[str, bytes]] = []
+        for n in range(EVENTS):
+            reading = fleet.next_event()
+            malformed = n % MALFORMED_EVERY == MALFORMED_EVERY - 1
+            self.bodies.append((reading.home, b'{"broken": ' if malformed else reading.to_json()))
+        self.readings: dict[Key, SensorEvent] = {}
+        self.malformed: set[Key] = set()
+        self.sent = 0
+        self.release = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="e2e-producer", daemon=True)
+
+    def _run(self) -> None:
+        for n, (home, body) in enumerate(self.bodies):
+            event = self.hub.send(body, partition_key=home)
+            key = (event.partition_id, event.sequence_number)
+            if body.startswith(b'{"broken"'):
+                self.malformed.add(key)
+            else:
+                self.readings[key] = SensorEvent.from_json(body)
+            self.sent += 1
+            if n >= self.FAST and not self.release.is_set():
+                time.sleep(0.02)  # about 50 events a second
+            elif self.sent % 40 == 0:
+                time.sleep(0.05)  # about 800 events a second
+
+
+def read_landing(source: Path) -> list[Key]:
+    table = ds.dataset(source, format="parquet", exclude_invalid_files=False).to_table(
+        columns=["partition_id", "sequence_number"]
+    )
+    return list(zip(table.column(0).to_pylist(), table.column(1).to_pylist(), strict=True))
+
+
+def batches_of_keys(site: Site, batch_count: int) -> dict[Key, set[int]]:
+    """(partition, sequence number) -> the micro-batches whose files held it (from the checkpoint's file log)."""
+    checkpoint = site.root / "var" / "pipeline" / REF.hub / "checkpoint"
+    out: dict[Key, set[int]] = {}
+    for batch_id in range(batch_count):
+        files = batch_files(checkpoint, batch_id)
+        assert files is not None, f"no file log of batch {batch_id}"
+        for uri in files:
+            path = local_path(uri)
+            assert path is not None
+            for key in read_landing(path):
+                out.setdefault(key, set()).add(batch_id)
+    return out
+
+
+def read_aggregates(results: Path) -> Counter[tuple[str, datetime, str]]:
+    table = ds.dataset(results / "aggregates", format="parquet", partitioning="hive").to_table()
+    out: Counter[tuple[str, datetime, str]] = Counter()
+    for row in table.to_pylist():
+        out[(row["home"], minute(row["minute"].timestamp()), row["sensor"])] += row["events"]
+    return out
+
+
+def read_alerts(results: Path) -> list[tuple[Key, str]]:
+    table = ds.dataset(results / "alerts", format="parquet", partitioning="hive").to_table()
+    return [((r["partition_id"], r["sequence_number"]), r["kind"]) for r in table.to_pylist()]
+
+
+@dataclass
+class Summary:
+    minutes: dict[tuple[datetime, str], tuple[int, int]]
+    alerts: list[tuple[Key, str]]
+    batches: list[tuple[int, int | None]]  # (events, rows read) per batch
+
+
+def read_summary(alias: str) -> Summary:
+    minutes = {(m.minute, m.sensor): (m.events, m.alerts) for m in MinuteSummary.objects.using(alias)}
+    alerts = [((a.partition_id, a.sequence_number), a.kind) for a in Alert.objects.using(alias)]
+    batches = [(b.events, b.input_rows) for b in PipelineBatch.objects.using(alias).order_by("batch_id")]
+    return Summary(minutes, alerts, batches)
+
+
+def read_dead_letters(root: Path) -> list[dict[str, Any]]:
+    folder = root / "var" / "deadletter" / REF.hub
+    return [json.loads(line) for path in folder.glob("*.jsonl") for line in path.read_text().splitlines()]
+
+
+async def test_two_workers_one_killed_midway_and_the_pipeline_count_every_event_exactly_once(site: Site) -> None:
+    site.start("pipeline", "runpipeline", "--hub", REF.hub, "--master", "local[2]", "--trigger-seconds", "1")
+    site.start_worker("A")
+    site.start_worker("B")
+
+    async def balanced() -> bool:
+        owners = list((await site.owners()).values())
+        return len(owners) == PARTITIONS and owners.count("A-0") == owners.count("B-0") == PARTITIONS // 2
+
+    await site.until(balanced, 60, "A and B to share the partitions")
+    await site.until(lambda: "started (query" in site.log("pipeline"), 90, "the pipeline's query to start")
+    a_partitions = {p for p, o in (await site.owners()).items() if o == "A-0"}
+    producer = Producer(site.hub)
+    producer.thread.start()
+
+    async def a_has_landed_past_its_checkpoint() -> bool:
+        points, ends = await site.checkpoints(), site.landed_ends()
+        return any(p in points and ends.get(p, -1) > points[p] for p in a_partitions)
+
+    # Once the pipeline's first (slow, warming up) batch is done, it keeps up with the landing.
+    await site.until(lambda: "batch 0:" in site.log("pipeline"), 90, "the pipeline's first batch")
+    await site.until(a_has_landed_past_its_checkpoint, 60, "A to checkpoint and land more after it")
+    assert producer.sent < EVENTS, "the producer was done before the kill: not midway"
+    site.processes["A"].send_signal(signal.SIGKILL)
+    site.processes["A"].wait(10)
+    producer.release.set()
+    producer.thread.join(60)
+    assert producer.sent == EVENTS
+
+    last = {p: site.hub.properties(p).last_enqueued_sequence_number for p in site.hub.partition_ids()}
+
+    async def all_landed_and_checkpointed() -> bool:
+        return await site.checkpoints() == last  # a checkpoint covers only landed (or set aside) events
+
+    await site.until(all_landed_and_checkpointed, 60, "B to take over and land everything")
+    good = len(producer.readings)
+
+    @sync_to_async
+    def aggregated() -> bool:
+        total = sum(m.events for m in MinuteSummary.objects.using(site.alias).filter(hub=REF.hub))
+        return total >= good
+
+    await site.until(aggregated, 60, "the pipeline to aggregate every landed event")
+    for name in ("pipeline", "B"):
+        site.processes[name].send_signal(signal.SIGTERM)
+    assert site.processes["pipeline"].wait(60) == 0, site.log("pipeline")[-3000:]
+    assert site.processes["B"].wait(30) == 0
+    assert "pipeline stopped" in site.log("pipeline")
+
+    landed = read_landing(site.landing)
+    assert set(landed) == set(producer.readings), "landing differs from the well-formed events produced"
+    twice = len(landed) - len(set(landed))
+    assert twice > 0, "nothing landed twice: the kill proved nothing"
+
+    readings = list(producer.readings.values())
+    assert read_aggregates(site.results) == expected_aggregates(readings)
+    summary = await sync_to_async(read_summary)(site.alias)
+    assert summary.minutes == expected_minutes(readings)
+    assert len(summary.batches) >= 2, "one batch only: duplicates were never dropped across batches"
+    assert sum(events for events, _ in summary.batches) == len(set(landed))
+    assert sum(read or 0 for _, read in summary.batches) == len(landed)  # every landed row was read once
+    across = [k for k, seen in batches_of_keys(site, len(summary.batches)).items() if len(seen) > 1]
+    assert across, "no event landed in two batches: the dedupe across batches went untested"
+
+    expected = {key: kind for key, e in producer.readings.items() if (kind := alert_kind(e)) is not None}
+    assert len(expected) > 50
+    raised = read_alerts(site.results)
+    assert len(raised) == len(set(raised)) and dict(raised) == expected
+    assert len(summary.alerts) == len(set(summary.alerts)) and dict(summary.alerts) == expected
+
+    dead = read_dead_letters(site.root)
+    assert {(d["partition_id"], d["sequence_number"]) for d in dead} == producer.malformed
+    assert all(d["error"].startswith("MalformedEvent") for d in dead)

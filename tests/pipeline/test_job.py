@@ -1,0 +1,133 @@
+"""The streaming job over real landing files: exactly once across duplicates, restarts and replays;
+unreadable files reported once and skipped."""
+
+from __future__ import annotations
+
+import logging
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from workers.landing import file_name
+from workers.models import UnreadableFile
+from workers.sensors import SensorEvent
+
+from .conftest import HUB, Landing, fleet_events
+from .helpers import (
+    Key,
+    aggregates_in_parquet,
+    alerts_in_db,
+    alerts_in_parquet,
+    batches,
+    expected_aggregates,
+    expected_alerts,
+    expected_minutes,
+    minutes_in_db,
+    run_once,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the job writes from Spark's callback thread
+
+
+def land_with_redeliveries(landing: Landing, readings: list[SensorEvent]) -> dict[Key, SensorEvent]:
+    """Land ``readings`` over three partitions, some ranges twice (as after a crash); returns them by key."""
+    keyed: dict[Key, SensorEvent] = {}
+    third = len(readings) // 3
+    for n, pid in enumerate(("0", "1", "2")):
+        part = readings[n * third : (n + 1) * third]
+        keyed.update({(pid, s): e for s, e in enumerate(part)})
+        bodies = [e.to_json() for e in part]
+        half = len(bodies) // 2
+        landing.land(pid, 0, bodies[:half])
+        landing.land(pid, half - 10, bodies[half - 10 :])  # a new owner re-landed 10 events
+    landing.land("0", 0, [e.to_json() for e in readings[:third][:20]])  # and the same range again
+    return keyed
+
+
+def test_every_landed_event_is_counted_once_and_every_alert_is_raised_once(
+    spark: SparkSession, landing: Landing
+) -> None:
+    readings = fleet_events(1500, seed=3)
+    keyed = land_with_redeliveries(landing, readings)
+    assert len(keyed) == 1500
+
+    run_once(spark, landing.paths)
+
+    assert aggregates_in_parquet(spark, landing.paths) == expected_aggregates(keyed.values())
+    assert minutes_in_db() == expected_minutes(keyed.values())
+    alerts = expected_alerts(keyed)
+    assert len(alerts) > 10, "the seed raised too few alerts to prove anything"
+    assert sorted(alerts_in_parquet(spark, landing.paths)) == sorted(alerts.items())
+    assert sorted(alerts_in_db()) == sorted(alerts.items())
+    [batch] = batches()
+    assert (batch.events, batch.alerts, batch.input_rows) == (1500, len(alerts), 1500 + 3 * 10 + 20)
+    assert batch.duplicates == 50 and batch.duration_seconds is not None and batch.duration_seconds > 0
+
+
+def test_a_restart_resumes_at_the_checkpoint_and_drops_events_landed_again_later(
+    spark: SparkSession, landing: Landing
+) -> None:
+    readings = fleet_events(600, seed=5)
+    bodies = [e.to_json() for e in readings]
+    landing.land("0", 0, bodies[:300])
+    run_once(spark, landing.paths)
+    landing.land("0", 250, bodies[250:600])  # 50 landed again, long after the first run counted them
+    landing.land("1", 0, bodies[:10])  # the same bodies in another partition are other events
+
+    run_once(spark, landing.paths)
+
+    counted = readings + readings[:10]
+    assert aggregates_in_parquet(spark, landing.paths) == expected_aggregates(counted)
+    assert minutes_in_db() == expected_minutes(counted)
+    assert [(b.batch_id, b.events, b.input_rows) for b in batches()] == [(0, 300, 300), (1, 310, 360)]
+
+
+def test_a_batch_replayed_after_a_crash_before_its_commit_is_counted_once(
+    spark: SparkSession, landing: Landing, caplog: pytest.LogCaptureFixture
+) -> None:
+    readings = fleet_events(400, seed=11)
+    landing.land("0", 0, [e.to_json() for e in readings])
+    run_once(spark, landing.paths)
+    before = (minutes_in_db(), sorted(alerts_in_db()), aggregates_in_parquet(spark, landing.paths))
+    # What a crash between foreachBatch and Spark's commit leaves: the batch without its commit.
+    for name in ("0", ".0.crc"):
+        (landing.paths.checkpoint / "commits" / name).unlink()
+
+    with caplog.at_level(logging.INFO, logger="leaseboard.pipeline"):
+        run_once(spark, landing.paths)
+
+    assert "batch 0 was committed before a restart" in caplog.text, "Spark did not replay the batch"
+    assert (minutes_in_db(), sorted(alerts_in_db()), aggregates_in_parquet(spark, landing.paths)) == before
+    assert [b.batch_id for b in batches()] == [0]
+    assert sum(before[0][k][0] for k in before[0]) == 400
+
+
+def test_unreadable_landing_files_are_reported_once_and_skipped_not_retried(
+    spark: SparkSession, landing: Landing
+) -> None:
+    readings = fleet_events(300, seed=13)
+    bodies = [e.to_json() for e in readings]
+    landing.land("0", 0, bodies[:100])
+    landing.land("1", 0, bodies[100:200])
+    good = landing.root / HUB / "1" / file_name(0, 99)
+    truncated = landing.root / HUB / "1" / file_name(100, 149)
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])  # a torn copy, as a bad disk leaves
+    table = pq.read_table(good)
+    retyped = landing.root / HUB / "1" / file_name(150, 249)  # another writer's idea of the schema
+    pq.write_table(table.set_column(1, "sequence_number", table.column(1).cast(pa.string())), retyped)
+
+    run_once(spark, landing.paths)
+    landing.land("2", 0, bodies[200:300])
+    run_once(spark, landing.paths)
+
+    reports = {r.path: r for r in UnreadableFile.objects.filter(hub=HUB)}
+    assert sorted(reports) == sorted([str(truncated), str(retyped)])
+    assert reports[str(truncated)].size == truncated.stat().st_size
+    assert "Parquet" in reports[str(truncated)].error or "parquet" in reports[str(truncated)].error
+    assert reports[str(retyped)].error == "column 'sequence_number' is string, not int64"
+    assert [(b.events, b.unreadable_files) for b in batches()] == [(200, 2), (100, 0)]
+    assert minutes_in_db() == expected_minutes(readings)
+    with pytest.raises(pa.ArrowInvalid):
+        pq.read_table(truncated)  # it really is unreadable

@@ -1,0 +1,158 @@
+"""The landing handler: one durable Parquet file per handler call, named by partition and sequence
+range; malformed bodies set aside; checkpoints only ever cover landed events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from prometheus_client import REGISTRY
+
+from balancer.memory import MemoryStore
+from balancer.model import Checkpoint, OwnershipRecord
+from workers.handlers import PartitionContext, batch_size
+from workers.hub import EmbeddedHub
+from workers.landing import MAX_EVENTS, LandingHandler, file_name, read_markers, sequence_range
+from workers.pump import DeadLetters, PartitionPump, PumpConfig
+
+from .conftest import HUB, REF, T0, Landing, fleet_events, received
+
+
+def dead_letters_counted() -> float:
+    return REGISTRY.get_sample_value("leaseboard_dead_letters_total") or 0.0
+
+
+def landed_files(root: Path, partition_id: str) -> list[str]:
+    return sorted(p.name for p in (root / HUB / partition_id).iterdir())
+
+
+def test_a_batch_lands_as_one_parquet_file_named_by_its_sequence_range(landing: Landing) -> None:
+    readings = fleet_events(5)
+    landing.land("3", 40, [r.to_json() for r in readings])
+
+    assert landed_files(landing.root, "3") == [file_name(40, 44)]  # no temporary file left behind
+    assert sequence_range(file_name(40, 44)) == (40, 44)
+    table = pq.read_table(landing.root / HUB / "3" / file_name(40, 44))
+    rows = table.to_pylist()
+    assert [(r["partition_id"], r["sequence_number"]) for r in rows] == [("3", s) for s in range(40, 45)]
+    assert [r["event_id"] for r in rows] == [r.event_id for r in readings]
+    assert rows[0]["event_time"].timestamp() == readings[0].timestamp
+    assert rows[-1]["enqueued_time"].timestamp() == T0 + 44
+    assert read_markers(landing.root, HUB)["3"]["sequence_number"] == 44
+
+
+def test_an_event_delivered_twice_lands_with_the_same_partition_and_sequence_number(landing: Landing) -> None:
+    bodies = [r.to_json() for r in fleet_events(6)]
+    landing.land("1", 0, bodies[:4])
+    first = pq.read_table(landing.root / HUB / "1" / file_name(0, 3))
+    landing.land("1", 0, bodies[:4])  # the same batch again, after a crash before the checkpoint
+    landing.land("1", 2, bodies[2:6])  # or a new owner's batch overlapping it
+
+    assert landed_files(landing.root, "1") == [file_name(0, 3), file_name(2, 5)]
+    assert pq.read_table(landing.root / HUB / "1" / file_name(0, 3)).equals(first)
+    keys = [
+        (r["partition_id"], r["sequence_number"], r["event_id"])
+        for name in landed_files(landing.root, "1")
+        for r in pq.read_table(landing.root / HUB / "1" / name).to_pylist()
+    ]
+    assert sorted(set(keys)) == sorted(set(keys[:4] + keys[4:]))
+    assert len(keys) - len(set(keys)) == 2  # sequence numbers 2 and 3: the same keys, removable downstream
+
+
+def test_a_malformed_body_is_set_aside_with_partition_sequence_and_error_and_the_rest_lands(
+    landing: Landing,
+) -> None:
+    good = [r.to_json() for r in fleet_events(3)]
+    before = dead_letters_counted()
+    landing.land("2", 10, [good[0], b"not json", good[1], b'{"sensor": "door"}', good[2]])
+
+    lines = [json.loads(line) for line in (landing.dead / HUB / "2.jsonl").read_text().splitlines()]
+    assert [(e["partition_id"], e["sequence_number"]) for e in lines] == [("2", 11), ("2", 13)]
+    assert all(e["error"].startswith("MalformedEvent: not a sensor event") for e in lines)
+    assert dead_letters_counted() - before == 2
+    table = pq.read_table(landing.root / HUB / "2" / file_name(10, 14))
+    assert table.column("sequence_number").to_pylist() == [10, 12, 14]
+
+
+def test_a_batch_of_only_malformed_bodies_lands_no_file(landing: Landing) -> None:
+    landing.land("0", 0, [b"{}", b"[]"])
+    assert not (landing.root / HUB / "0").exists()
+    assert len((landing.dead / HUB / "0.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_failed_write_raises_and_leaves_no_landing_file(landing: Landing) -> None:
+    (landing.root / HUB).mkdir(parents=True)
+    (landing.root / HUB / "5").write_text("a file where the partition's folder should be")
+    with pytest.raises(OSError):
+        landing.land("5", 0, [fleet_events(1)[0].to_json()])
+    assert [p.name for p in (landing.root / HUB).iterdir()] == ["5"]
+
+
+def test_after_a_short_batch_the_handler_lingers_so_a_trickle_makes_few_files(landing: Landing) -> None:
+    now = [100.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    handler = LandingHandler(
+        landing.root, dead_letters=DeadLetters(landing.dead), linger=2.0, sleep=sleep, monotonic=lambda: now[0]
+    )
+    ctx = PartitionContext(REF, "0", "owner")
+    body = fleet_events(1)[0].to_json()
+    handler([received("0", 0, body)], ctx)
+    assert slept == [2.0]
+    now[0] += 0.5  # the pump read again half a second later
+    handler([received("0", 1, body)], ctx)
+    assert slept == [2.0, 2.0]  # counted from each file
+    handler([received("0", s, body) for s in range(2, 2 + MAX_EVENTS)], ctx)
+    assert slept == [2.0, 2.0], "a full batch means a backlog: no waiting"
+    assert batch_size(handler) == MAX_EVENTS
+
+
+class CheckingStore(MemoryStore):
+    """The in-memory store, which on every checkpoint records whether the landing files on disk
+    hold every event up to it (the property under test)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+        self.checked: list[tuple[int, bool]] = []
+
+    async def update_checkpoint(self, checkpoint: Checkpoint, owner_id: str) -> Checkpoint:
+        folder = self.root / HUB / checkpoint.partition_id
+        landed = {
+            s for path in folder.glob("*.parquet")
+            for s in pq.read_table(path, columns=["sequence_number"]).column(0).to_pylist()
+        }  # fmt: skip
+        self.checked.append((checkpoint.sequence_number, landed >= set(range(checkpoint.sequence_number + 1))))
+        return await super().update_checkpoint(checkpoint, owner_id)
+
+
+async def test_the_pump_checkpoints_only_events_whose_landing_file_is_on_disk(landing: Landing, tmp_path: Path) -> None:
+    hub = EmbeddedHub(tmp_path / "hub", HUB, partitions=1)
+    try:
+        hub.send_batch([r.to_json() for r in fleet_events(12_000)], partition_id="0")
+        store = CheckingStore(landing.root)
+        await store.claim_ownership([OwnershipRecord(REF, "0", "owner")])
+        pump = PartitionPump(
+            ref=REF, partition_id="0", owner_id="owner", holds=lambda _: True, checkpoints=store, source=hub,
+            handler=landing.handler(), config=PumpConfig(checkpoint_events=1, checkpoint_seconds=60),
+            dead_letters=DeadLetters(landing.dead),
+        )  # fmt: skip
+        task = asyncio.create_task(pump.run())
+        deadline = time.monotonic() + 30
+        while pump.stats.checkpointed != 11_999:
+            assert time.monotonic() < deadline and not task.done(), pump.stats
+            await asyncio.sleep(0.01)
+        pump.stop()
+        await task
+    finally:
+        hub.close()
+    assert [s for s, _ in store.checked] == [4999, 9999, 11_999]  # one checkpoint per landed batch
+    assert all(covered for _, covered in store.checked), store.checked

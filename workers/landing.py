@@ -1,0 +1,252 @@
+"""Landing: each partition's sensor events as Parquet micro-batches, the Spark pipeline's input.
+
+``--handler workers.landing.LandingHandler`` (a batch handler). Each call writes the batch's
+events as ONE Parquet file ``<root>/<hub>/<partition>/<first>-<last>.parquet``, named by the
+partition's sequence range, where ``root`` is ``LEASEBOARD_LANDING_DIR`` (default
+``<var>/landing``; any path the workers and Spark share).
+
+Durability before checkpoint. The file is written under a hidden temporary name in the same
+folder, fsynced, renamed into place and the folder fsynced, all before the handler returns; the
+pump checkpoints only after the handler returns (``workers.pump``). A crash at any point leaves
+either no file (the events come again from the old checkpoint) or a complete one, never a torn
+one under a final name. Spark ignores hidden names (leading "." or "_"), so it never reads a
+temporary file.
+
+At least once. A worker that dies after landing but before checkpointing leaves events that the
+next owner lands again: the same events with the same partition and sequence number, in a file
+of the same or another range (the same range renames an identical file over the old one).
+``workers.pipeline`` drops these duplicates by (partition_id, sequence_number).
+
+Malformed bodies. An event that is not a sensor reading is set aside through the pump's
+dead-letter mechanism (``workers.pump.DeadLetters``: ``<dead-letter dir>/<hub>/<partition>.jsonl``
+with partition, sequence number, offset, error and body; ``leaseboard_dead_letters_total``) and the
+rest of the batch lands. Raising ``MalformedEvent`` instead would set aside the whole batch.
+
+Small files. A partition with a trickle of events would otherwise land a file per read (every
+50 ms). After landing a batch that was not full, the handler waits ``linger`` seconds (counted
+from that file) before returning, so events pile up in the hub meanwhile: about one file per
+partition per ``linger`` seconds at most, and no wait at all while there is a backlog.
+The wait is in the partition's own thread, after the file is durable; lease renewal never waits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import metrics
+from .handlers import PartitionContext, batch_handler, parse_sensor_event
+from .pump import DeadLetters
+from .sensors import SensorEvent
+from .source import ReceivedEvent
+
+log = logging.getLogger("leaseboard.landing")
+
+MAX_EVENTS = 5000  # events per handler call, so per landing file
+DEFAULT_LINGER = 1.0
+MARKERS = "_latest"  # <root>/<hub>/_latest/<partition>.json: the newest landed event (for lag)
+
+UTC_MICROS = pa.timestamp("us", tz="UTC")
+# What a landing file holds, one row per event. workers.pipeline.schema.LANDING is the same for Spark.
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("partition_id", pa.string(), nullable=False),
+        pa.field("sequence_number", pa.int64(), nullable=False),
+        pa.field("offset", pa.string(), nullable=False),
+        pa.field("enqueued_time", UTC_MICROS, nullable=False),
+        pa.field("partition_key", pa.string()),
+        pa.field("event_id", pa.string(), nullable=False),
+        pa.field("home", pa.string(), nullable=False),
+        pa.field("sensor", pa.string(), nullable=False),
+        pa.field("sensor_id", pa.string(), nullable=False),
+        pa.field("event", pa.string(), nullable=False),
+        pa.field("armed", pa.bool_(), nullable=False),
+        pa.field("event_time", UTC_MICROS, nullable=False),
+    ]
+)
+_FILE = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
+
+
+def landing_root() -> Path:
+    """``LEASEBOARD_LANDING_DIR``, else ``<LEASEBOARD_VAR_DIR>/landing``."""
+    from django.conf import settings
+
+    return Path(getattr(settings, "LEASEBOARD_LANDING_DIR", Path(settings.VAR_DIR) / "landing"))
+
+
+def file_name(first: int, last: int) -> str:
+    """The landing file name of a partition's events ``first``..``last`` (zero-padded: sorts in order)."""
+    return f"{first:020d}-{last:020d}.parquet"
+
+
+def sequence_range(name: str) -> tuple[int, int] | None:
+    """(first, last) sequence number of a landing file's name; None for any other name."""
+    match = _FILE.match(name)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def _utc(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def to_table(landed: Sequence[tuple[ReceivedEvent, SensorEvent]]) -> pa.Table:
+    """The rows of ``landed`` (event as received, its parsed body) in the landing schema."""
+    columns: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
+    for received, reading in landed:
+        columns["partition_id"].append(received.partition_id)
+        columns["sequence_number"].append(received.sequence_number)
+        columns["offset"].append(received.offset)
+        columns["enqueued_time"].append(_utc(received.enqueued_time))
+        columns["partition_key"].append(received.partition_key)
+        columns["event_id"].append(reading.event_id)
+        columns["home"].append(reading.home)
+        columns["sensor"].append(reading.sensor)
+        columns["sensor_id"].append(reading.sensor_id)
+        columns["event"].append(reading.event)
+        columns["armed"].append(reading.armed)
+        columns["event_time"].append(_utc(reading.timestamp))
+    return pa.Table.from_pydict(columns, schema=ARROW_SCHEMA)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(directory: Path, name: str, table: pa.Table) -> Path:
+    """Write ``table`` as ``directory/name``, durably: temporary file, fsync, rename, fsync of the folder.
+
+    Returns the final path. Raises OSError (the temporary file is removed; no final file appears).
+    """
+    if not directory.is_dir():
+        directory.mkdir(parents=True, exist_ok=True)
+        _fsync_dir(directory.parent)  # the new folder's own entry must survive a crash too
+    temporary = directory / f".tmp-{os.getpid()}-{uuid.uuid4().hex}.parquet"
+    try:
+        with temporary.open("wb") as f:
+            pq.write_table(table, f)
+            f.flush()
+            os.fsync(f.fileno())
+        # Atomic: a reader sees no file or the whole file. The same range landed again (at least
+        # once) holds the same events, so replacing it changes nothing a reader could notice.
+        os.replace(temporary, directory / name)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    _fsync_dir(directory)
+    return directory / name
+
+
+def read_markers(root: Path, hub: str) -> dict[str, dict[str, float]]:
+    """Partition id -> {"sequence_number", "enqueued_time", "landed_at"} of its newest landed event."""
+    out: dict[str, dict[str, float]] = {}
+    folder = root / hub / MARKERS
+    if not folder.is_dir():
+        return out
+    for path in folder.glob("*.json"):
+        try:
+            out[path.stem] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # replaced under our feet or half-written by a crash: the next one will do
+    return out
+
+
+@batch_handler(max_events=MAX_EVENTS)
+class LandingHandler:
+    """Lands every batch of a partition as one Parquet file; sets malformed events aside.
+
+    One instance serves every partition of every worker in the process; what it keeps per
+    partition lives in the pump's ``ctx.state``, so it needs no lock of its own.
+    """
+
+    def __init__(
+        self,
+        root: Path | None = None,
+        *,
+        dead_letters: DeadLetters | None = None,
+        linger: float | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        from django.conf import settings
+
+        self.root = Path(root) if root is not None else landing_root()
+        if dead_letters is None:
+            directory = getattr(settings, "LEASEBOARD_DEADLETTER_DIR", Path(settings.VAR_DIR) / "deadletter")
+            dead_letters = DeadLetters(Path(directory))
+        self.dead_letters = dead_letters
+        if linger is None:
+            linger = float(getattr(settings, "LEASEBOARD_LANDING_LINGER", DEFAULT_LINGER))
+        self.linger = linger
+        self._sleep = sleep
+        self._monotonic = monotonic
+
+    def __call__(self, events: list[ReceivedEvent], ctx: PartitionContext) -> None:
+        landed: list[tuple[ReceivedEvent, SensorEvent]] = []
+        for event in events:
+            try:
+                landed.append((event, parse_sensor_event(event.body)))
+            except ValueError as exc:  # MalformedEvent: this event only, never the whole batch
+                self.dead_letters.add(ctx.ref, ctx.owner_id, event, exc, attempts=1)
+                metrics.DEAD_LETTERS.inc()
+                log.warning(
+                    "partition %s: set aside sequence number %d (malformed body): %s",
+                    event.partition_id, event.sequence_number, exc,
+                )
+        if landed:
+            self.land(ctx, landed)
+        if len(events) < MAX_EVENTS:
+            self._linger(ctx)
+
+    def land(self, ctx: PartitionContext, landed: Sequence[tuple[ReceivedEvent, SensorEvent]]) -> Path:
+        """Write ``landed`` durably as one file; returns its path. Raises OSError (the pump retries)."""
+        first, last = landed[0][0].sequence_number, landed[-1][0].sequence_number
+        started = time.perf_counter()
+        path = write_atomically(self.root / ctx.ref.hub / ctx.partition_id, file_name(first, last), to_table(landed))
+        metrics.LANDING_WRITE.observe(time.perf_counter() - started)
+        metrics.LANDED_EVENTS.inc(len(landed))
+        metrics.LANDING_FILES.inc()
+        ctx.state["landed_at"] = self._monotonic()
+        self._mark(ctx, last, max(received.enqueued_time for received, _ in landed))
+        return path
+
+    def _mark(self, ctx: PartitionContext, sequence_number: int, enqueued_time: float) -> None:
+        """Record the partition's newest landed event for the dashboard's lag (best effort, not fsynced)."""
+        known = ctx.state.get("marked")
+        if known is None:  # first file of this pump: another owner may have marked a newer one
+            known = read_markers(self.root, ctx.ref.hub).get(ctx.partition_id, {}).get("enqueued_time", 0.0)
+        if enqueued_time <= known:
+            return  # landed again after a change of owner: the marker stays at the newest
+        ctx.state["marked"] = enqueued_time
+        folder = self.root / ctx.ref.hub / MARKERS
+        folder.mkdir(parents=True, exist_ok=True)
+        temporary = folder / f".tmp-{os.getpid()}-{uuid.uuid4().hex}"
+        body = {"sequence_number": sequence_number, "enqueued_time": enqueued_time, "landed_at": time.time()}
+        try:
+            temporary.write_text(json.dumps(body), encoding="utf-8")
+            os.replace(temporary, folder / f"{ctx.partition_id}.json")
+        except OSError as exc:
+            temporary.unlink(missing_ok=True)
+            log.warning("partition %s: could not update the landing marker: %s", ctx.partition_id, exc)
+
+    def _linger(self, ctx: PartitionContext) -> None:
+        previous = ctx.state.get("landed_at")
+        if previous is None or self.linger <= 0:
+            return
+        left = self.linger - (self._monotonic() - previous)
+        if left > 0:
+            self._sleep(left)

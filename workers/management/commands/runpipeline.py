@@ -1,0 +1,149 @@
+"""``manage.py runpipeline``: the Spark Structured Streaming job over one hub's landing area.
+
+Continuous by default (a micro-batch every ``--trigger-seconds`` when files are new); ``--once``
+processes what is landed now and exits. The Spark checkpoint (``LEASEBOARD_PIPELINE_DIR``/<hub>/
+checkpoint) makes a restart resume where the last run stopped. ``--master`` is ``local[*]`` unless
+``LEASEBOARD_SPARK_MASTER`` or the option says otherwise (``spark://host:7077`` for a cluster).
+
+SIGTERM or Ctrl-C stops the query after the batch in hand (waiting at most STOP_WAIT seconds)
+and exits 0; a batch cut short is replayed by the next run. If the query fails (the database is
+down, say) a continuous run logs it and starts it again from the checkpoint after a pause;
+``--once`` exits with the error instead. The job itself is ``workers.pipeline.job``; this
+command only builds it and keeps it running.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from workers.models import PipelineBatch
+from workers.pipeline import summary
+from workers.pipeline.job import DEFAULT_TRIGGER_SECONDS, Paths, PipelineJob
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
+
+log = logging.getLogger("leaseboard.pipeline")
+
+RESTART_PAUSE = (2.0, 60.0)  # first and longest pause before starting a failed query again
+STOP_WAIT = 20.0  # seconds a stop waits for the batch in hand (the launcher kills after 30)
+
+
+class Command(BaseCommand):
+    help = "Runs the Spark pipeline over the landing area: dedupe, aggregates per home/minute/sensor, alerts."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        add = parser.add_argument
+        add("--hub", help="hub whose landing area to process (default: LEASEBOARD_HUB)")
+        add("--master", help="Spark master (default: LEASEBOARD_SPARK_MASTER, else local[*]); spark://host:7077")
+        add("--once", action="store_true", help="process what is landed now, then exit (trigger availableNow)")
+        add("--trigger-seconds", type=float, default=DEFAULT_TRIGGER_SECONDS,
+            help=f"seconds between micro-batches when running continuously (default {DEFAULT_TRIGGER_SECONDS:g})")
+        add("--reset", action="store_true",
+            help="first delete the Spark checkpoint, the Parquet results and the database summary of the hub")
+        add("--metrics-port", type=int, default=0, help="serve Prometheus metrics on 127.0.0.1:PORT (default: off)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        hub: str = options["hub"] or settings.LEASEBOARD_HUB
+        if options["trigger_seconds"] <= 0:
+            raise CommandError(f"--trigger-seconds must be more than 0, got {options['trigger_seconds']}")
+        paths = Paths.for_hub(hub)
+        if options["reset"]:
+            self._reset(hub, paths)
+        self._check_belongs_together(hub, paths)
+        if options["metrics_port"]:
+            from prometheus_client import start_http_server
+
+            start_http_server(options["metrics_port"], addr="127.0.0.1")
+
+        from workers.pipeline.spark import build_session  # imports pyspark: only when running
+
+        master = options["master"] or getattr(settings, "LEASEBOARD_SPARK_MASTER", "") or "local[*]"
+        spark = build_session(master)
+        job = PipelineJob(spark, hub, paths, trigger_seconds=options["trigger_seconds"])
+        self.stdout.write(f"pipeline of hub {hub!r} on {master}: landing {paths.landing}, results {paths.results}")
+        if options["once"]:
+            self._once(job)
+        else:
+            self._forever(job)
+
+    def _reset(self, hub: str, paths: Paths) -> None:
+        for folder in (paths.checkpoint, paths.results):
+            shutil.rmtree(folder, ignore_errors=True)
+        rows = summary.forget(hub)
+        self.stdout.write(f"reset: deleted the checkpoint, the results and {rows} summary rows of hub {hub!r}")
+
+    def _check_belongs_together(self, hub: str, paths: Paths) -> None:
+        # The summary only adds batches up: a fresh checkpoint would count every landed file again.
+        current = paths.query_id()
+        others = summary.other_queries(hub, current)
+        if others or (current is None and paths.results.exists() and any(paths.results.iterdir())):
+            raise CommandError(
+                f"the database or {paths.results} holds results of another run of hub {hub!r} than the Spark "
+                f"checkpoint {paths.checkpoint} ({'missing' if current is None else 'query ' + current}); "
+                "counting again would count twice. Run with --reset to start over."
+            )
+
+    def _once(self, job: PipelineJob) -> None:
+        started = time.monotonic()
+        query = job.start(once=True)
+        try:
+            query.awaitTermination()
+        except Exception as exc:
+            raise CommandError(f"the pipeline failed: {exc}") from exc
+        finally:
+            job.record_progress(query)
+        rows = list(PipelineBatch.objects.filter(query_id=str(query.id), batch_id__in=job.written))
+        events = sum(b.events for b in rows)
+        read = sum(b.input_rows or 0 for b in rows)
+        self.stdout.write(
+            f"{len(rows)} batches: {events} events ({max(read - events, 0)} duplicates dropped), "
+            f"{sum(b.alerts for b in rows)} alerts, {sum(b.unreadable_files for b in rows)} unreadable files "
+            f"skipped, in {time.monotonic() - started:.1f}s"
+        )
+
+    def _forever(self, job: PipelineJob) -> None:
+        stop = threading.Event()
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            log.info("%s: stopping the pipeline", signal.Signals(signum).name)
+            stop.set()
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, on_signal)
+        pause = RESTART_PAUSE[0]
+        while not stop.is_set():
+            query = job.start()
+            try:
+                # Returns every second, so a signal is handled within a second.
+                while not stop.is_set() and not query.awaitTermination(1):
+                    job.record_progress(query)
+                    if query.lastProgress is not None:
+                        pause = RESTART_PAUSE[0]  # a batch went through: healthy again
+            except Exception as exc:  # the query failed; its last batch is replayed on restart
+                log.error("the pipeline failed; starting it again from its checkpoint in %gs: %s", pause, exc)
+                stop.wait(pause)
+                pause = min(pause * 2, RESTART_PAUSE[1])
+                continue
+            finally:
+                self._stop(query)
+                job.record_progress(query)
+        self.stdout.write("pipeline stopped")
+
+    @staticmethod
+    def _stop(query: StreamingQuery) -> None:
+        """Stop ``query``, after the batch in hand if it ends within STOP_WAIT seconds: stopping one
+        midway interrupts Spark's threads (a batch cut short is replayed, but with a stack trace)."""
+        deadline = time.monotonic() + STOP_WAIT
+        while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if query.isActive:
+            query.stop()

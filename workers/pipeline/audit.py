@@ -1,0 +1,88 @@
+"""Which landing files a micro-batch read, and which of them could not be read.
+
+Spark's file source skips a file it cannot read (``ignoreCorruptFiles``) with nothing but a log
+line, and never lists it again: skipped, not retried forever. To report such a file, the job
+asks which files the batch was given and checks their Parquet footers and schema with pyarrow
+(a footer read per file, well under a millisecond). The file list comes from the file source's
+own log in the checkpoint (``sources/0/<batch>`` or, every tenth batch, ``<batch>.compact``:
+a "v1" line, then one JSON object per file with ``path`` and ``batchId``), the record Spark
+itself replays a batch from, so a replayed batch is audited on the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from workers.landing import ARROW_SCHEMA
+
+from .summary import Unreadable
+
+log = logging.getLogger("leaseboard.pipeline")
+
+
+def batch_files(checkpoint: Path, batch_id: int, source: int = 0) -> list[str] | None:
+    """The file URIs the file source gave batch ``batch_id``; None if its log cannot be read."""
+    folder = checkpoint / "sources" / str(source)
+    for name in (str(batch_id), f"{batch_id}.compact"):
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+            if not lines or not lines[0].startswith("v"):
+                raise ValueError(f"no version line in {path}")
+            entries = [json.loads(line) for line in lines[1:] if line.strip()]
+            return [str(e["path"]) for e in entries if int(e.get("batchId", batch_id)) == batch_id]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("cannot read the file source's log %s: %s", path, exc)
+            return None
+    return None
+
+
+def local_path(uri: str) -> Path | None:
+    """The local path of a ``file:`` URI (or plain path); None for a remote one (hdfs:, s3a:, ...)."""
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        return Path(unquote(parsed.path))
+    return None
+
+
+def problem(path: Path) -> str | None:
+    """Why ``path`` is not a readable landing file, or None if its footer and schema are fine."""
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowException) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    for expected in ARROW_SCHEMA:
+        index = schema.get_field_index(expected.name)
+        if index < 0:
+            if expected.nullable:
+                continue  # read as nulls, which this column allows
+            return f"column {expected.name!r} is missing"  # its rows are dropped (transforms.well_formed)
+        if not schema.field(index).type.equals(expected.type):
+            return f"column {expected.name!r} is {schema.field(index).type}, not {expected.type}"
+    return None
+
+
+def unreadable(uris: Iterable[str]) -> list[Unreadable]:
+    """The files among ``uris`` that Spark skipped or will fail to read, with the reason."""
+    out = []
+    for uri in uris:
+        path = local_path(uri)
+        if path is None:
+            continue  # a cluster's file system: Spark still skips it, the log line is the report
+        reason = problem(path)
+        if reason is not None:
+            try:
+                size: int | None = path.stat().st_size
+            except OSError:
+                size = None
+            out.append(Unreadable(str(path), reason, size))
+    return out

@@ -1,0 +1,239 @@
+"""The streaming job: landing files in, deduplicated aggregates and alerts out. I/O lives here.
+
+    landing/<hub>/<partition>/*.parquet ─ file source (new files only, a file once)
+        └▶ transforms.deduplicate (state: every (partition, sequence) seen, in the Spark checkpoint)
+            └▶ foreachBatch: transforms.per_home_minute_sensor ─▶ results/aggregates/batch_id=N/
+                             transforms.alerts                 ─▶ results/alerts/batch_id=N/
+                             transforms.per_minute_sensor + newest alerts ─▶ Django DB (summary)
+
+Exactly once, end to end. Delivery into the landing is at least once; the stream drops an event
+whose key it has seen before, keeping the keys in its state store, versioned with the batches
+in the checkpoint, so the dedupe holds across restarts and without a watermark (a redelivery may
+come arbitrarily late: a worker killed before its checkpoint, or a checkpoint reset by an
+operator). The price is one state entry per event ever seen, in RocksDB on local disk. The
+alternative, a MERGE by key into the results, needs a table format with MERGE (Delta, Iceberg:
+jars this project does not download) or a rewrite of the results per batch.
+
+Spark replays a batch whose commit it did not record, with the same files and the same state, so
+the same rows. Each output is therefore idempotent per batch id: the Parquet folder of batch N is
+overwritten, and the database summary is applied in one transaction only if the batch log lacks
+(query id, N) (``summary.apply``). The Parquet is written first: a batch in the log has its files.
+
+A landing file Spark cannot read is skipped (``ignoreCorruptFiles``), reported once (log,
+``leaseboard_pipeline_unreadable_files_total``, an ``UnreadableFile`` row) and never read again:
+the file source lists each file once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.db import connections
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
+
+from . import audit, metrics, summary, transforms
+from .schema import LANDING
+
+log = logging.getLogger("leaseboard.pipeline")
+
+DEFAULT_TRIGGER_SECONDS = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Paths:
+    """Where one hub's pipeline reads and writes."""
+
+    landing: Path  # <landing root>/<hub>: <partition>/<first>-<last>.parquet
+    checkpoint: Path  # the query's offsets, commits and dedupe state
+    results: Path  # aggregates/ and alerts/, one batch_id=N folder per batch
+
+    @classmethod
+    def for_hub(cls, hub: str, landing_root: Path | None = None, pipeline_root: Path | None = None) -> Paths:
+        """The paths from settings (``LEASEBOARD_LANDING_DIR``, ``LEASEBOARD_PIPELINE_DIR``) unless given."""
+        from django.conf import settings
+
+        from workers.landing import landing_root as default_landing
+
+        landing = Path(landing_root) if landing_root is not None else default_landing()
+        default_pipeline = Path(settings.VAR_DIR) / "pipeline"
+        configured = getattr(settings, "LEASEBOARD_PIPELINE_DIR", default_pipeline)
+        pipeline = Path(pipeline_root if pipeline_root is not None else configured) / hub
+        return cls(landing / hub, pipeline / "checkpoint", pipeline / "results")
+
+    def query_id(self) -> str | None:
+        """The id of the query this checkpoint belongs to (stable across restarts); None before its first start."""
+        try:
+            return str(json.loads((self.checkpoint / "metadata").read_text(encoding="utf-8"))["id"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+
+def landed_events(spark: SparkSession, paths: Paths) -> DataFrame:
+    """The stream of landed events: every landing file once, in the landing schema."""
+    paths.landing.mkdir(parents=True, exist_ok=True)  # the file source refuses a missing folder
+    return (
+        spark.readStream.schema(LANDING)
+        .option("recursiveFileLookup", "true")  # <partition>/ folders; no partition columns
+        .option("pathGlobFilter", "*.parquet")
+        .option("ignoreCorruptFiles", "true")
+        .option("ignoreMissingFiles", "true")
+        .parquet(str(paths.landing))
+    )
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    # PySpark hands timestamps back as naive local times.
+    if value is None:
+        return None
+    return value.astimezone(UTC) if value.tzinfo is None else value
+
+
+class PipelineJob:
+    """One hub's streaming query and what it does with each micro-batch."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        hub: str,
+        paths: Paths,
+        *,
+        trigger_seconds: float = DEFAULT_TRIGGER_SECONDS,
+        database: str = "default",
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.spark = spark
+        self.hub = hub
+        self.paths = paths
+        self.trigger_seconds = trigger_seconds
+        self.database = database  # the Django alias the summary goes to
+        self._clock = clock
+        self._recorded: set[int] = set()  # batch ids whose Spark progress is in the batch log
+        self.written: list[int] = []  # batch ids this job wrote (not those skipped as written before)
+
+    def start(self, once: bool = False) -> StreamingQuery:
+        """Start the query: ``once`` processes what is landed now (availableNow) and ends."""
+        landed = landed_events(self.spark, self.paths)
+        events = transforms.deduplicate(transforms.used_columns(transforms.well_formed(landed)))
+        writer = (
+            events.writeStream.queryName(f"leaseboard-{self.hub}")
+            .foreachBatch(self.process)
+            .option("checkpointLocation", str(self.paths.checkpoint))
+        )
+        if once:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{self.trigger_seconds:g} seconds")
+        query = writer.start()
+        log.info("pipeline of hub %s started (query %s%s)", self.hub, query.id, ", once" if once else "")
+        return query
+
+    # one micro-batch (called by Spark, in a py4j callback thread) ---------------------------
+
+    def process(self, batch: DataFrame, batch_id: int) -> None:
+        """foreachBatch: write the batch's results unless the database says they are written."""
+        try:
+            self._process(batch, batch_id)
+        finally:
+            connections.close_all()  # this thread's connections: Django never cleans up after it
+
+    def _process(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.perf_counter()
+        query_id = self.paths.query_id()
+        if query_id is None:
+            raise RuntimeError(f"no query metadata in {self.paths.checkpoint}")
+        if summary.applied(query_id, batch_id, self.database):
+            log.info("batch %d was committed before a restart: already written, skipped", batch_id)
+            # The dedupe state of this batch must still be computed and committed (Spark checks
+            # that every state partition was): run the plan to the end, writing nothing.
+            batch.write.format("noop").mode("overwrite").save()
+            return
+        files = audit.batch_files(self.paths.checkpoint, batch_id)
+        bad = audit.unreadable(files or [])
+        for item in bad:
+            log.error("landing file %s is unreadable and is skipped for good: %s", item.path, item.error)
+        events = batch.persist()
+        try:
+            stats = transforms.summary(events).first()
+            assert stats is not None
+            count = int(stats["events"])
+            newest_alerts: list[dict[str, Any]] = []
+            minutes: list[tuple[datetime, str, int, int]] = []
+            if count:
+                self._write(transforms.per_home_minute_sensor(events), "aggregates", batch_id)
+                alerts = transforms.alerts(events)
+                self._write(alerts, "alerts", batch_id)
+                minutes = [
+                    (_utc(r["minute"]), r["sensor"], int(r["events"]), int(r["alerts"]))  # type: ignore[misc]
+                    for r in transforms.per_minute_sensor(events).collect()
+                ]
+                newest = alerts.orderBy(F.desc("event_time"), F.desc("enqueued_time")).limit(summary.ALERTS_KEPT)
+                newest_alerts = [self._alert(row.asDict()) for row in newest.collect()]
+        finally:
+            events.unpersist()
+        result = summary.BatchResult(
+            hub=self.hub, query_id=query_id, batch_id=batch_id, finished_at=self._clock(), events=count,
+            newest_enqueued=_utc(stats["newest_enqueued"]), newest_event=_utc(stats["newest_event"]),
+            oldest_enqueued=_utc(stats["oldest_enqueued"]),
+            write_seconds=time.perf_counter() - started, minutes=minutes, alerts=newest_alerts, unreadable=bad,
+        )  # fmt: skip
+        if not summary.apply(result, self.database):
+            return
+        self.written.append(batch_id)
+        metrics.BATCHES.inc()
+        metrics.EVENTS.inc(count)
+        metrics.ALERTS.inc(result.alert_count)
+        metrics.UNREADABLE_FILES.inc(len(bad))
+        log.info(
+            "batch %d: %d events from %s files, %d alerts, %d unreadable files, written in %.2fs",
+            batch_id, count, "?" if files is None else len(files), result.alert_count, len(bad),
+            result.write_seconds,
+        )
+
+    @staticmethod
+    def _alert(row: dict[str, Any]) -> dict[str, Any]:
+        row["event_time"] = _utc(row["event_time"])
+        row["enqueued_time"] = _utc(row["enqueued_time"])
+        return row
+
+    def _write(self, frame: DataFrame, kind: str, batch_id: int) -> None:
+        # Overwrite: a replayed batch replaces what its first attempt may have left. One file per
+        # batch; repartition, not coalesce, which would run the whole aggregation in one task.
+        frame.repartition(1).write.mode("overwrite").parquet(str(self.paths.results / kind / f"batch_id={batch_id}"))
+
+    # progress -------------------------------------------------------------------------------
+
+    def record_progress(self, query: StreamingQuery) -> int:
+        """Copy Spark's per-batch figures (rows read, trigger duration) into the batch log; returns
+        how many batches got them. Call it now and then, and once after the query ends."""
+        query_id = self.paths.query_id() or str(query.id)
+        fresh = []
+        for progress in query.recentProgress:
+            entry = json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
+            batch_id = entry.get("batchId")
+            if batch_id is None or batch_id in self._recorded or not entry.get("numInputRows"):
+                continue
+            fresh.append(entry)
+        if not fresh:
+            return 0
+        updated = summary.record_progress(query_id, fresh, self.database)
+        for entry in fresh:
+            self._recorded.add(int(entry["batchId"]))
+            duration = (entry.get("durationMs") or {}).get("triggerExecution")
+            if duration is not None:
+                metrics.BATCH_DURATION.observe(duration / 1000.0)
+        return updated
+
+
+def results(spark: SparkSession, paths: Paths, kind: str = "aggregates") -> DataFrame:
+    """The results so far: ``aggregates`` summed over batches (``transforms.combine``), or every ``alerts`` row."""
+    frame = spark.read.parquet(str(paths.results / kind)).drop("batch_id")
+    return transforms.combine(frame) if kind == "aggregates" else frame

@@ -1,0 +1,133 @@
+"""The pipeline's summary in the Django database, written once per micro-batch, exactly once.
+
+``apply`` writes a batch's minute counts, newest alerts, unreadable files and its batch-log row
+in one transaction, unless that (query id, batch id) is already in the log. Spark runs
+``foreachBatch`` at least once per batch (again after a crash between our write and its commit),
+always with the same data, so checking the log inside the same transaction makes it exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+
+from workers.models import Alert, MinuteSummary, PipelineBatch, UnreadableFile
+
+ALERTS_KEPT = 1000  # newest alerts kept per hub; the Parquet results keep them all
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    path: str
+    error: str
+    size: int | None
+
+
+@dataclass
+class BatchResult:
+    """What one micro-batch produced, as plain values (collected from Spark at the job's edge)."""
+
+    hub: str
+    query_id: str
+    batch_id: int
+    finished_at: datetime
+    events: int
+    newest_enqueued: datetime | None
+    newest_event: datetime | None
+    oldest_enqueued: datetime | None
+    write_seconds: float
+    minutes: Sequence[tuple[datetime, str, int, int]] = ()  # (minute, sensor, events, alerts)
+    alerts: Sequence[dict[str, Any]] = ()  # the newest ALERTS_KEPT rows of transforms.alerts
+    unreadable: Sequence[Unreadable] = field(default_factory=list)
+
+    @property
+    def alert_count(self) -> int:
+        return sum(alerts for _, _, _, alerts in self.minutes)
+
+
+def applied(query_id: str, batch_id: int, using: str = "default") -> bool:
+    return PipelineBatch.objects.using(using).filter(query_id=query_id, batch_id=batch_id).exists()
+
+
+def apply(result: BatchResult, using: str = "default") -> bool:
+    """Record ``result`` in database ``using``; False (and nothing written) if this batch was recorded before."""
+    with transaction.atomic(using=using):
+        if applied(result.query_id, result.batch_id, using):
+            return False
+        _add_minutes(result.hub, result.minutes, using)
+        _add_alerts(result, using)
+        for bad in result.unreadable:
+            UnreadableFile.objects.using(using).get_or_create(
+                hub=result.hub, path=bad.path[:1024],
+                defaults={"error": bad.error, "size": bad.size, "found_at": result.finished_at,
+                          "batch_id": result.batch_id},
+            )  # fmt: skip
+        PipelineBatch.objects.using(using).create(
+            hub=result.hub, query_id=result.query_id, batch_id=result.batch_id,
+            finished_at=result.finished_at, events=result.events, alerts=result.alert_count,
+            unreadable_files=len(result.unreadable), newest_enqueued=result.newest_enqueued,
+            newest_event=result.newest_event, oldest_enqueued=result.oldest_enqueued,
+            write_seconds=result.write_seconds,
+        )  # fmt: skip
+    return True
+
+
+def _add_minutes(hub: str, minutes: Iterable[tuple[datetime, str, int, int]], using: str) -> None:
+    rows = MinuteSummary.objects.using(using)
+    for minute, sensor, events, alerts in minutes:
+        updated = rows.filter(hub=hub, minute=minute, sensor=sensor).update(
+            events=F("events") + events, alerts=F("alerts") + alerts
+        )
+        if not updated:
+            rows.create(hub=hub, minute=minute, sensor=sensor, events=events, alerts=alerts)
+
+
+def _add_alerts(result: BatchResult, using: str) -> None:
+    rows = [
+        Alert(hub=result.hub, raised_at=result.finished_at, batch_id=result.batch_id, **alert)
+        for alert in result.alerts[:ALERTS_KEPT]
+    ]
+    # The pipeline drops duplicate events before this, so a conflict here means the summary was
+    # kept across a reset of the Spark checkpoint: the alert is already there, once.
+    alerts = Alert.objects.using(using)
+    alerts.bulk_create(rows, ignore_conflicts=True)
+    oldest_kept = alerts.filter(hub=result.hub).order_by("-event_time", "-id").values_list("id", flat=True)
+    stale = list(oldest_kept[ALERTS_KEPT : ALERTS_KEPT + 10_000])
+    if stale:
+        alerts.filter(id__in=stale).delete()
+
+
+def record_progress(query_id: str, progress: Iterable[dict[str, Any]], using: str = "default") -> int:
+    """Add Spark's figures (rows read, trigger duration) to the logged batches; returns rows updated."""
+    updated = 0
+    for entry in progress:
+        batch_id = entry.get("batchId")
+        if batch_id is None or entry.get("numInputRows") is None:
+            continue
+        duration_ms = (entry.get("durationMs") or {}).get("triggerExecution")
+        updated += PipelineBatch.objects.using(using).filter(query_id=query_id, batch_id=batch_id).update(
+            input_rows=entry["numInputRows"],
+            duration_seconds=None if duration_ms is None else duration_ms / 1000.0,
+        )
+    return updated
+
+
+def other_queries(hub: str, query_id: str | None) -> list[str]:
+    """Query ids with batches logged for ``hub`` other than ``query_id``."""
+    rows = PipelineBatch.objects.filter(hub=hub).exclude(query_id=query_id or "").values_list("query_id", flat=True)
+    return sorted(set(rows))
+
+
+def forget(hub: str) -> int:
+    """Delete the pipeline's summary of ``hub`` (for ``runpipeline --reset``); returns rows deleted."""
+    total = 0
+    with transaction.atomic():
+        for model in (PipelineBatch, MinuteSummary, Alert, UnreadableFile):
+            deleted, _ = model.objects.filter(hub=hub).delete()
+            total += deleted
+    return total

@@ -1,0 +1,98 @@
+"""The pipeline's logic: pure DataFrame-to-DataFrame functions, no I/O, batch or streaming alike.
+
+Input rows are landed events (``schema.LANDING``). Alerts follow the home-security example of
+``003_1736e87014fbc6da.txt``: glass breaking, smoke, and a door or window opened while the home's
+alarm is armed.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from .schema import KEY, LANDING
+
+GLASS_BREAK = "glass_break"
+SMOKE = "smoke"
+INTRUSION = "opened_while_armed"
+ALERT_KINDS = (GLASS_BREAK, SMOKE, INTRUSION)
+
+
+def well_formed(events: DataFrame) -> DataFrame:
+    """``events`` without rows missing a required field (a landing file lacking a column reads as
+    nulls in it): such a row cannot be counted, and must not take the key of a good copy."""
+    required = [F.col(f.name).isNotNull() for f in LANDING if not f.nullable]
+    condition = required[0]
+    for check in required[1:]:
+        condition = condition & check
+    return events.where(condition)
+
+
+USED = ["partition_id", "sequence_number", "enqueued_time", "home", "sensor", "sensor_id", "event", "armed",
+        "event_time"]  # fmt: skip
+
+
+def used_columns(events: DataFrame) -> DataFrame:
+    """``events`` with only the columns the aggregates and alerts use (less to shuffle and cache)."""
+    return events.select(*USED)
+
+
+def deduplicate(events: DataFrame) -> DataFrame:
+    """``events`` with one row per (partition_id, sequence_number).
+
+    On a stream this keeps every key ever seen in the query's state store (no watermark), so an
+    event landed again any time later, across restarts, is still dropped.
+    """
+    return events.dropDuplicates(KEY)
+
+
+def alert_kind(sensor: Column, event: Column, armed: Column) -> Column:
+    """The alert a reading raises (one of ALERT_KINDS), else null."""
+    return (
+        F.when((sensor == "glass_break") & (event == "detected"), F.lit(GLASS_BREAK))
+        .when((sensor == "smoke") & (event == "detected"), F.lit(SMOKE))
+        .when(sensor.isin("door", "window") & (event == "opened") & armed, F.lit(INTRUSION))
+    )
+
+
+def _minute(events: DataFrame) -> Column:
+    return F.date_trunc("minute", events["event_time"]).alias("minute")
+
+
+def per_home_minute_sensor(events: DataFrame) -> DataFrame:
+    """Events per home per minute (of the sensor's clock) per sensor type:
+    (home, minute, sensor, events)."""
+    return events.groupBy("home", _minute(events), "sensor").agg(F.count(F.lit(1)).alias("events"))
+
+
+def per_minute_sensor(events: DataFrame) -> DataFrame:
+    """Events and alerts per minute per sensor type, all homes: (minute, sensor, events, alerts)."""
+    raised = alert_kind(events["sensor"], events["event"], events["armed"]).isNotNull()
+    return events.groupBy(_minute(events), "sensor").agg(
+        F.count(F.lit(1)).alias("events"), F.sum(raised.cast("long")).alias("alerts")
+    )
+
+
+def combine(aggregates: DataFrame) -> DataFrame:
+    """Counts of several batches (rows of ``per_home_minute_sensor``) summed per key."""
+    return aggregates.groupBy("home", "minute", "sensor").agg(F.sum("events").alias("events"))
+
+
+def alerts(events: DataFrame) -> DataFrame:
+    """One row per alerting event: (partition_id, sequence_number, home, kind, sensor, sensor_id,
+    event, event_time, enqueued_time)."""
+    kind = alert_kind(events["sensor"], events["event"], events["armed"])
+    return events.withColumn("kind", kind).where(F.col("kind").isNotNull()).select(
+        *KEY, "home", "kind", "sensor", "sensor_id", "event", "event_time", "enqueued_time"
+    )
+
+
+def summary(events: DataFrame) -> DataFrame:
+    """One row describing ``events``: (events, oldest_enqueued, newest_enqueued, newest_event); times
+    null when empty."""
+    return events.agg(
+        F.count(F.lit(1)).alias("events"),
+        F.min("enqueued_time").alias("oldest_enqueued"),
+        F.max("enqueued_time").alias("newest_enqueued"),
+        F.max("event_time").alias("newest_event"),
+    )
