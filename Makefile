@@ -3,13 +3,14 @@ SHELL := /bin/bash
 PYTHON ?= python3
 PORT ?= 8000
 AMQP_PORT ?= 5672
+CHAOS_SECONDS ?= 300
 VENV := .venv
 PY := $(VENV)/bin/python
 # The virtual environment is rebuilt only when pyproject.toml changes, so a second run starts at once.
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml 2>/dev/null | cut -c1-12)
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: demo test bench lint check-deploy venv system-deps clean
+.PHONY: demo test bench chaos lint check-deploy venv system-deps clean
 
 venv: $(STAMP)
 
@@ -44,8 +45,13 @@ test: venv system-deps lint
 	$(PY) manage.py makemigrations --check --dry-run -v 0
 	$(VENV)/bin/pytest
 
-bench: venv
+bench: venv system-deps
 	$(PY) -m tests.benchmarks.run
+
+# Fault injection, long version: random faults for CHAOS_SECONDS seconds per store (PostgreSQL,
+# Azurite, Redis). `make test` runs the short version.
+chaos: venv system-deps
+	CHAOS_SECONDS=$(CHAOS_SECONDS) $(VENV)/bin/pytest tests/chaos/test_chaos.py -p no:cacheprovider -q
 
 clean:
 	rm -rf $(VENV) var test-artifacts .pytest_cache .mypy_cache .ruff_cache

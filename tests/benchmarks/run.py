@@ -14,6 +14,7 @@ import time
 BENCHMARKS = [
     ("embedded hub: raw read and write rates", "tests.benchmarks.bench_hub"),
     ("one worker end to end on the embedded hub", "tests.benchmarks.bench_worker"),
+    ("one worker vs the hub's raw read rate; memory over 10M events", "tests.benchmarks.bench_throughput"),
     ("strategies x scenarios (simulator)", "tests.benchmarks.bench_strategies"),
     ("store requests per worker per cycle, every real store", "tests.benchmarks.bench_stores"),
     ("Spark pipeline: 1M landed events vs a pyarrow scan; demo latency", "tests.benchmarks.bench_pipeline"),

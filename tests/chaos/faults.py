@@ -1,0 +1,193 @@
+"""The faults, one async function each, injected into a running ``Fleet``.
+
+Each logs itself with ``fleet.fault`` (who it struck, unplanned or planned) and may leave a check
+for the end of the run in ``post_checks`` (a function of the recorded handlings returning problems),
+for what only that fault promises: a worker woken from SIGSTOP handles nothing before it has
+re-checked its leases; through a store outage workers keep handling until their leases would
+expire, stop there, and say what fails in one line rather than a traceback per retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from pathlib import Path
+
+from tests.chaos.fleet import Fleet
+from tests.chaos.invariants import CheckpointHistory, Evidence
+
+PostCheck = Callable[[Evidence], list[str]]
+SKEW = 180.0  # seconds: "one worker's clock skewed by ±3 minutes"
+_names = iter(f"w{i}" for i in range(1000))
+
+
+def new_name() -> str:
+    return next(_names)
+
+
+async def sigkill(fleet: Fleet, checks: list[PostCheck]) -> None:
+    """SIGKILL a random worker, start a replacement; again a few cycles later."""
+    for _ in range(2):
+        victim = fleet.pick()
+        killed = await asyncio.to_thread(fleet.kill, victim)
+        fleet.fault("sigkill", killed, {victim.owner})
+        fleet.start(new_name())
+        await asyncio.sleep(4 * fleet.interval)
+
+
+async def sigstop(fleet: Fleet, checks: list[PostCheck]) -> None:
+    """SIGSTOP a worker for 10 cycles, then SIGCONT: it must find its leases gone before handling more."""
+    victim = fleet.pick()
+    held = {pid for pid, owner in fleet.owners().items() if owner == victim.owner}
+    victim.process.send_signal(signal.SIGSTOP)
+    victim.stopped = True
+    stopped = time.monotonic()
+    await asyncio.sleep(10 * fleet.interval)
+    victim.process.send_signal(signal.SIGCONT)
+    victim.stopped = False
+    resumed = time.monotonic()
+    fleet.fault("sigstop", stopped, {victim.owner}, ended=resumed)
+
+    def resumed_from_the_store_not_from_memory(evidence: Evidence) -> list[str]:
+        """After SIGCONT the stopped worker may handle a partition it held only once it has taken it
+        again: its first event there is the one after the latest checkpoint, never the one after the
+        event it was handling when it was stopped (the others have moved on meanwhile)."""
+        history = CheckpointHistory(evidence.checkpoint_samples)
+        problems = []
+        for pid in sorted(held, key=int):
+            mine = sorted((h for h in evidence.handlings if h.owner == victim.owner and h.partition == pid),
+                          key=lambda h: h.at)  # fmt: skip
+            before = [h for h in mine if h.at < stopped]
+            after = [h for h in mine if h.at >= resumed]
+            if not after:
+                continue
+            latest = history.before(pid, after[0].at)
+            if after[0].sequence - 1 < latest:
+                last = before[-1].sequence if before else None
+                problems.append(
+                    f"{victim.owner} handled partition {pid} event {after[0].sequence} "
+                    f"{after[0].at - resumed:.3f}s after SIGCONT (its last before SIGSTOP: {last}), although "
+                    f"checkpoint {latest} was stored: it went on from memory instead of re-checking its lease"
+                )
+        return problems
+
+    checks.append(resumed_from_the_store_not_from_memory)
+
+
+async def skew(fleet: Fleet, checks: list[PostCheck]) -> None:
+    """Replace two workers (SIGTERM: planned moves) by one whose wall clock is 3 minutes ahead and
+    one 3 minutes behind. Leases are judged by the store's clock: nothing may change."""
+    victims = [fleet.pick() for _ in range(2)]
+    while victims[0] is victims[1]:
+        victims[1] = fleet.pick()
+    started = time.monotonic()
+    for victim in victims:
+        fleet.fault("sigterm", started, {victim.owner}, planned=True)
+    await asyncio.gather(*(asyncio.to_thread(fleet.terminate, victim) for victim in victims))
+    for offset in (SKEW, -SKEW):
+        fleet.start(new_name(), skew=offset)
+
+
+async def add_partitions(fleet: Fleet, checks: list[PostCheck]) -> None:
+    count = len(fleet.hub.partition_ids())
+    fleet.hub.add_partitions(count + 4)
+    fleet.fault("add-partitions", time.monotonic(), set())
+
+
+async def malformed(fleet: Fleet, checks: list[PostCheck]) -> None:
+    """Events whose bodies are not JSON: the handler refuses them and the pump sets them aside."""
+    for _ in range(5):
+        fleet.send(fleet.rng.choice(fleet.hub.partition_ids()), malformed=True)
+    fleet.fault("malformed", time.monotonic(), set())
+
+
+async def corrupt(fleet: Fleet, checks: list[PostCheck]) -> None:
+    """Damage one owned partition's ownership record: its owner loses it; it must be owned again."""
+    owners = fleet.owners()
+    pid = fleet.rng.choice(sorted(owners, key=int))
+    done = await fleet.kit.corrupt(fleet.store, fleet.ref, pid)
+    fleet.fault("corrupt", time.monotonic(), {owners[pid]})
+    fleet.notes.append(f"corrupted partition {pid} of {owners[pid]}: {done}")
+
+
+def outage_of(seconds: float) -> Callable[[Fleet, list[PostCheck]], Awaitable[None]]:
+    async def outage(fleet: Fleet, checks: list[PostCheck]) -> None:
+        """The store goes away for ``seconds`` and comes back on the same port with its data."""
+        victims = fleet.running()
+        held = {w.owner: {p for p, o in fleet.owners().items() if o == w.owner} for w in victims}
+        wall = time.time()
+        started = time.monotonic()
+        await asyncio.to_thread(fleet.kit.down)
+        await asyncio.sleep(max(0.0, seconds - (time.monotonic() - started)))
+        restarting = time.monotonic()  # the store may answer before up() returns
+        await asyncio.to_thread(fleet.kit.up)
+        ended = time.monotonic()
+        fleet.fault("outage", started, {w.owner for w in victims}, ended=ended)
+        expiry, slack = fleet.expiry, 0.5
+
+        def kept_on_then_stopped(evidence: Evidence) -> list[str]:
+            problems = []
+            for worker in victims:
+                mine = [h for h in evidence.handlings if h.owner == worker.owner and h.partition in held[worker.owner]]
+                if held[worker.owner] and not any(started + 0.5 <= h.at <= started + expiry - 1.0 for h in mine):
+                    problems.append(f"{worker.owner} stopped handling its partitions as soon as the store went down")
+                late = [h for h in mine if started + expiry + slack < h.at < restarting]
+                if late:
+                    problems.append(
+                        f"{worker.owner} handled partition {late[0].partition} {late[0].at - started:.1f}s into the "
+                        f"outage, after its lease would have expired ({expiry:g}s)"
+                    )
+                problems += _outage_log_problems(worker.log, worker.owner, wall, wall + (ended - started))
+            return problems
+
+        checks.append(kept_on_then_stopped)
+
+    return outage
+
+
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+def _outage_log_problems(log: Path, owner: str, wall_from: float, wall_to: float) -> list[str]:
+    """One line saying the cycle fails (not one per retry), at most one saying checkpoints fail (not
+    one per partition), no traceback, and one line when it works again."""
+    failed, tracebacks, recovered, checkpoints = 0, 0, 0, 0
+    when = 0.0
+    for line in log.read_text(errors="replace").splitlines():
+        stamp = _STAMP.match(line)
+        if stamp:
+            when = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        if not wall_from - 1 <= when <= wall_to + 10:
+            continue
+        if f"worker {owner}: load-balancing cycle failed" in line:
+            failed += 1
+        elif f"worker {owner}: load-balancing cycle works again" in line:
+            recovered += 1
+        elif f"worker {owner}: checkpoint store failed" in line or "): checkpoint store failed" in line:
+            checkpoints += 1
+        elif line.startswith("Traceback"):
+            tracebacks += 1
+    problems = []
+    if failed != 1:
+        problems.append(f"{owner} logged the failing cycle {failed} times during one outage (want exactly once)")
+    if recovered != 1:
+        problems.append(f"{owner} logged {recovered} 'works again' lines after the outage (want one)")
+    if checkpoints > 1:
+        problems.append(f"{owner} logged failing checkpoints {checkpoints} times during one outage (want once)")
+    if tracebacks:
+        problems.append(f"{owner} logged {tracebacks} tracebacks during the outage")
+    return problems
+
+
+FAULTS: dict[str, Callable[[Fleet, list[PostCheck]], Awaitable[None]]] = {
+    "sigkill": sigkill,
+    "sigstop": sigstop,
+    "clock-skew": skew,
+    "add-partitions": add_partitions,
+    "malformed": malformed,
+    "corrupt-record": corrupt,
+}

@@ -1,0 +1,291 @@
+"""The stores the chaos suite runs on, each able to go down, come back and have a record corrupted.
+
+A ``Kit`` knows how to point ``runworkers`` at its store (``--store`` and environment), how to open
+the same store in the test process (to sample it), how to take it away and bring it back on the
+same port with the same data, and how to corrupt one ownership record the way a hand edit or bit
+rot would. PostgreSQL (the SQL store) and Azurite (the Blob store) always run; Redis runs when
+``balancer/redisstore.py`` exists (``available_kits`` says which were left out and why).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import pwd
+import random
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from balancer.model import HubRef
+from tests.servers import ServerError, add_django_database, free_port, postgres_bin_dir
+
+DASHBOARD_ALIAS = "chaos"
+
+
+class Kit(Protocol):
+    name: str
+    store: str  # the --store value
+
+    def env(self) -> dict[str, str]: ...
+
+    async def open(self) -> Any:
+        """The store as the test process reads it (list_ownership, list_checkpoints, now)."""
+
+    async def close(self, store: Any) -> None: ...
+
+    def down(self) -> None: ...
+
+    def up(self) -> None: ...
+
+    async def corrupt(self, store: Any, ref: HubRef, partition_id: str) -> str:
+        """Damage ``partition_id``'s ownership record; returns what was done."""
+
+
+# PostgreSQL ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class PostgresCluster:
+    """A throwaway cluster that can be stopped and started again on its port with its data.
+
+    (``tests.servers.start_postgres`` deletes its cluster on stop; an outage needs it back.)
+    """
+
+    base: Path
+    port: int = 0
+    user: tuple[int, int] | None = None
+
+    @classmethod
+    def create(cls) -> PostgresCluster:
+        base = Path(tempfile.mkdtemp(prefix="leaseboard-chaos-pg-"))
+        user = None
+        if os.geteuid() == 0:  # initdb and postgres refuse to run as root
+            account = pwd.getpwnam("postgres")
+            user = (account.pw_uid, account.pw_gid)
+            os.chown(base, *user)
+        cluster = cls(base, free_port(), user)
+        cluster._run("initdb", "-D", str(cluster.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "-N")
+        cluster.start()
+        return cluster
+
+    @property
+    def data(self) -> Path:
+        return self.base / "data"
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
+
+    def _run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        uid, gid = self.user if self.user else (None, None)
+        result = subprocess.run(
+            [str(postgres_bin_dir() / tool), *args], cwd=self.base, capture_output=True, text=True, timeout=60,
+            env={**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}, user=uid, group=gid, check=False,
+        )  # fmt: skip
+        if check and result.returncode != 0:
+            raise ServerError(f"{tool} failed: {result.stderr.strip() or result.stdout.strip()}")
+        return result
+
+    def start(self) -> None:
+        # fsync may be off (the machine does not crash, only the server does), but commits must
+        # reach the WAL before they return: with synchronous_commit=off an immediate stop loses
+        # the last commits, and the suite rightly reports checkpoints going backwards.
+        options = (
+            f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=on -c full_page_writes=off -c max_connections=200"
+        )
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.base / "server.log"), "-o", options, "-w", "start")
+
+    def kill(self) -> None:
+        """Stop at once (``immediate``: no clean shutdown, as if the server died); data stays."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop", check=False)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def migrated_database(cluster: PostgresCluster, name: str = DASHBOARD_ALIAS) -> str:
+    """Create database ``name`` on ``cluster``, migrate it, and make it Django alias ``name``."""
+    from django.core.management import call_command
+
+    cluster._run("createdb", "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres", name)
+    add_django_database(name, cluster.url(name), connect_timeout=3)
+    call_command("migrate", database=name, verbosity=0)
+    return cluster.url(name)
+
+
+@dataclass
+class SqlKit:
+    """The SQL store on PostgreSQL; the dashboard's tables live in the same database."""
+
+    cluster: PostgresCluster
+    database_url: str
+    name: str = "postgresql"
+    store: str = "sql"
+
+    def env(self) -> dict[str, str]:
+        return {"DATABASE_URL": self.database_url}
+
+    async def open(self) -> Any:
+        from dashboard.sqlstore import SqlStore
+
+        return SqlStore(DASHBOARD_ALIAS)
+
+    async def close(self, store: Any) -> None:
+        await store.aclose()
+
+    def down(self) -> None:
+        self.cluster.kill()
+
+    def up(self) -> None:
+        self.cluster.start()
+
+    async def corrupt(self, store: Any, ref: HubRef, partition_id: str) -> str:
+        from dashboard.models import Ownership
+
+        def edit() -> int:
+            rows = Ownership.objects.using(DASHBOARD_ALIAS).filter(**Ownership.scope(ref), partition_id=partition_id)
+            return rows.update(owner_id="ghost-of-a-hand-edit", etag="corrupt!", last_modified=float("nan"))
+
+        changed = await asyncio.to_thread(edit)
+        assert changed == 1, f"no ownership row of partition {partition_id} to corrupt"
+        return "owner, etag and last_modified overwritten (an unknown owner, last modified NaN)"
+
+
+# Azurite ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class BlobKit:
+    database_url: str
+    azurite: Any = None
+    container: str = "chaos"
+    name: str = "blob"
+    store: str = "blob"
+
+    def __post_init__(self) -> None:
+        from tests.azurite import start_azurite
+
+        self.azurite = start_azurite()
+
+    def env(self) -> dict[str, str]:
+        return {
+            "DATABASE_URL": self.database_url,
+            "AZURE_STORAGE_CONNECTION_STRING": self.azurite.connection_string,
+            "LEASEBOARD_BLOB_CONTAINER": self.container,
+        }
+
+    async def open(self) -> Any:
+        from balancer.blobstore import BlobStore
+
+        return BlobStore(self.azurite.connection_string, self.container)
+
+    async def close(self, store: Any) -> None:
+        await store.aclose()
+
+    def down(self) -> None:
+        self.azurite.kill()
+
+    def up(self) -> None:
+        self.azurite.start()
+
+    async def corrupt(self, store: Any, ref: HubRef, partition_id: str) -> str:
+        from azure.storage.blob.aio import ContainerClient
+
+        from balancer.blobstore import ownership_blob
+
+        async with ContainerClient.from_connection_string(self.azurite.connection_string, self.container) as client:
+            await client.get_blob_client(ownership_blob(ref, partition_id)).set_blob_metadata({"garbage": "1"})
+        return "ownership blob metadata replaced (no ownerid)"
+
+    def finish(self) -> None:
+        self.azurite.stop()
+
+
+# Redis -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class RedisKit:
+    database_url: str
+    server: Any = None
+    name: str = "redis"
+    store: str = "redis"
+
+    def __post_init__(self) -> None:
+        from tests.redis_server import start_redis
+
+        self.server = start_redis()
+
+    def env(self) -> dict[str, str]:
+        return {"DATABASE_URL": self.database_url, "REDIS_URL": self.server.url}
+
+    async def open(self) -> Any:
+        from balancer.redisstore import RedisStore
+
+        return RedisStore(self.server.url)
+
+    async def close(self, store: Any) -> None:
+        await store.aclose()
+
+    def down(self) -> None:
+        """``SHUTDOWN SAVE``: the data goes to ``dump.rdb`` in the server's directory, which the
+        restarted server loads (the test server runs without automatic persistence)."""
+        from tests.redis_server import redis_binary
+
+        command = [redis_binary("redis-cli"), "-h", self.server.host, "-p", str(self.server.port), "shutdown", "save"]
+        subprocess.run(command, capture_output=True, timeout=20, check=False)
+        if self.server.process is not None:
+            self.server.process.wait(20)
+
+    def up(self) -> None:
+        self.server.start()
+
+    async def corrupt(self, store: Any, ref: HubRef, partition_id: str) -> str:
+        """Either damage the parser refuses (not JSON), or a well-formed record naming an unknown
+        owner with a last-modified time that is not a number (never expires unless caught)."""
+        from balancer.redisstore import Keys
+
+        unreadable = random.random() < 0.5
+        value = "not json" if unreadable else '{"owner": "ghost", "etag": "corrupt", "modified": "nan", "level": 0}'
+        client = store.new_client()
+        try:
+            await client.hset(Keys.of(ref).ownership, partition_id, value)
+        finally:
+            await client.aclose()
+        return "ownership field overwritten: " + ("not JSON" if unreadable else "unknown owner, modified NaN")
+
+    def finish(self) -> None:
+        self.server.stop()
+
+
+@dataclass
+class Kits:
+    """What the suite runs on, and what it leaves out (said in its output)."""
+
+    names: list[str] = field(default_factory=list)
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+def available_kits() -> Kits:
+    kits = Kits(["postgresql", "blob"])
+    if importlib.util.find_spec("balancer.redisstore") is not None:
+        kits.names.append("redis")
+    else:
+        kits.missing["redis"] = "balancer/redisstore.py does not exist"
+    return kits
+
+
+def make_kit(name: str, cluster: PostgresCluster, database_url: str) -> Kit:
+    builders: dict[str, Callable[[], Kit]] = {
+        "postgresql": lambda: SqlKit(cluster, database_url),
+        "blob": lambda: BlobKit(database_url),
+        "redis": lambda: RedisKit(database_url),
+    }
+    return builders[name]()

@@ -1,0 +1,181 @@
+"""Faults injected into real ``runworkers`` processes on every store there is; nothing may be lost.
+
+Per store: three workers (``runworkers --count 1`` each; interval 0.5 s, expiry 3 s) on an embedded
+hub of 8 partitions, a producer writing one numbered event per partition every 20 ms, then one
+fault after another, each phase ending only when the fleet has recovered (every partition owned by
+a running worker, balanced, checkpoints caught up). The short version (``make test``) runs each
+fault once on PostgreSQL, and the kill, the corrupt record and the outage on the other stores; with
+``CHAOS_SECONDS=N`` (``make chaos``) random faults follow each other for N seconds per store.
+
+At the end every worker is stopped with SIGTERM and ``invariants.check`` judges the recordings and
+the samples; the test prints one line per fault and fails on any broken invariant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chaos.faults import FAULTS, PostCheck, new_name, outage_of
+from tests.chaos.fleet import Fleet
+from tests.chaos.invariants import Report, check
+from tests.chaos.recording import read_handlings
+from tests.chaos.stores import DASHBOARD_ALIAS, PostgresCluster, available_kits, make_kit, migrated_database
+from tests.servers import remove_django_database
+
+pytestmark = pytest.mark.slow
+
+CHAOS_SECONDS = float(os.environ.get("CHAOS_SECONDS") or 0)
+OUTAGE_SECONDS = float(os.environ.get("CHAOS_OUTAGE_SECONDS") or 20)
+KITS = available_kits()
+SHORT = {
+    "postgresql": ["sigkill", "sigstop", "clock-skew", "add-partitions", "malformed", "corrupt-record", "outage"],
+    "blob": ["sigkill", "corrupt-record", "outage"],
+    "redis": ["sigkill", "corrupt-record", "outage"],
+}
+MAX_PARTITIONS = 24
+
+
+@pytest.fixture(scope="module")
+def cluster(django_db_blocker: Any) -> Iterator[tuple[PostgresCluster, str]]:
+    """One PostgreSQL cluster for the module: the SQL store's database, and the dashboard tables
+    (event log) of the workers on the other stores."""
+    with django_db_blocker.unblock():
+        server = PostgresCluster.create()
+        try:
+            yield server, migrated_database(server)
+        finally:
+            remove_django_database(DASHBOARD_ALIAS)
+            server.stop()
+
+
+def test_the_suite_says_which_stores_it_runs_on(capsys: pytest.CaptureFixture[str]) -> None:
+    with capsys.disabled():
+        left_out = "; ".join(f"{name} not run: {why}" for name, why in KITS.missing.items())
+        print(f"\nchaos: stores {', '.join(KITS.names)}{'; ' + left_out if left_out else ''}")
+    assert {"postgresql", "blob"} <= set(KITS.names)
+    assert set(KITS.names) | set(KITS.missing) == {"postgresql", "blob", "redis"}
+
+
+def plan(store: str, fleet: Fleet, started: float) -> Iterator[str]:
+    chosen = os.environ.get("CHAOS_FAULTS")  # e.g. "sigkill,outage": these, once each, in this order
+    if chosen:
+        yield from (name.strip() for name in chosen.split(",") if name.strip())
+        return
+    if not CHAOS_SECONDS:
+        yield from SHORT[store]
+        return
+    choices = [*FAULTS, "outage"]
+    while time.monotonic() - started < CHAOS_SECONDS:
+        choice = fleet.rng.choice(choices)
+        if choice == "add-partitions" and len(fleet.hub.partition_ids()) + 4 > MAX_PARTITIONS:
+            continue
+        yield choice
+
+
+@pytest.mark.timeout(600 + 3 * CHAOS_SECONDS)
+@pytest.mark.parametrize("store", KITS.names)
+async def test_no_event_is_lost_and_no_invariant_breaks_under_faults(
+    store: str, cluster: tuple[PostgresCluster, str], tmp_path: Path, django_db_blocker: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    kit = make_kit(store, *cluster)
+    checks: list[PostCheck] = []
+    with django_db_blocker.unblock():
+        opened = await kit.open()
+        fleet = Fleet(kit, tmp_path, opened)
+        sampler = asyncio.create_task(fleet.sample())
+        try:
+            started = time.monotonic()
+            for _ in range(3):
+                fleet.start(new_name())
+            fleet.start_producing()
+
+            async def nothing() -> None:
+                pass
+
+            await fleet.phase("start", nothing)
+            for name in plan(store, fleet, started):
+                inject = outage_of(OUTAGE_SECONDS) if name == "outage" else FAULTS[name]
+                await fleet.phase(name, lambda inject=inject: inject(fleet, checks))  # type: ignore[misc]
+            problems = await finish(fleet)
+            evidence = await fleet.evidence()
+        finally:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+            fleet.shutdown()
+            await kit.close(opened)
+            getattr(kit, "finish", lambda: None)()
+    report = check(evidence)
+    problems += [problem for post in checks for problem in post(evidence)]
+    problems += crash_loops(fleet)
+    report.violations += problems + fleet.problems
+    elapsed = time.monotonic() - started
+    with capsys.disabled():
+        print_report(store, report, fleet, elapsed)
+    assert not report.violations, f"[{store}] broken invariants:\n" + "\n".join(report.violations)
+
+
+async def finish(fleet: Fleet) -> list[str]:
+    """Stop producing, send one marker per partition, let them be handled, stop every worker with
+    SIGTERM. Returns problems: a marker handled by other than its partition's one owner."""
+    markers: dict[str, int] = {}
+
+    async def last_events() -> None:
+        fleet.stop_producing()
+        for pid in fleet.hub.partition_ids():
+            fleet.send(pid, malformed=False)
+        markers.update(fleet.last())
+
+    await fleet.phase("final", last_events)
+    owners = fleet.owners()
+    handled = read_handlings(fleet.root / "records")
+    problems = []
+    for pid, sequence in markers.items():
+        by = [h.owner for h in handled if h.partition == pid and h.sequence == sequence]
+        if by != [owners.get(pid)]:
+            problems.append(f"partition {pid}: its last event was handled by {by}, its one owner is {owners.get(pid)}")
+    stopping = fleet.running()
+    stopped_at = time.monotonic()
+    for worker in stopping:
+        fleet.fault("sigterm", stopped_at, {worker.owner}, planned=True)
+    durations = await asyncio.gather(*(asyncio.to_thread(fleet.terminate, w) for w in stopping))
+    if durations and max(durations) > 15:
+        problems.append(f"SIGTERM took {max(durations):.1f}s to drain (bound: 15s)")
+    return problems
+
+
+def crash_loops(fleet: Fleet) -> list[str]:
+    """A process the test did not end, or a pump that kept failing, is a crash loop."""
+    problems = []
+    for worker in fleet.workers.values():
+        if worker.expected_end is None:
+            problems.append(f"{worker.owner} ended without the test ending it ({worker.process.returncode})")
+        text = worker.log.read_text(errors="replace")
+        failures = text.count(": pump of partition ")  # a pump that raised (logged once per run of failures)
+        if failures:
+            problems.append(f"{worker.owner}: a pump failed {failures} time(s); see {worker.log}")
+    return problems
+
+
+def print_report(store: str, report: Report, fleet: Fleet, elapsed: float) -> None:
+    print(f"\nchaos [{store}] {len(fleet.workers)} worker processes, {len(fleet.hub.partition_ids())} partitions, "
+          f"{elapsed:.0f}s")  # fmt: skip
+    for figures in report.figures:
+        print("  " + figures.line(store))
+    for note in fleet.notes:
+        print(f"  {store:<10} note: {note}")
+    total = sum(len(events) for events in fleet.produced.values())
+    print(f"  {store:<10} total: produced {total}, duplicates {report.duplicates}, "
+          f"broken invariants {len(report.violations)}")  # fmt: skip
+    for violation in report.violations:
+        print(f"  {store:<10} BROKEN: {violation}")
+
