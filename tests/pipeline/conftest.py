@@ -3,6 +3,7 @@ landing folders, and helpers that land sensor events the way the landing handler
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,9 @@ def spark() -> Iterator[SparkSession]:
     session = build_session("local[2]", "leaseboard-tests")
     yield session
     session.stop()
+    # Java objects finalised at interpreter exit make py4j log "Exception while sending command" to a
+    # closed gateway (and a closed stream): noise after the run, not a failure. Silence it.
+    logging.getLogger("py4j").disabled = True
 
 
 def received(partition_id: str, sequence_number: int, body: bytes, enqueued: float | None = None) -> ReceivedEvent:
