@@ -22,20 +22,26 @@
 
 What 001 leaves open, and how it is closed here:
 
-- Timers are checked at each ``cycle()`` (the runtime calls it every ``--interval`` seconds), so a
-  notification goes out within one interval of its time. A node's first timer of each partition
-  fires at a random point of its first normal lease time: a node that joins then races for one
-  partition at a time and each race sees the counts the previous one left (all at once, every
-  race would see the joiner empty and it would win them all, then lose them all back).
+- Timers (``race_notify``) run in a task of their own. A partition's first timer fires at the
+  same point of the first normal lease time on every node (a hash of its id, plus jitter), so
+  challenges are spread over the lease time and a node that joins races for one partition at a
+  time, each race seeing the counts the previous one left. (Random first timers would not do:
+  the earliest of many nodes' timers fires near the start, and the partitions would be challenged
+  all together, then again all together one lease time later.)
+- Of several challenges heard at once, a node sends one HSETNX to take a partition at a time and
+  reads its load again before each (``race_steps``): a win counts at once, so an idle node does
+  not win every one of a burst of races with the same count.
 - Pub/sub is fire and forget: a node that missed a notification never raced. Each cycle reads
   both hashes and repairs from them: a partition this node processes whose grab hash names
   another node was lost in a race it did not hear (step 3b, late); one whose allocation names
   another node is already processed there (stopped at once); one whose allocation field is
   empty (the store restarted without persistence) gets it back (``HSETNX``), so the race forms
   again around the same owners instead of moving partitions.
-- A node only publishes while it is subscribed, and for a short quiet time after it subscribed
-  again, so that after a store restart nobody starts races that nodes still reconnecting cannot
-  hear (they would lose partitions they process without a fair race).
+- A node only publishes while it is subscribed, and not for a short quiet time after it
+  subscribed again, so that after a store restart nobody starts races that nodes still
+  reconnecting cannot hear (they would lose partitions they process without a fair race). A race
+  still waiting when the subscription broke is given up: the store may have restarted empty and
+  lost the winner's grab mark, and a late HSETNX would win a second time.
 - A loser's allocation field is cleared only while it still names the loser: after the maximum
   shutdown time the winner has already written it.
 - Ownership records: checkpoints are fenced by the ownership store (``update_checkpoint`` checks
@@ -54,7 +60,6 @@ What 001 leaves open, and how it is closed here:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import random
@@ -65,22 +70,19 @@ from typing import Any, TypeVar
 
 from .coordinator import CycleReport, EventSink, HandoffHook, PartitionSource
 from .errors import StoreError
-from .model import BalancerEvent, ControlKind, EventKind, HubRef, Member, OwnershipRecord, check_partition_id
-from .race_backend import Channel, RaceBackend
-from .race_times import GrabTimers, LoadWeights, RaceTimes, race_wait
+from .model import BalancerEvent, ControlKind, EventKind, HubRef, Member, OwnershipRecord
+from .race_backend import RaceBackend
+from .race_notify import RaceNotifications
+from .race_steps import RaceSteps
+from .race_times import GrabTimers, LoadWeights, RaceTimes
 from .store import ControlStore, OwnershipStore, by_partition
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-RESUBSCRIBE_QUIET = 2.0  # seconds without publishing after a subscription came back (> the backoff cap)
-BACKOFF_CAP = 1.0
-# Times closer than this count as now: asyncio runs a timer that is due within its clock resolution
-# at once, and a wait for less than one float step of the clock would never end.
-EPSILON = 1e-6
 
 
-class RaceCoordinator:
+class RaceCoordinator(RaceNotifications, RaceSteps):
     """One node of the lease race for one hub and consumer group.
 
     The runtime drives it like ``balancer.coordinator.Coordinator``: ``cycle()`` on its schedule,
@@ -288,318 +290,6 @@ class RaceCoordinator:
             if due + self.times.leases_held_delay <= now and pid not in self._racing:
                 await self._clear_mark(pid)
 
-    # grab timers (step 1) ------------------------------------------------------------------
-
-    def _add_timers(self, pids: Sequence[str]) -> None:
-        """A first timer for each partition not seen before, at a random point of a normal lease time."""
-        now = self.monotonic()
-        for pid in pids:
-            if pid not in self._timers:
-                self._last_grab.setdefault(pid, now)
-                self._set_timer(pid, now + self.rng.uniform(0, self.times.normal_lease))
-
-    def _set_timer(self, pid: str, at: float) -> None:
-        head = self._timers.next_at()
-        self._timers.set(pid, at)
-        if head is None or at < head:
-            self._timers_moved.set()
-
-    def _arm(self, pid: str, now: float) -> None:
-        """The next timer of ``pid``: one normal lease time (plus jitter) from ``now``."""
-        self._set_timer(pid, now + self.times.normal_lease * (1 + self.rng.uniform(0, self.times.jitter)))
-
-    async def _run_timers(self) -> None:
-        """Fire grab timers when they are due (a task: notifications go out on time, not per cycle)."""
-        while not self._stopped:
-            for pid in self._timers.pop_due(self.monotonic() + EPSILON):
-                try:
-                    await self._fire(pid)
-                except StoreError as exc:
-                    self._failed("grab notification", exc)
-                    self._set_timer(pid, self.monotonic() + self._retry_in())
-                else:
-                    self._recovered("grab notification")
-            head = self._timers.next_at()
-            self._timers_moved.clear()
-            timeout = None if head is None else max(0.0, head - self.monotonic())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._timers_moved.wait(), timeout)
-
-    def _retry_in(self) -> float:
-        """How soon to look at a timer again that could not act now (the jitter window)."""
-        return max(self.times.normal_lease * self.times.jitter, self.times.leases_held_delay)
-
-    async def _fire(self, pid: str) -> None:
-        """Step 1 for one partition whose timer fired (see the module docstring)."""
-        now = self.monotonic()
-        grab = self._grab_seen
-        if not self._subscribed or now < self._quiet_until or grab is None:
-            self._set_timer(pid, max(now + self._retry_in(), self._quiet_until))  # we would not hear our race
-            return
-        pin = self._pins.get(pid)
-        elsewhere = pin is not None and pin != self.owner_id
-        if pid in self._owned or pid in self._starting:
-            # a drained owner, or one holding a partition pinned elsewhere, asks others to take it
-            candidate = pid not in self._handing_off and (elsewhere or (self._drained and pin is None))
-        else:  # only the pinned node challenges a pinned partition; a drained node nothing
-            candidate = not elsewhere and not (self._drained and pin is None)
-        if not candidate or pid in self._racing or (self._known and pid not in self._known):
-            self._arm(pid, now)
-            return
-        if grab.get(pid) == self.owner_id and pid in self._owned:
-            # our own mark from a race we won: we want out now, not after the minimum lease grab time
-            await self._clear_mark(pid)
-        if pid not in grab:
-            await self._publish_grab(pid, now)
-        elif now - self._last_grab.get(pid, now) > self.times.maximum_lease:
-            # (b): the winner died between steps 3 and 6. Allocation first: while the grab mark
-            # stands nobody can win, so no new allocation can be wiped by this.
-            log.warning(
-                "%s: partition %s: grab mark of %s is older than the maximum lease time (%gs); clearing it",
-                self.owner_id, pid, grab[pid], self.times.maximum_lease,
-            )
-            await self.backend.hdel("allocation", pid)
-            if await self.backend.hdel("grab", pid, expect=grab[pid]):
-                grab.pop(pid, None)
-                await self._publish_grab(pid, now)
-            else:
-                self._arm(pid, now)
-        else:  # a race is on (or our view is a little old): look again soon
-            self._set_timer(pid, now + self._retry_in())
-
-    async def _publish_grab(self, pid: str, now: float) -> None:
-        self._arm(pid, now)
-        await self.backend.publish("grab", pid)
-
-    # notifications -------------------------------------------------------------------------
-
-    def _start_tasks(self) -> None:
-        if self._listener is None and not self._stopped:
-            loop = asyncio.get_running_loop()
-            self._listener = loop.create_task(self._listen(), name=f"race listener {self.owner_id}")
-            self._timer_task = loop.create_task(self._run_timers(), name=f"race timers {self.owner_id}")
-
-    async def _listen(self) -> None:
-        """Keep the subscription up; back off (up to a second) while the store is away."""
-        delay = 0.05
-        first = True
-        while not self._stopped:
-
-            def ready() -> None:
-                nonlocal delay, first
-                self._subscribed = True
-                if not first:
-                    self._quiet_until = self.monotonic() + RESUBSCRIBE_QUIET
-                    log.info("%s: race subscription is back", self.owner_id)
-                first = False
-                delay = 0.05
-                self._recovered("subscription")
-
-            try:
-                await self.backend.listen(self._deliver, ready)
-            except StoreError as exc:
-                self._failed("subscription", exc)
-            except Exception as exc:  # a bug must not end the subscription for good
-                log.exception("%s: race subscription failed", self.owner_id)
-                self._failed("subscription", exc)
-            self._subscribed = False
-            self._epoch += 1
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, BACKOFF_CAP)
-
-    def _deliver(self, channel: Channel, pid: str) -> None:
-        try:
-            check_partition_id(pid)
-        except ValueError:
-            log.warning("%s: ignored a %s notification for %r: not a partition id", self.owner_id, channel, pid)
-            return
-        if channel == "allocated":
-            event = self._allocated.get(pid)
-            if event is not None:
-                event.set()
-            return
-        now = self.monotonic()
-        self._last_grab[pid] = now
-        self._arm(pid, now)  # step 2: the timer is reset on receipt
-        if self._stopped or pid in self._racing or (self._known and pid not in self._known):
-            return  # one race at a time per partition: a second notification joins the first
-        task = asyncio.get_running_loop().create_task(self._race(pid, now), name=f"race {self.owner_id} {pid}")
-        self._racing[pid] = task
-        task.add_done_callback(lambda done: self._race_done(pid, done))
-
-    def _race_done(self, pid: str, task: asyncio.Task[None]) -> None:
-        if self._racing.get(pid) is task:
-            del self._racing[pid]
-        if not task.cancelled() and task.exception() is not None:
-            exc = task.exception()
-            assert exc is not None
-            if isinstance(exc, StoreError):
-                self._failed("race", exc)
-            else:
-                log.error("%s: race for partition %s failed", self.owner_id, pid, exc_info=exc)
-
-    # one race ------------------------------------------------------------------------------
-
-    async def _race(self, pid: str, heard: float) -> None:
-        """Steps 2 to 6 for one notification."""
-        pin = self._pins.get(pid)
-        if (pin is not None and pin != self.owner_id) or (self._drained and pin != self.owner_id):
-            return  # never takes it; if it holds it, the next cycle sees who won (step 3b, late)
-        self._deciding.add(pid)
-        try:
-            decided = await self._decide(pid, heard, pin == self.owner_id)
-        finally:
-            self._deciding.discard(pid)
-        if decided is None:
-            return
-        winner, waited = decided
-        self._recovered("race")
-        if self._grab_seen is not None:
-            self._grab_seen[pid] = winner
-        if winner != self.owner_id:
-            if pid in self._owned and pid not in self._handing_off:
-                self._lose(pid, f"{winner} won the race (this node waited {waited:.2f}s)")
-            return
-        self._marks[pid] = self.monotonic() + self.times.minimum_lease_grab
-        if pid in self._owned and pid not in self._handing_off:
-            await self._keep(pid)
-        else:
-            await self._take(pid, waited)
-        task = asyncio.get_running_loop().create_task(self._clear_mark_later(pid))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _clear_mark_later(self, pid: str) -> None:
-        """Step 6: after the minimum lease grab time (and not before the winner has started)."""
-        await asyncio.sleep(max(0.0, self._marks.get(pid, 0.0) - self.monotonic()))
-        with contextlib.suppress(StoreError):  # the cycle tries again (``_clear_marks``)
-            await self._clear_mark(pid)
-
-    async def _clear_mark(self, pid: str) -> None:
-        """Delete this node's grab mark of ``pid`` (only ours: a newer winner's stays)."""
-        await self.backend.hdel("grab", pid, expect=self.owner_id)
-        self._marks.pop(pid, None)
-        if self._grab_seen is not None and self._grab_seen.get(pid) == self.owner_id:
-            del self._grab_seen[pid]
-
-    async def _decide(self, pid: str, heard: float, pinned_here: bool) -> tuple[str, float] | None:
-        """Steps 2 and 3: wait ``race_wait`` from when the notification was heard, then HSETNX.
-        Returns (the winner, seconds waited), or None when this node did not try.
-
-        The load is read again whenever the wait ends, and a node sends one HSETNX to take a
-        partition at a time: of several challenges heard at once, each attempt sees the answer of
-        the one before (a win counts at once), instead of all of them going out at the same instant
-        with the same count (one idle node would then win every one of them). An owner defending
-        its partition does not queue behind its own attempts to take others.
-        """
-        epoch = self._epoch
-        while True:
-            owner = pid in self._owned and pid not in self._handing_off
-            left = heard + self._wait(pid, owner, pinned_here) - self.monotonic()
-            if left > EPSILON:
-                await self._sleep_unless_load_drops(left)
-                continue
-            waited = self.monotonic() - heard
-            if waited > self.times.wait_cap + self.times.leases_held_delay / 2:
-                log.warning("%s: partition %s: woke too late to race (%.2fs)", self.owner_id, pid, waited)
-                return None
-            if epoch != self._epoch:
-                # The subscription broke while we waited: the store may have restarted and lost the
-                # winner's grab mark, and a late HSETNX would win a second race. Let this one go.
-                return None
-            if owner:
-                return await self.backend.hsetnx("grab", pid, self.owner_id), waited
-            async with self._taking:
-                if heard + self._wait(pid, False, pinned_here) - self.monotonic() > EPSILON:
-                    continue  # an attempt before this one won: this node is busier now
-                winner = await self.backend.hsetnx("grab", pid, self.owner_id)
-                if winner == self.owner_id:
-                    self._starting.add(pid)  # counted from the answer on, before it is processed
-                return winner, waited
-
-    def _wait(self, pid: str, owner: bool, pinned_here: bool) -> float:
-        if pinned_here:
-            return 0.0
-        challenged = (self.load.weight(pid) if self.load is not None else 1.0) if owner else None
-        return race_wait(self.load_now(), challenged, self.times)
-
-    async def _sleep_unless_load_drops(self, seconds: float) -> None:
-        """Sleep ``seconds``, or less if this node's load drops meanwhile (a loss shortens waits)."""
-        loop = asyncio.get_running_loop()
-        woken: asyncio.Future[None] = loop.create_future()
-        timer = loop.call_later(seconds, _resolve, woken)
-        self._waiters.add(woken)
-        try:
-            await woken
-        finally:
-            timer.cancel()
-            self._waiters.discard(woken)
-
-    def _load_dropped(self) -> None:
-        for waiter in self._waiters:
-            _resolve(waiter)
-
-    async def _keep(self, pid: str) -> None:
-        """Steps 4 and 5 for a winner that already processes the partition."""
-        holder = await self.backend.hget("allocation", pid)
-        if holder == self.owner_id:
-            return
-        if holder is not None:  # a node this one never heard of believes it processes it
-            await self._await_allocated(pid)
-        await self.backend.hset("allocation", pid, self.owner_id)
-
-    async def _take(self, pid: str, wait: float) -> None:
-        """Steps 4 and 5: wait for the previous processor, mark the allocation, take the record."""
-        try:
-            event = self._allocated.setdefault(pid, asyncio.Event())
-            event.clear()  # before reading: a notice sent after the read is not missed
-            holder = await self.backend.hget("allocation", pid)
-            handed = True
-            if holder is not None and holder != self.owner_id:
-                handed = await self._await_allocated(pid)
-            await self.backend.hset("allocation", pid, self.owner_id)
-            async with self._lock:
-                record = await self._claim_record(pid)
-                if record is None or self._stopped:
-                    await self.backend.hdel("allocation", pid, expect=self.owner_id)
-                    return
-                self._owned[pid] = record
-        finally:
-            self._starting.discard(pid)
-            self._allocated.pop(pid, None)
-            if pid not in self._owned:
-                self._load_dropped()
-        if holder is None or holder == self.owner_id:
-            kind, why = EventKind.CLAIM, "won the lease race; nobody was processing it"
-        elif handed:
-            kind, why = EventKind.STEAL, f"won the lease race; {holder} shut it down and handed it over"
-        else:
-            kind = EventKind.EXPIRE
-            why = f"won the lease race; {holder} did not hand it over within {self.times.maximum_shutdown:g}s"
-        why += f" (waited {wait:.2f}s)"
-        self._emit(BalancerEvent(kind, self.ref, pid, self.owner_id, holder, self.owner_id, why, self.clock()))
-
-    async def _await_allocated(self, pid: str) -> bool:
-        """Wait for the allocated notice of ``pid``; False when the maximum shutdown time passed first."""
-        event = self._allocated.setdefault(pid, asyncio.Event())
-        try:
-            await asyncio.wait_for(event.wait(), self.times.maximum_shutdown)
-        except TimeoutError:
-            return False
-        return True
-
-    async def _claim_record(self, pid: str) -> OwnershipRecord | None:
-        """The partition's ownership record, taken over whoever holds it (the race decided)."""
-        for _ in range(4):
-            listed = by_partition(await self._store_call(self.store.list_ownership(self.ref)))
-            current = listed.get(pid)
-            request = current.claimed_by(self.owner_id) if current else OwnershipRecord(self.ref, pid, self.owner_id)
-            won = await self._store_call(self.store.claim_ownership([request]))
-            if won:
-                return won[0]
-        log.warning("%s: partition %s: its ownership record kept changing; not taken", self.owner_id, pid)
-        return None
-
     async def adopt(self, pids: Sequence[str], reason: str = "adopted") -> None:
         """Process ``pids`` as if this node had won their races (restoring a known state, such as
         the simulator's balanced start): allocation marked, ownership records taken."""
@@ -620,7 +310,7 @@ class RaceCoordinator:
             return
         self._handing_off.add(pid)
         self._load_dropped()
-        log.info("%s: partition %s: lost the lease race: %s; shutting it down", self.owner_id, pid, why)
+        log.debug("%s: partition %s: lost the lease race: %s; shutting it down", self.owner_id, pid, why)
         if self.on_handoff is not None:
             self.on_handoff(pid)
         else:
@@ -736,8 +426,3 @@ class RaceCoordinator:
         if what in self._failing:
             self._failing.discard(what)
             log.warning("%s: race %s works again", self.owner_id, what)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)

@@ -99,7 +99,9 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": "leaseboard"},
+            # redis-py 8 times reads out after 5 s by default: exactly channels_redis's 5 s BZPOPMIN,
+            # so every idle websocket consumer died with "Timeout reading". Reads get more room.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "prefix": "leaseboard"},
         }
     }
 else:

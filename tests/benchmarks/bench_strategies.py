@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from balancer.simulator import SCENARIOS, simulate
-from balancer.strategies import DEFAULT, STRATEGIES
+from balancer.strategies import DEFAULT, NAMES
 
 SIZES: dict[str, tuple[int, int]] = {  # scenario -> (partitions, workers)
     "scale-out": (32, 5),
@@ -34,7 +34,7 @@ COLUMNS = [
 
 def cases(seeds: int, big_seeds: int) -> list[tuple[str, str, int, int, int]]:
     """(strategy, scenario, partitions, workers, seeds) for every row, the default strategy first."""
-    names = [DEFAULT, *sorted(n for n in STRATEGIES if n != DEFAULT)]
+    names = [DEFAULT, *sorted(n for n in NAMES if n != DEFAULT)]  # race included (balancer.race_sim)
     rows = []
     for name in names:
         for scenario in SCENARIOS:
