@@ -219,3 +219,20 @@ def test_a_drained_node_gives_everything_away_and_a_pinned_partition_goes_to_its
         assert c.owners().get(pid) == "b" and "c" not in c.owners().values()
 
     run(test, RaceCluster(6))
+
+
+def test_a_node_that_stops_cleanly_has_its_partitions_raced_for_at_once() -> None:
+    async def test(c: RaceCluster) -> None:
+        await settle(c, ["a", "b", "c"])
+        node = c.nodes["c"]
+        assert node.loop is not None
+        node.loop.cancel()
+        events = await node.coordinator.release_all()
+        node.dead = True
+        assert {e.kind for e in events} == {EventKind.RELEASE} and len(events) == 2
+        took = await c.until(lambda: c.balanced(["a", "b"]), within=LEASE)
+        assert took < 2 * TIMES.wait_cap  # a race right away, not at the next timers
+        expired = [e for _, e in c.events if e.kind is EventKind.EXPIRE]
+        assert expired == []  # nobody waited out the maximum shutdown time: the allocation was cleared
+
+    run(test, RaceCluster(6))
