@@ -6,7 +6,7 @@
   "use strict";
 
   const live = window.Leaseboard;
-  const { fmt, el, setText, setData } = live;
+  const { fmt, el, setText, setData, setHidden, setTitle } = live;
   const $ = (id) => document.getElementById(id);
   const grid = $("partitions");
   const workersBody = document.querySelector("#workers tbody");
@@ -162,19 +162,19 @@
       setData(row.tr, "alive", w.alive);
       setData(row.tr, "draining", w.draining);
       setData(row.tr, "purgeable", Boolean(w.purgeable));
-      row.cells.tag.hidden = !w.draining;
+      setHidden(row.cells.tag, !w.draining);
       setText(row.cells.owned, String(counts.get(id) || 0));
       setText(row.cells.rate, w.events_per_second === null || w.events_per_second === undefined ? "–" : fmt.n(w.events_per_second));
       const seen = w.last_seen === null || now === null ? "never" : fmt.ago(now - w.last_seen);
       setText(row.cells.seenText, w.alive ? seen : `gone · ${seen}`);
-      row.cells.seen.title = w.last_seen ? `last heartbeat ${fmt.when(w.last_seen)} (store clock)` : "no heartbeat";
+      setTitle(row.cells.seen, w.last_seen ? `last heartbeat ${fmt.when(w.last_seen)} (store clock)` : "no heartbeat");
       if (row.cells.actions) {
-        row.cells.drain.hidden = w.draining;
-        row.cells.undrain.hidden = !w.draining;
-        row.cells.purge.hidden = !w.purgeable;
+        setHidden(row.cells.drain, w.draining);
+        setHidden(row.cells.undrain, !w.draining);
+        setHidden(row.cells.purge, !w.purgeable);
       }
     }
-    $("no-workers").hidden = ids.length > 0;
+    setHidden($("no-workers"), ids.length > 0);
     const alive = ids.filter((id) => live.workers.get(id).alive).length;
     setText($("worker-count"), ids.length ? `(${alive} alive of ${ids.length})` : "");
     renderLegend(counts);
@@ -213,12 +213,12 @@
     const newest = pending.slice(-FEED_MAX);
     pending = [];
     for (const [ev, fresh] of newest) live.insertNewestFirst(feed, live.eventItem(ev, fresh && calm), FEED_MAX, feedIds);
-    $("no-events").hidden = feed.children.length > 0;
+    setHidden($("no-events"), feed.children.length > 0);
   }
   const feedLater = live.coalesced(flushFeed);
 
   // Tiles are painted as events arrive; the worker table (owned counts over every partition) once a frame.
-  const workersLater = live.coalesced(renderWorkers);
+  const workersLater = live.coalesced(renderWorkers, live.SUMMARY_EVERY_MS);
   live.listen({
     state(changed) {
       if (changed === null) layoutTiles();

@@ -30,6 +30,7 @@
 
   const BUFFER_MAX = 5000;
   const STALE_AFTER_MS = 5000;
+  const SUMMARY_EVERY_MS = 250; // derived counts (header, worker table): at most four times a second
   const PALETTE = ["#2563eb", "#7c3aed", "#059669", "#db2777", "#ea580c", "#0891b2",
                    "#4d7c0f", "#9333ea", "#dc2626", "#0f766e", "#a16207", "#4f46e5"];
   const STATUSES = ["OK", "WARN", "STALL", "STOP", "REWIND"];
@@ -89,6 +90,13 @@
   function setData(node, key, value) {
     const text = value === null || value === undefined ? "" : String(value);
     if (node.dataset[key] !== text) node.dataset[key] = text;
+  }
+  // Writing an attribute its own value still costs a style recalculation: on a big fleet, once a frame.
+  function setHidden(node, hidden) {
+    if (node.hidden !== hidden) node.hidden = hidden;
+  }
+  function setTitle(node, title) {
+    if (node.title !== title) node.title = title;
   }
   function who(owner) {
     const span = el("span", "who");
@@ -182,7 +190,7 @@
   }
 
   const live = {
-    cfg, fmt, el, setText, setData, who, link, partitionLink, eventItem, insertNewestFirst, auditItem, STATUSES,
+    SUMMARY_EVERY_MS, cfg, fmt, el, setText, setData, setHidden, setTitle, who, link, partitionLink, eventItem, insertNewestFirst, auditItem, STATUSES,
     base: new Map(), // partition id -> as the server last said
     view: new Map(), // partition id -> as shown (base + events above the watermark)
     order: [], // partition ids in grid order
@@ -363,7 +371,7 @@
 
   const alertBox = $("alert");
   function showAlert(text) {
-    alertBox.hidden = !text;
+    setHidden(alertBox, !text);
     if (text) setText(alertBox, text);
   }
   let toastTimer = null;
@@ -461,13 +469,18 @@
     }
   }, 1000);
 
-  /** Run `render` once in the next animation frame however often it is asked for before then. */
-  function coalesced(render) {
+  /** Run `render` once in the next animation frame however often it is asked for before then, and
+   * (`minGap`, ms) no sooner than that after its last run: a summary over 1024 partitions need not
+   * be redone in every frame of a busy hub. */
+  function coalesced(render, minGap = 0) {
     let queued = false;
+    let last = -Infinity;
+    const run = () => { queued = false; last = performance.now(); render(); };
     return () => {
       if (queued) return;
       queued = true;
-      requestAnimationFrame(() => { queued = false; render(); });
+      const wait = last + minGap - performance.now();
+      if (wait > 0) setTimeout(() => requestAnimationFrame(run), wait); else requestAnimationFrame(run);
     };
   }
   live.coalesced = coalesced;
@@ -483,7 +496,7 @@
     }
     return 40 * p;
   };
-  live.listen({ state: coalesced(summarise) });
+  live.listen({ state: coalesced(summarise, SUMMARY_EVERY_MS) });
   live.csrf = () => (document.querySelector('meta[name="csrf-token"]') || {}).content || "";
   live.post = async (url, payload) => {
     const response = await fetch(url, {
