@@ -57,6 +57,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .errors import CorruptRecord, OwnershipLost, StoreError, StoreUnavailable
 from .model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord, check_partition_id
+from .store import Snapshot
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -169,6 +170,15 @@ return now
 
 def _text(value: bytes | str) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+
+
+def _texts(raw: Mapping[Any, Any]) -> dict[str, str]:
+    return {_text(k): _text(v) for k, v in raw.items()}
+
+
+def _seconds(seconds: Any, micros: Any) -> float:
+    """Redis ``TIME``'s pair as seconds, exactly as the scripts write ``now`` (see the module docstring)."""
+    return float(f"{int(seconds)}.{int(micros):06d}")
 
 
 def _object(raw: str) -> dict[str, Any]:
@@ -387,8 +397,7 @@ class RedisStore:
 
     async def _hash(self, doing: str, key: str) -> dict[str, str]:
         async def hgetall(c: _Connection) -> dict[str, str]:
-            found: dict[Any, Any] = await c.client.hgetall(key)
-            return {_text(k): _text(v) for k, v in found.items()}
+            return _texts(await c.client.hgetall(key))
 
         return await self.run(doing, hgetall)
 
@@ -417,17 +426,38 @@ class RedisStore:
         """Redis ``TIME``: the clock every ``modified``, ``seen`` and ``created`` is written with."""
 
         async def time(c: _Connection) -> float:
-            seconds, micros = await c.client.time()
-            return float(f"{int(seconds)}.{int(micros):06d}")
+            return _seconds(*await c.client.time())
 
         return await self.run("TIME", time)
+
+    # one cycle's read ----------------------------------------------------------------------
+
+    async def snapshot(self, ref: HubRef) -> Snapshot:
+        """Ownership, members, controls and ``TIME`` in one round trip (``MULTI``/``EXEC``: one
+        consistent view, as the cycle needs it), rather than four."""
+        keys = Keys.of(ref)
+
+        async def read(c: _Connection) -> list[Any]:
+            async with c.client.pipeline(transaction=True) as pipe:
+                for key in (keys.ownership, keys.members, keys.controls):
+                    pipe.hgetall(key)
+                pipe.time()
+                return list(await pipe.execute())
+
+        ownership, members, controls, (seconds, micros) = await self.run("reading a snapshot", read)
+        return Snapshot(
+            self._ownership(ref, ownership), self._members(ref, members), self._controls(ref, controls),
+            _seconds(seconds, micros),
+        )  # fmt: skip
 
     # ownership -----------------------------------------------------------------------------
 
     async def list_ownership(self, ref: HubRef) -> list[OwnershipRecord]:
+        return self._ownership(ref, await self._hash("listing ownership", Keys.of(ref).ownership))
+
+    def _ownership(self, ref: HubRef, raw: Mapping[Any, Any]) -> list[OwnershipRecord]:
         key = Keys.of(ref).ownership
-        raw = await self._hash("listing ownership", key)
-        return sorted(self._parsed(key, raw, lambda f, v: parse_ownership(ref, f, v)), key=_by_pid)
+        return sorted(self._parsed(key, _texts(raw), lambda f, v: parse_ownership(ref, f, v)), key=_by_pid)
 
     async def claim_ownership(self, records: Sequence[OwnershipRecord]) -> list[OwnershipRecord]:
         """One script call per hub and consumer group among ``records`` (usually one)."""
@@ -493,9 +523,11 @@ class RedisStore:
         await self._stamped("a heartbeat", key, member.owner_id, {"info": dict(member.info)}, "seen")
 
     async def list_members(self, ref: HubRef) -> list[Member]:
+        return self._members(ref, await self._hash("listing members", Keys.of(ref).members))
+
+    def _members(self, ref: HubRef, raw: Mapping[Any, Any]) -> list[Member]:
         key = Keys.of(ref).members
-        raw = await self._hash("listing members", key)
-        return sorted(self._parsed(key, raw, lambda f, v: parse_member(ref, f, v)), key=lambda m: m.owner_id)
+        return sorted(self._parsed(key, _texts(raw), lambda f, v: parse_member(ref, f, v)), key=lambda m: m.owner_id)
 
     async def remove_member(self, ref: HubRef, owner_id: str) -> None:
         key = Keys.of(ref).members
@@ -506,9 +538,11 @@ class RedisStore:
         await self.run("removing a member", remove)
 
     async def list_controls(self, ref: HubRef) -> list[Control]:
+        return self._controls(ref, await self._hash("listing controls", Keys.of(ref).controls))
+
+    def _controls(self, ref: HubRef, raw: Mapping[Any, Any]) -> list[Control]:
         key = Keys.of(ref).controls
-        raw = await self._hash("listing controls", key)
-        return self._parsed(key, raw, lambda f, v: parse_control(ref, f, v))
+        return self._parsed(key, _texts(raw), lambda f, v: parse_control(ref, f, v))
 
     async def put_control(self, control: Control) -> None:
         if not control.target:
