@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from balancer.simulator import SCENARIOS, Settings, simulate
-from balancer.strategies import DEFAULT, STRATEGIES
+from balancer.strategies import DEFAULT, NAMES
 
 DEFAULTS = Settings()
 
@@ -22,7 +22,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--strategy", default=None,
-            help=f"one of {', '.join(STRATEGIES)} (default: {DEFAULT}, the project's default)",
+            help=f"one of {', '.join(NAMES)} (default: {DEFAULT}, the project's default)",
         )  # fmt: skip
         parser.add_argument("--scenario", required=True, help=f"one of {', '.join(SCENARIOS)}")
         parser.add_argument("--partitions", type=int, default=32, help="partitions P (default 32)")
