@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
-from django.db import close_old_connections
 
 from balancer.model import BalancerEvent
 
+from .dbthread import DatabaseThread
 from .models import EventLog
 
 GROUP = "balancer"
@@ -26,8 +24,9 @@ MESSAGE_TYPE = "balancer.event"
 
 log = logging.getLogger(__name__)
 
-# One helper thread for ``publish`` called on an event loop's thread, where the ORM refuses to run.
-_helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leaseboard-publish")
+# Every save runs on one thread of its own, with a kept connection (see ``dbthread``); that also
+# serves ``publish`` called on an event loop's thread, where the ORM refuses to run.
+_saver = DatabaseThread("leaseboard-publish")
 _sending: set[asyncio.Task[None]] = set()
 
 
@@ -39,14 +38,6 @@ def _save(event: BalancerEvent) -> dict[str, Any]:
 
 def _message(payload: dict[str, Any]) -> dict[str, Any]:
     return {"type": MESSAGE_TYPE, "event": payload}
-
-
-def _save_here(event: BalancerEvent) -> dict[str, Any]:
-    close_old_connections()
-    try:
-        return _save(event)
-    finally:
-        close_old_connections()
 
 
 async def _send(payload: dict[str, Any]) -> None:
@@ -70,13 +61,12 @@ def publish(event: BalancerEvent) -> dict[str, Any]:
     and the send is scheduled on that loop; async code should ``await apublish(event)`` instead.
     Raises the database's error when the row cannot be saved; a channel-layer failure is only logged.
     """
+    payload = _saver.call(_save, event)
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
-        payload = _save_here(event)
         async_to_sync(_send)(payload)
         return payload
-    payload = _helper.submit(_save_here, event).result()
     task = loop.create_task(_send(payload))
     _sending.add(task)  # the loop keeps only a weak reference to a task
     task.add_done_callback(_sending.discard)
@@ -85,6 +75,6 @@ def publish(event: BalancerEvent) -> dict[str, Any]:
 
 async def apublish(event: BalancerEvent) -> dict[str, Any]:
     """``publish`` for async callers: the insert runs on a thread, the send on the caller's loop."""
-    payload: dict[str, Any] = await database_sync_to_async(_save)(event)
+    payload = await _saver.acall(_save, event)
     await _send(payload)
     return payload

@@ -30,17 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 from urllib.parse import parse_qs
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.db import connection
 from django.db.models import Q
 
 from balancer.model import HubRef
@@ -48,6 +44,7 @@ from balancer.model import HubRef
 from .access import LOGIN_REQUIRED, can_read
 from .actions import recent_audit
 from .broadcast import GROUP
+from .dbthread import DatabaseThread
 from .delta import delta
 from .models import EventLog
 from .monitor import Monitor, monitor
@@ -66,41 +63,7 @@ BATCH = 500
 READ_ONLY = "this socket is read-only: actions are POSTed to /api/actions/ with a staff login and a CSRF token"
 
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-_reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leaseboard-feed")
-
-
-def _kept(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
-    """``fn`` run in this process's feed thread, on a database connection kept open between calls.
-
-    ``database_sync_to_async`` (and Channels before every message a consumer handles) closes the
-    connection of the thread-sensitive executor, since ``CONN_MAX_AGE`` is 0: at 200 events a
-    second, opening SQLite connections was a third of Daphne's CPU. The feed thread is ours alone.
-    A call that fails closes the connection, so the next one opens a fresh one (the database
-    restarted, say); the last consumer to go closes it (``_release``).
-    """
-
-    def call(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return fn(*args, **kwargs)
-        except Exception:
-            connection.close()
-            raise
-
-    async def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        return await asyncio.get_running_loop().run_in_executor(_reader, functools.partial(call, *args, **kwargs))
-
-    return run
-
-
-def _close() -> None:
-    connection.close()  # the feed thread's own connection (``connection`` is looked up per thread)
-
-
-_release = _kept(_close)
+_feed = DatabaseThread("leaseboard-feed")  # every consumer's reads, on one kept connection
 _open = 0  # consumers connected in this process
 
 
@@ -117,11 +80,6 @@ def _unsent(ref: HubRef, floor: int, last_sent: int, sent: frozenset[int], limit
         late = [i for i in rows.filter(id__gt=floor, id__lt=last_sent).values_list("id", flat=True) if i not in sent]
     chosen = rows.filter(Q(id__gt=last_sent) | Q(id__in=late)).order_by("id")[:limit]
     return [EventLog.json_of(row) for row in chosen.values(*EventLog.JSON_FIELDS)]
-
-
-_read_history = _kept(_history)
-_read_audit = _kept(recent_audit)
-_read_unsent = _kept(_unsent)
 
 
 class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
@@ -177,7 +135,7 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             global _open
             _open -= 1
             if _open == 0:
-                await _release()  # nobody left to read for: the kept connection goes
+                await _feed.aclose_connection()  # nobody left to read for: the kept connection goes
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         """The page never needs to send; an attempt to act here is refused, whoever is logged in."""
@@ -228,9 +186,9 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.state, self.version = state, int(state.get("version") or 0)
         watermark = int(state["last_event_id"])
         await self.send_json({"type": "snapshot", "state": state})
-        history: list[dict[str, Any]] = await _read_history(self.ref, watermark, HISTORY)
+        history: list[dict[str, Any]] = await _feed.acall(_history, self.ref, watermark, HISTORY)
         await self.send_json({"type": "history", "events": history})
-        entries: list[dict[str, Any]] = await _read_audit(self.ref, AUDIT)
+        entries: list[dict[str, Any]] = await _feed.acall(recent_audit, self.ref, AUDIT)
         self.audit_after = max((int(e["id"]) for e in entries), default=0)
         await self.send_json({"type": "audit", "entries": entries[::-1]})
         self.last_sent = watermark
@@ -266,7 +224,7 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         await self._flush_audit()
 
     async def _flush_audit(self) -> None:
-        entries: list[dict[str, Any]] = await _read_audit(self.ref, AUDIT, None, self.audit_after)
+        entries: list[dict[str, Any]] = await _feed.acall(recent_audit, self.ref, AUDIT, None, self.audit_after)
         if entries:
             self.audit_after = max(int(e["id"]) for e in entries)
             await self.send_json({"type": "audit", "entries": entries[::-1]})
@@ -281,7 +239,9 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         else:
             floor = self.last_sent  # no look below last_sent this time
         self.read_at = time.monotonic()
-        rows: list[dict[str, Any]] = await _read_unsent(self.ref, floor, self.last_sent, frozenset(self.sent), BATCH)
+        rows: list[dict[str, Any]] = await _feed.acall(
+            _unsent, self.ref, floor, self.last_sent, frozenset(self.sent), BATCH
+        )
         fresh = [row for row in rows if row["id"] not in self.sent]
         if fresh:
             await self.send_json({"type": "events", "events": fresh, "sent_at": time.time()})

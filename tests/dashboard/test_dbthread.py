@@ -1,0 +1,74 @@
+"""``DatabaseThread``: one connection kept across calls, replaced after a failure or when the
+server dropped it while idle (on PostgreSQL, where a server can drop it)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
+from django.db.utils import DatabaseError
+
+from dashboard import dbthread
+from dashboard.dbthread import DatabaseThread
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["postgres"])
+
+
+def backend_pid() -> int:
+    with connections["postgres"].cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
+def fail() -> None:
+    with connections["postgres"].cursor() as cursor:
+        cursor.execute("SELECT * FROM no_such_table")
+
+
+def terminate(pid: int) -> None:
+    with connections["postgres"].cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+
+@pytest.fixture
+async def thread() -> AsyncIterator[DatabaseThread]:
+    kept = DatabaseThread("test-db", alias="postgres")
+    yield kept
+    await kept.aclose_connection()  # else the test database could not be dropped
+
+
+async def test_calls_share_one_connection_until_it_is_closed(thread: DatabaseThread) -> None:
+    first = await thread.acall(backend_pid)
+    assert await thread.acall(backend_pid) == first
+    assert thread.call(backend_pid) == first  # the blocking form runs on the same thread
+
+    await thread.aclose_connection()
+    assert await thread.acall(backend_pid) != first
+
+
+async def test_a_failed_call_raises_and_the_next_one_runs_on_a_fresh_connection(thread: DatabaseThread) -> None:
+    first = await thread.acall(backend_pid)
+    with pytest.raises(DatabaseError, match="no_such_table"):
+        await thread.acall(fail)
+    assert await thread.acall(backend_pid) != first
+
+
+async def test_a_connection_the_server_dropped_while_idle_is_replaced_before_use(
+    thread: DatabaseThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = await thread.acall(backend_pid)
+    await sync_to_async(terminate)(first)  # from another connection: the server ends the kept one
+    monkeypatch.setattr(dbthread, "CHECK_AFTER", 0.0)  # "idle long enough" without waiting
+
+    assert await thread.acall(backend_pid) not in (first, None)  # no error reached the caller
+
+
+async def test_a_busy_connection_is_not_checked_so_a_drop_fails_one_call_only(thread: DatabaseThread) -> None:
+    first = await thread.acall(backend_pid)
+    await sync_to_async(terminate)(first)
+
+    with pytest.raises(DatabaseError):
+        await thread.acall(backend_pid)  # used a moment ago: no check, the call finds out
+    assert await thread.acall(backend_pid) != first
