@@ -10,16 +10,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from azure.eventhub import EventData, EventHubProducerClient
@@ -30,14 +28,13 @@ from azure.eventhub.extensions.checkpointstoreblobaio import BlobCheckpointStore
 from balancer.blobstore import BlobStore
 from balancer.model import HubRef
 from tests.azurite import Azurite, start_azurite
-from tests.workers.recording import read_records
+from tests.processes import Processes, last_enqueued, manage, migrate, worker_env
 from workers.hub import EmbeddedHub
 
 from .conftest import Served
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 4
 
 
@@ -52,16 +49,14 @@ def azurite() -> Iterator[Azurite]:
 def database(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A migrated SQLite file for the workers' balancer event log (what the dashboard shows)."""
     url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'workers.sqlite3'}"
-    env = {**os.environ, "DATABASE_URL": url}
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
+    migrate({**os.environ, "DATABASE_URL": url})
     return url
 
 
 @dataclass
-class Fleet:
+class Fleet(Processes):
     """The hub, the store, and the worker processes started on them."""
 
-    root: Path
     database: str
     served: Served
     azurite: Azurite
@@ -69,63 +64,35 @@ class Fleet:
     hub: EmbeddedHub
     store: BlobStore
     ref: HubRef
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    expected_exits: ClassVar[tuple[int, ...]] = (0,)  # no test here kills a worker
+    poll: ClassVar[float] = 0.1
 
     def env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "EVENTHUB_CONNECTION_STRING": self.served.connection_string,
-            "AZURE_STORAGE_CONNECTION_STRING": self.azurite.connection_string,
-            "LEASEBOARD_BLOB_CONTAINER": self.container,
-            "LEASEBOARD_VAR_DIR": str(self.root / "var"),
-            "DATABASE_URL": self.database,
-            "LEASEBOARD_RECORD_DIR": str(self.root / "records"),
-            "LEASEBOARD_LOG_LEVEL": "INFO",
-            "PYTHONUNBUFFERED": "1",
-        }
+        return worker_env(
+            self.root,
+            EVENTHUB_CONNECTION_STRING=self.served.connection_string,
+            AZURE_STORAGE_CONNECTION_STRING=self.azurite.connection_string,
+            LEASEBOARD_BLOB_CONTAINER=self.container,
+            DATABASE_URL=self.database,
+        )
 
     def start(self, prefix: str, count: int = 1, expiry: float = 6.0) -> None:
-        command = [
-            sys.executable, "manage.py", "runworkers", "--count", str(count), "--owner-prefix", prefix,
+        command = manage(
+            "runworkers", "--count", str(count), "--owner-prefix", prefix,
             "--source", "eventhubs", "--store", "blob", "--hub", self.ref.hub, "--namespace", self.ref.namespace,
             "--interval", "0.5", "--expiry", str(expiry), "--handler", "tests.workers.recording.RecordingHandler",
             "--checkpoint-events", "20", "--checkpoint-seconds", "0.5", "--shutdown-timeout", "5",
-        ]  # fmt: skip
-        with (self.root / f"{prefix}.log").open("ab") as out:
-            self.processes[prefix] = subprocess.Popen(
-                command, cwd=ROOT, env=self.env(), stdout=out, stderr=subprocess.STDOUT
-            )
-
-    def log(self, prefix: str) -> str:
-        return (self.root / f"{prefix}.log").read_text(errors="replace")
-
-    def records(self) -> list[tuple[str, int, str]]:
-        return read_records(self.root / "records")
+        )  # fmt: skip
+        self.spawn(prefix, command, self.env())
 
     def last(self) -> dict[str, int]:
-        return {p: self.hub.properties(p).last_enqueued_sequence_number for p in self.hub.partition_ids()}
+        return last_enqueued(self.hub)
 
     async def owners(self) -> dict[str, str]:
         return {r.partition_id: r.owner_id for r in await self.store.list_ownership(self.ref)}
 
     async def checkpoints(self) -> dict[str, int]:
         return {c.partition_id: c.sequence_number for c in await self.store.list_checkpoints(self.ref)}
-
-    async def until(self, condition: Callable[[], Any], timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            result = condition()
-            if asyncio.iscoroutine(result):
-                result = await result
-            if result:
-                return result
-            for prefix, process in self.processes.items():
-                if process.poll() is not None and process.returncode != 0:
-                    raise AssertionError(f"{prefix} exited with {process.returncode}:\n{self.log(prefix)[-3000:]}")
-            if time.monotonic() > deadline:
-                logs = "\n".join(f"--- {p}\n{self.log(p)[-3000:]}" for p in self.processes)
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs}")
-            await asyncio.sleep(0.1)
 
 
 @pytest.fixture
@@ -140,10 +107,7 @@ async def fleet(tmp_path: Path, database: str, served: Served, azurite: Azurite)
     try:
         yield fleet
     finally:
-        for process in fleet.processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
+        fleet.kill_all()
         hub.close()
         await store.aclose()
 

@@ -16,7 +16,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -28,9 +27,9 @@ from balancer.model import HubRef
 from tests.chaos.invariants import CheckpointSample, Evidence, Fault, Lease, OwnershipSample, Phase
 from tests.chaos.recording import read_handlings
 from tests.chaos.stores import Kit
+from tests.processes import kill, manage, poll_until, start_logged, worker_env
 from workers.hub import EmbeddedHub
 
-ROOT = Path(__file__).resolve().parents[2]
 SETTLE_SECONDS = 45.0
 
 
@@ -80,16 +79,7 @@ class Fleet:
     def __post_init__(self) -> None:
         self.ref = HubRef("localhost", f"chaos-{self.kit.name}", "$Default")
         self.hub = EmbeddedHub(self.root / "hub", self.ref.hub, partitions=self.partitions)
-        self.env = {
-            **os.environ,
-            **self.kit.env(),
-            "LEASEBOARD_VAR_DIR": str(self.root / "var"),
-            "LEASEBOARD_HUB_DIR": str(self.root / "hub"),
-            "LEASEBOARD_DEADLETTER_DIR": str(self.root / "deadletter"),
-            "LEASEBOARD_RECORD_DIR": str(self.root / "records"),
-            "LEASEBOARD_LOG_LEVEL": "INFO",
-            "PYTHONUNBUFFERED": "1",
-        }
+        self.env = worker_env(self.root, **self.kit.env(), LEASEBOARD_DEADLETTER_DIR=str(self.root / "deadletter"))
         self.env.pop(  # the workers run on their own store and clock, whatever the test's shell set
             "LEASEBOARD_CLOCK_SKEW", None
         )
@@ -101,17 +91,16 @@ class Fleet:
     # processes -----------------------------------------------------------------------------
 
     def start(self, name: str, skew: float = 0.0) -> Worker:
-        command = [
-            sys.executable, "manage.py", "runworkers", "--count", "1", "--owner-prefix", name,
+        command = manage(
+            "runworkers", "--count", "1", "--owner-prefix", name,
             "--store", self.kit.store, "--source", "embedded", "--hub", self.ref.hub,
             "--interval", str(self.interval), "--expiry", str(self.expiry),
             "--handler", "tests.chaos.recording.Recorder",
             "--checkpoint-events", "50", "--checkpoint-seconds", "1", "--shutdown-timeout", "5",
-        ]  # fmt: skip
+        )  # fmt: skip
         env = {**self.env, "LEASEBOARD_CLOCK_SKEW": str(skew)} if skew else self.env
         log = self.root / f"{name}.log"
-        with log.open("ab") as out:
-            process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        process = start_logged(log, command, env)
         worker = Worker(name, process, log, time.monotonic(), skew)
         self.workers[name] = worker
         return worker
@@ -139,8 +128,7 @@ class Fleet:
             worker.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.problems.append(f"{worker.owner} did not stop within {timeout:g}s of SIGTERM")
-            worker.process.kill()
-            worker.process.wait(10)
+            kill(worker.process)
         worker.ended = time.monotonic()
         if worker.process.returncode != 0:
             self.problems.append(f"{worker.owner} exited with {worker.process.returncode} on SIGTERM")
@@ -149,11 +137,9 @@ class Fleet:
     def shutdown(self) -> None:
         """Kill whatever still runs (test teardown)."""
         for worker in self.workers.values():
-            if worker.running:
-                if worker.stopped:
-                    worker.process.send_signal(signal.SIGCONT)
-                worker.process.kill()
-                worker.process.wait(10)
+            if worker.running and worker.stopped:
+                worker.process.send_signal(signal.SIGCONT)
+            kill(worker.process)
         self.stop_producing()
         self.hub.close()
 
@@ -231,24 +217,20 @@ class Fleet:
     # waiting -------------------------------------------------------------------------------
 
     async def until(self, condition: Callable[[], bool | Awaitable[bool]], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            result = condition()
-            if not isinstance(result, bool):
-                result = await result
-            if result:
-                return
+        def check() -> None:
             for worker in self.workers.values():
                 if not worker.running and worker.expected_end is None:
                     raise AssertionError(
                         f"{worker.owner} exited by itself with {worker.process.returncode}\n{self.log_tail()}"
                     )
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"[{self.kit.name}] timed out after {timeout:g}s waiting for {what}; owners {self.owners()}, "
-                    f"checkpoints {self.checkpoints()}, produced up to {self.last()}\n{self.log_tail()}"
-                )
-            await asyncio.sleep(0.05)
+
+        def timed_out() -> str:
+            return (
+                f"[{self.kit.name}] timed out after {timeout:g}s waiting for {what}; owners {self.owners()}, "
+                f"checkpoints {self.checkpoints()}, produced up to {self.last()}\n{self.log_tail()}"
+            )
+
+        await poll_until(condition, timeout, check=check, timed_out=timed_out)
 
     def balanced(self) -> bool:
         owners = self.owners()

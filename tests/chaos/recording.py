@@ -13,20 +13,15 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TextIO
 
 from tests.chaos.invariants import Handling
+from tests.workers.recording import RecordingHandler
 from workers.handlers import MalformedEvent, PartitionContext
 from workers.source import ReceivedEvent
 
 
-class Recorder:
-    def __init__(self) -> None:
-        directory = Path(os.environ["LEASEBOARD_RECORD_DIR"])
-        directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / f"{os.getpid()}.csv"
-        self._lock = threading.Lock()  # partitions are handled concurrently, one thread each
-        self._file: TextIO = self.path.open("a", encoding="utf-8")
+class Recorder(RecordingHandler):
+    """``RecordingHandler``'s file and locking, with the time and whether the body was malformed on each line."""
 
     def __call__(self, event: ReceivedEvent, ctx: PartitionContext) -> None:
         malformed = not event.body.startswith(b"{")

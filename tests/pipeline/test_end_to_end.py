@@ -9,30 +9,25 @@ a deadline.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow.dataset as ds
 import pytest
 from asgiref.sync import sync_to_async
 
 from balancer.model import HubRef
-from dashboard.sqlstore import SqlStore
-from tests.servers import add_django_database, remove_django_database
+from tests.processes import SqlSite, manage, migrated_sqlite
 from workers.hub import EmbeddedHub
 from workers.models import Alert, MinuteSummary, PipelineBatch
 from workers.pipeline.audit import batch_files, local_path
@@ -42,24 +37,17 @@ from .helpers import Key, alert_kind, expected_aggregates, expected_minutes, min
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 REF = HubRef("localhost", "e2e-pipeline", "$Default")
 PARTITIONS = 4
 EVENTS = 6000
 # Long enough for the pipeline to commit what A landed before B lands it again: duplicates in two batches.
 EXPIRY = 8
 MALFORMED_EVERY = 500  # every 500th body is not a sensor event
-_aliases = itertools.count()
 
 
 @dataclass
-class Site:
-    root: Path
-    env: dict[str, str]
-    hub: EmbeddedHub
-    store: SqlStore
-    alias: str
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+class Site(SqlSite):
+    poll: ClassVar[float] = 0.1
 
     @property
     def landing(self) -> Path:
@@ -70,10 +58,7 @@ class Site:
         return self.root / "var" / "pipeline" / REF.hub / "results"
 
     def start(self, name: str, *args: str) -> None:
-        with (self.root / f"{name}.log").open("ab") as out:
-            self.processes[name] = subprocess.Popen(
-                [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT
-            )
+        self.spawn(name, manage(*args), self.env)
 
     def start_worker(self, prefix: str) -> None:
         self.start(
@@ -84,15 +69,6 @@ class Site:
             "--checkpoint-events", "100000", "--checkpoint-seconds", "4", "--shutdown-timeout", "5",
         )  # fmt: skip
 
-    def log(self, name: str) -> str:
-        return (self.root / f"{name}.log").read_text(errors="replace")
-
-    async def owners(self) -> dict[str, str]:
-        return {r.partition_id: r.owner_id for r in await self.store.list_ownership(REF)}
-
-    async def checkpoints(self) -> dict[str, int]:
-        return {c.partition_id: c.sequence_number for c in await self.store.list_checkpoints(REF)}
-
     def landed_ends(self) -> dict[str, int]:
         """Partition -> the highest sequence number in a landing file name."""
         out: dict[str, int] = {}
@@ -101,59 +77,17 @@ class Site:
             out[path.parent.name] = max(out.get(path.parent.name, -1), last)
         return out
 
-    async def until(self, condition: Callable[[], Any], timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            result = condition()
-            if asyncio.iscoroutine(result):
-                result = await result
-            if result:
-                return result
-            for name, process in self.processes.items():
-                if process.poll() is not None and process.returncode not in (0, -signal.SIGKILL):
-                    raise AssertionError(f"{name} exited with {process.returncode}:\n{self.log(name)[-4000:]}")
-            if time.monotonic() > deadline:
-                logs = "\n".join(f"--- {n}\n{self.log(n)[-3000:]}" for n in self.processes)
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs}")
-            await asyncio.sleep(0.1)
-
 
 @pytest.fixture
 def environment(tmp_path: Path, django_db_blocker: Any) -> Iterator[tuple[dict[str, str], str]]:
-    database = tmp_path / "db.sqlite3"
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{database}",
-        "LEASEBOARD_VAR_DIR": str(tmp_path / "var"),
-        "LEASEBOARD_HUB_DIR": str(tmp_path / "hub"),
-        "LEASEBOARD_PARTITIONS": str(PARTITIONS),
-        "LEASEBOARD_LOG_LEVEL": "INFO",
-        "PYTHONUNBUFFERED": "1",
-    }
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=120
-    )
-    alias = f"e2e_pipeline_{next(_aliases)}"
-    add_django_database(alias, f"sqlite:///{database}", timeout=20)
-    with django_db_blocker.unblock():
-        yield env, alias
-    remove_django_database(alias)
+    with migrated_sqlite(tmp_path, django_db_blocker, partitions=PARTITIONS) as environment:
+        yield environment
 
 
 @pytest.fixture
 async def site(tmp_path: Path, environment: tuple[dict[str, str], str]) -> AsyncIterator[Site]:
-    env, alias = environment
-    hub = EmbeddedHub(tmp_path / "hub", REF.hub, partitions=PARTITIONS)
-    site = Site(tmp_path, env, hub, SqlStore(alias), alias)
-    try:
+    async with Site.open(tmp_path, environment, REF, partitions=PARTITIONS) as site:
         yield site
-    finally:
-        for process in site.processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
-        hub.close()
-        await site.store.aclose()
 
 
 class Producer:
@@ -276,7 +210,7 @@ async def test_two_workers_one_killed_midway_and_the_pipeline_count_every_event_
     producer.thread.join(60)
     assert producer.sent == EVENTS
 
-    last = {p: site.hub.properties(p).last_enqueued_sequence_number for p in site.hub.partition_ids()}
+    last = site.last()
 
     async def all_landed_and_checkpointed() -> bool:
         return await site.checkpoints() == last  # a checkpoint covers only landed (or set aside) events

@@ -7,12 +7,8 @@ polling with a deadline; a process that dies unexpectedly fails the wait with it
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -24,11 +20,10 @@ import redis
 
 from balancer.model import HubRef
 from balancer.redisstore import Keys, scope
+from tests.processes import Processes, last_enqueued, manage, worker_env
 from tests.redis_server import RedisServer
-from tests.workers.recording import read_records
 from workers.hub import EmbeddedHub
 
-ROOT = Path(__file__).resolve().parents[2]
 REF = HubRef("localhost", "race-e2e", "$Default")
 # 001's spans, scaled down: the wait formula's cap (0.8 x 2.5 s) leaves room for 7 partitions per
 # node at 250 ms each, and half a delay (125 ms) decides every race.
@@ -40,13 +35,11 @@ INTERVAL = 0.5
 
 
 @dataclass
-class Site:
-    root: Path
+class Site(Processes):
     redis: RedisServer
     database: Path
     partitions: int
     hub: EmbeddedHub = field(init=False)
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.hub = EmbeddedHub(self.root / "hub", REF.hub, partitions=self.partitions)
@@ -54,42 +47,28 @@ class Site:
 
     @property
     def env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "DATABASE_URL": f"sqlite:///{self.database}",
-            "REDIS_URL": self.redis.url,
-            "LEASEBOARD_VAR_DIR": str(self.root / "var"),
-            "LEASEBOARD_HUB_DIR": str(self.root / "hub"),
-            "LEASEBOARD_PARTITIONS": str(self.partitions),
-            "LEASEBOARD_RECORD_DIR": str(self.root / "records"),
-            "LEASEBOARD_LOG_LEVEL": "INFO",
-            "PYTHONUNBUFFERED": "1",
-        }
+        return worker_env(
+            self.root,
+            DATABASE_URL=f"sqlite:///{self.database}",
+            REDIS_URL=self.redis.url,
+            LEASEBOARD_PARTITIONS=str(self.partitions),
+        )
 
-    def start(self, prefix: str, *, store: str = "redis", env: dict[str, str] | None = None,
-              extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
-        command = [
-            sys.executable, "manage.py", "runworkers", "--count", "1", "--owner-prefix", prefix,
+    def start(
+        self, prefix: str, *, store: str = "redis", env: dict[str, str] | None = None, extra: tuple[str, ...] = ()
+    ) -> subprocess.Popen[bytes]:
+        command = manage(
+            "runworkers", "--count", "1", "--owner-prefix", prefix,
             "--strategy", "race", "--store", store, "--source", "embedded", "--hub", REF.hub,
             "--interval", str(INTERVAL), "--expiry", "10",
             "--handler", "tests.workers.recording.RecordingHandler",
             "--checkpoint-events", "20", "--checkpoint-seconds", "0.5", "--shutdown-timeout", "2",
             *(f"--{name}={value}" for name, value in SPANS.items()), *extra,
-        ]  # fmt: skip
-        with (self.root / f"{prefix}.log").open("ab") as out:
-            process = subprocess.Popen(command, cwd=ROOT, env={**self.env, **(env or {})}, stdout=out,
-                                       stderr=subprocess.STDOUT)  # fmt: skip
-        self.processes[prefix] = process
-        return process
-
-    def log(self, prefix: str) -> str:
-        return (self.root / f"{prefix}.log").read_text(errors="replace")
+        )  # fmt: skip
+        return self.spawn(prefix, command, {**self.env, **(env or {})})
 
     def stop_all(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
+        self.kill_all()
         self.client.close()
         self.hub.close()
 
@@ -126,27 +105,17 @@ class Site:
         except redis.ConnectionError:
             return set()
 
-    def records(self) -> list[tuple[str, int, str]]:
-        return read_records(self.root / "records")
-
     def last(self) -> dict[str, int]:
-        return {p: self.hub.properties(p).last_enqueued_sequence_number for p in self.hub.partition_ids()}
+        return last_enqueued(self.hub)
 
     def balanced(self, owners: dict[str, str], nodes: set[str]) -> bool:
         counts = [list(owners.values()).count(n) for n in nodes]
         return len(owners) == self.partitions and set(owners.values()) == nodes and max(counts) - min(counts) <= 1
 
-    async def until(self, condition: Callable[[], Any], timeout: float, what: str, step: float = 0.05) -> float:
-        """Poll ``condition`` until truthy; the seconds it took. Fails after ``timeout`` with the logs."""
+    async def until(self, condition: Callable[[], Any], timeout: float, what: str) -> float:
+        """``Processes.until``, returning the seconds it took."""
         started = time.monotonic()
-        while not condition():
-            for prefix, process in self.processes.items():
-                if process.poll() is not None and process.returncode not in (0, -signal.SIGKILL):
-                    raise AssertionError(f"{prefix} exited with {process.returncode}:\n{self.log(prefix)[-3000:]}")
-            if time.monotonic() - started > timeout:
-                logs = "\n".join(f"--- {p}\n{self.log(p)[-2500:]}" for p in self.processes)
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs}")
-            await asyncio.sleep(step)
+        await super().until(condition, timeout, what)
         return time.monotonic() - started
 
 

@@ -8,17 +8,14 @@ stops a process. Waiting is polling with a deadline.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,75 +23,29 @@ from typing import Any
 import pytest
 
 from balancer.model import HubRef
-from dashboard.sqlstore import SqlStore
-from tests.servers import add_django_database, remove_django_database
-from workers.hub import EmbeddedHub
-
-from .recording import read_records
+from tests.processes import SqlSite, manage, migrated_sqlite
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 8
 REF = HubRef("localhost", "e2e", "$Default")
-_aliases = itertools.count()
 
 
 @dataclass
-class Site:
+class Site(SqlSite):
     """A private database file, hub and record directory, and the processes started on them."""
 
-    root: Path
-    env: dict[str, str]
-    hub: EmbeddedHub
-    store: SqlStore
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     samples: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
 
     def start(self, prefix: str, *, interval: float = 0.5, expiry: float = 3.0) -> subprocess.Popen[bytes]:
-        command = [
-            sys.executable, "manage.py", "runworkers", "--count", "1", "--owner-prefix", prefix,
+        command = manage(
+            "runworkers", "--count", "1", "--owner-prefix", prefix,
             "--store", "sql", "--source", "embedded", "--hub", REF.hub,
             "--interval", str(interval), "--expiry", str(expiry),
             "--handler", "tests.workers.recording.RecordingHandler",
             "--checkpoint-events", "50", "--checkpoint-seconds", "1", "--shutdown-timeout", "5",
-        ]  # fmt: skip
-        with (self.root / f"{prefix}.log").open("ab") as out:
-            process = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
-        self.processes[prefix] = process
-        return process
-
-    def log(self, prefix: str) -> str:
-        return (self.root / f"{prefix}.log").read_text(errors="replace")
-
-    async def owners(self) -> dict[str, str]:
-        return {r.partition_id: r.owner_id for r in await self.store.list_ownership(REF)}
-
-    async def checkpoints(self) -> dict[str, int]:
-        return {c.partition_id: c.sequence_number for c in await self.store.list_checkpoints(REF)}
-
-    def last(self) -> dict[str, int]:
-        return {p: self.hub.properties(p).last_enqueued_sequence_number for p in self.hub.partition_ids()}
-
-    def records(self) -> list[tuple[str, int, str]]:
-        return read_records(self.root / "records")
-
-    async def until(self, condition: Callable[[], Any], timeout: float, what: str) -> Any:
-        """Poll ``condition`` (sync or async) until truthy; fail after ``timeout`` s, with the logs."""
-        deadline = time.monotonic() + timeout
-        while True:
-            result = condition()
-            if asyncio.iscoroutine(result):
-                result = await result
-            if result:
-                return result
-            for prefix, process in self.processes.items():
-                if process.poll() is not None and process.returncode not in (0, -signal.SIGKILL):
-                    raise AssertionError(f"{prefix} exited with {process.returncode}:\n{self.log(prefix)[-3000:]}")
-            if time.monotonic() > deadline:
-                logs = "\n".join(f"--- {p}\n{self.log(p)[-3000:]}" for p in self.processes)
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs}")
-            await asyncio.sleep(0.05)
+        )  # fmt: skip
+        return self.spawn(prefix, command, self.env)
 
     async def sample(self) -> None:
         """Record every partition's checkpoint every 20 ms, until cancelled."""
@@ -108,41 +59,14 @@ class Site:
 def environment(tmp_path: Path, django_db_blocker: Any) -> Iterator[tuple[dict[str, str], str]]:
     """A migrated SQLite file for the processes, the environment pointing them at it, and a
     Django alias through which the test reads the same file."""
-    database = tmp_path / "db.sqlite3"
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{database}",
-        "LEASEBOARD_VAR_DIR": str(tmp_path / "var"),
-        "LEASEBOARD_HUB_DIR": str(tmp_path / "hub"),
-        "LEASEBOARD_PARTITIONS": str(PARTITIONS),
-        "LEASEBOARD_RECORD_DIR": str(tmp_path / "records"),
-        "LEASEBOARD_LOG_LEVEL": "INFO",
-        "PYTHONUNBUFFERED": "1",
-    }
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=120
-    )
-    alias = f"e2e_{next(_aliases)}"
-    add_django_database(alias, f"sqlite:///{database}", timeout=20)
-    with django_db_blocker.unblock():
-        yield env, alias
-    remove_django_database(alias)
+    with migrated_sqlite(tmp_path, django_db_blocker, partitions=PARTITIONS) as environment:
+        yield environment
 
 
 @pytest.fixture
 async def site(tmp_path: Path, environment: tuple[dict[str, str], str]) -> AsyncIterator[Site]:
-    env, alias = environment
-    hub = EmbeddedHub(tmp_path / "hub", REF.hub, partitions=PARTITIONS)
-    site = Site(tmp_path, env, hub, SqlStore(alias))
-    try:
+    async with Site.open(tmp_path, environment, REF, partitions=PARTITIONS) as site:
         yield site
-    finally:
-        for process in site.processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
-        hub.close()
-        await site.store.aclose()
 
 
 def start_producing(site: Site) -> tuple[threading.Event, threading.Thread]:
@@ -293,15 +217,11 @@ def _default_sigint() -> None:
 
 
 async def test_serve_runs_dashboard_workers_and_producer_in_one_process_and_ctrl_c_releases(site: Site) -> None:
-    command = [
-        sys.executable, "manage.py", "serve", "--port", "0", "--workers", "2", "--produce", "200", "--no-pipeline",
+    command = manage(
+        "serve", "--port", "0", "--workers", "2", "--produce", "200", "--no-pipeline",
         "--hub", REF.hub, "--store", "sql", "--interval", "0.5", "--expiry", "3",
-    ]  # fmt: skip
-    with (site.root / "serve.log").open("ab") as log:
-        process = subprocess.Popen(
-            command, cwd=ROOT, env=site.env, stdout=subprocess.PIPE, stderr=log, preexec_fn=_default_sigint
-        )
-    site.processes["serve"] = process
+    )  # fmt: skip
+    process = site.spawn("serve", command, site.env, pipe_stdout=True, preexec_fn=_default_sigint)
     assert process.stdout is not None
     banner = (await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), 30)).decode()
     assert banner.startswith("Leaseboard is serving at http://127.0.0.1:"), banner
