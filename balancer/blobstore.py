@@ -544,9 +544,11 @@ class BlobStore:
         pid = checkpoint.partition_id
         offset = NO_OFFSET if checkpoint.offset is None else _header_value(checkpoint.offset, "offset")
 
+        # No retry by the SDK (its backoff is a second or two): the pump waits for this call, and it
+        # must go on handling events through an outage. It tries again at its next checkpoint.
         async def write(client: ContainerClient) -> Checkpoint:
             try:
-                owner_props = await client.get_blob_client(name).get_blob_properties()
+                owner_props = await client.get_blob_client(name).get_blob_properties(retry_total=0)
             except ResourceNotFoundError as exc:
                 if _container_gone(exc):
                     raise
@@ -556,7 +558,7 @@ class BlobStore:
                 raise OwnershipLost(pid, owner_id, holder or None)
             metadata = {"offset": offset, "sequencenumber": str(checkpoint.sequence_number)}
             blob = client.get_blob_client(checkpoint_blob(checkpoint.ref, pid))
-            props = await blob.upload_blob(b"", metadata=metadata, overwrite=True)
+            props = await blob.upload_blob(b"", metadata=metadata, overwrite=True, retry_total=0)
             return replace(checkpoint, last_modified=_written(props))
 
         return await self._run(f"checkpointing partition {pid}", write)

@@ -33,6 +33,13 @@ async def test_a_stopped_service_is_store_unavailable_and_the_same_store_recover
                 assert f"127.0.0.1:{server.port}" in str(down.value)
             assert await store.now() >= clock  # the clock goes on without the service, never back
 
+            # A checkpoint is tried once, with no backoff: the pump waiting for it goes on handling
+            # events through the outage, and tries again at its next checkpoint.
+            sent, started = store.requests, time.monotonic()
+            with pytest.raises(StoreUnavailable):
+                await store.update_checkpoint(Checkpoint(REF, "0", 11, "1100"), "w1")
+            assert store.requests - sent == 1 and time.monotonic() - started < 1
+
             server.start()  # same port, same data; pooled connections to the old process are dead
             [renewed] = await store.claim_ownership([held])
             assert renewed.etag != held.etag and renewed.owner_id == "w1"
