@@ -92,8 +92,12 @@ async def test_the_race_touches_only_its_scopes_keys_and_channels(redis_server: 
         assert await race.hdel("grab", "0", expect="a") and await race.hdel("allocation", "0")
         await race.publish("grab", "0")
         listening = asyncio.create_task(race.listen(lambda c, p: None, lambda: None))
-        await asyncio.sleep(0.2)
-        assert not listening.done()  # subscribed to its own channels: allowed
+        deadline = time.monotonic() + 10
+        async with Redis.from_url(redis_server.url) as admin:  # the server says it subscribed: allowed
+            while [n for _, n in await admin.pubsub_numsub(*race.channels.values())] != [1, 1]:
+                assert time.monotonic() < deadline and not listening.done()
+                await asyncio.sleep(0.01)
+        assert not listening.done()
         listening.cancel()
         other = RedisRaceBackend(scoped, NEIGHBOUR)
         for call in (other.hsetnx("grab", "0", "a"), other.publish("grab", "0"), other.hgetall(("grab",))):
