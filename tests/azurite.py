@@ -13,12 +13,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from tests.servers import ServerError, free_port
+from tests.servers import ServerError, start_on_a_free_port, wait_until_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 ACCOUNT = "devstoreaccount1"
@@ -87,13 +86,10 @@ class Azurite:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        deadline = time.monotonic() + timeout
-        while not _listening(self.host, self.port):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-15:])
-                raise ServerError(f"Azurite did not start on port {self.port}:\n{tail}")
-            time.sleep(0.02)
+        wait_until_ready(
+            self.process, lambda: _listening(self.host, self.port), timeout, f"Azurite on port {self.port}",
+            self.log_path, self.kill,
+        )  # fmt: skip
 
     def kill(self) -> None:
         """Stop the process, keeping the data and the port for ``start()`` (an outage)."""
@@ -119,13 +115,7 @@ class Azurite:
 def start_azurite(attempts: int = 3) -> Azurite:
     """A running Azurite blob service on a free loopback port with a fresh data directory."""
     location = Path(tempfile.mkdtemp(prefix="leaseboard-azurite-"))
-    for attempt in range(attempts):  # the free port may be taken between choosing and binding it
-        server = Azurite(free_port(), location)
-        try:
-            server.start()
-            return server
-        except ServerError:
-            if attempt == attempts - 1 or "EADDRINUSE" not in server.log_path.read_text(errors="replace"):
-                shutil.rmtree(location, ignore_errors=True)
-                raise
-    raise AssertionError("unreachable")
+    return start_on_a_free_port(
+        lambda port: Azurite(port, location), "EADDRINUSE",
+        lambda: shutil.rmtree(location, ignore_errors=True), attempts,
+    )  # fmt: skip

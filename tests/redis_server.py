@@ -14,12 +14,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from tests.servers import ServerError, free_port
+from tests.servers import ServerError, start_on_a_free_port, wait_until_ready
 
 
 def redis_binary(name: str = "redis-server") -> str:
@@ -84,13 +83,10 @@ class RedisServer:
         self.process = subprocess.Popen(
             command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
-        deadline = time.monotonic() + timeout
-        while not _answers(self.host, self.port):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self._reap(kill=True)
-                tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-15:])
-                raise ServerError(f"redis-server did not start on port {self.port}:\n{tail}")
-            time.sleep(0.01)
+        wait_until_ready(
+            self.process, lambda: _answers(self.host, self.port), timeout, f"redis-server on port {self.port}",
+            self.log_path, lambda: self._reap(kill=True),
+        )  # fmt: skip
 
     def shutdown(self) -> None:
         """``SHUTDOWN NOSAVE``: the process ends and every key is lost (nothing is persisted)."""
@@ -129,13 +125,7 @@ class RedisServer:
 def start_redis(password: str | None = None, attempts: int = 3) -> RedisServer:
     """A running redis-server on a free loopback port, no persistence, in a fresh directory."""
     directory = Path(tempfile.mkdtemp(prefix="leaseboard-redis-"))
-    for attempt in range(attempts):  # the free port may be taken between choosing and binding it
-        server = RedisServer(free_port(), directory, password)
-        try:
-            server.start()
-            return server
-        except ServerError:
-            if attempt == attempts - 1 or "Address already in use" not in server.log_path.read_text(errors="replace"):
-                shutil.rmtree(directory, ignore_errors=True)
-                raise
-    raise AssertionError("unreachable")
+    return start_on_a_free_port(
+        lambda port: RedisServer(port, directory, password), "Address already in use",
+        lambda: shutil.rmtree(directory, ignore_errors=True), attempts,
+    )  # fmt: skip

@@ -13,9 +13,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 
 class ServerError(RuntimeError):
@@ -51,6 +53,45 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def wait_until_ready(
+    process: subprocess.Popen[bytes], ready: Callable[[], bool], timeout: float, what: str, log: Path,
+    give_up: Callable[[], None],
+) -> None:  # fmt: skip
+    """Poll ``ready()`` until it is true. If ``process`` exits or ``timeout`` seconds pass first,
+    ``give_up()`` (stop it) and raise ServerError saying ``what`` did not start, with the log's end."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if process.poll() is not None or time.monotonic() > deadline:
+            give_up()
+            raise ServerError(f"{what} did not start:\n{_tail(log, 15)}")
+        time.sleep(0.01)
+
+
+class Startable(Protocol):
+    @property
+    def log_path(self) -> Path: ...
+
+    def start(self) -> None: ...
+
+
+S = TypeVar("S", bound=Startable)
+
+
+def start_on_a_free_port(make: Callable[[int], S], in_use: str, clean_up: Callable[[], None], attempts: int = 3) -> S:
+    """``make(port).start()`` on a free port, trying another when the chosen one was taken between
+    choosing and binding it (the log says ``in_use``); ``clean_up()`` before any other failure."""
+    for attempt in range(attempts):
+        server = make(free_port())
+        try:
+            server.start()
+            return server
+        except ServerError:
+            if attempt == attempts - 1 or in_use not in _tail(server.log_path, 10_000):
+                clean_up()
+                raise
+    raise AssertionError("unreachable")
 
 
 # PostgreSQL ----------------------------------------------------------------------------------
