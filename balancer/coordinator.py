@@ -15,8 +15,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from balancer.protocol import ControlStore, OwnershipStore, by_partition, snapshot
+
 from .model import BalancerEvent, ControlKind, EventKind, HubRef, Member, OwnershipRecord
-from .store import ControlStore, OwnershipStore, by_partition, snapshot
 from .strategies import Claim, Strategy, View
 
 PartitionSource = Callable[[], Awaitable[Sequence[str]]]

@@ -1,6 +1,6 @@
 """The SQL store: ownership, checkpoints, members and controls on the Django ORM (SQLite, PostgreSQL).
 
-Implements the three protocols of ``balancer.store``. ORM work runs on threads the store owns,
+Implements the three protocols of ``balancer.protocol``. ORM work runs on threads the store owns,
 one per *lane*: ``lease`` (ownership, clock, members, controls) and ``checkpoint``, so a burst of
 checkpoint writes never delays a lease renewal. Each lane keeps one database connection for the
 store's lifetime (a worker is not a request; ``CONN_MAX_AGE`` does not apply); a connection that
@@ -34,7 +34,7 @@ from django.db.models.functions import Concat
 
 from balancer.errors import CorruptRecord, OwnershipLost, StoreError, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
-from balancer.store import Snapshot
+from balancer.protocol import Snapshot
 
 from .models import CheckpointRow, ControlRow, MemberRow, Ownership
 

@@ -15,15 +15,15 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from balancer.model import HubRef
-from balancer.store import CheckpointStore, ControlStore, OwnershipStore
+from balancer.protocol import CheckpointStore, ControlStore, OwnershipStore
 
 from .source import EventSource
 
 STORES = {
     "sql": "dashboard.sqlstore.SqlStore",
-    "memory": "balancer.memory.MemoryStore",
-    "redis": "balancer.redisstore.RedisStore",
-    "blob": "balancer.blobstore.BlobStore",
+    "memory": "balancer.stores.memory.MemoryStore",
+    "redis": "balancer.stores.redis.RedisStore",
+    "blob": "balancer.stores.azure_blob.BlobStore",
 }
 SOURCES = {
     "embedded": "workers.hub.EmbeddedHub",

@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 
 from balancer.errors import OwnershipLost
 from balancer.model import Checkpoint, HubRef
-from balancer.store import CheckpointStore
+from balancer.protocol import CheckpointStore
 
 from . import metrics
 from .handlers import Handler, MalformedEvent, PartitionContext, batch_size, is_async

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from balancer.coordinator import Coordinator, CycleReport
-from balancer.store import CheckpointStore
+from balancer.protocol import CheckpointStore
 
 from . import metrics
 from .handlers import Handler

@@ -2,7 +2,7 @@
 
 ``STRATEGIES`` are the lease-table plans a ``Coordinator`` runs. ``race`` (001's Redis lease race)
 is no plan: ``get_strategy("race")`` returns ``RACE``, whose name tells ``runworkers`` and the
-simulator to build a ``balancer.race.RaceCoordinator`` instead; ``NAMES`` lists every strategy.
+simulator to build a ``balancer.race.coordinator.RaceCoordinator`` instead; ``NAMES`` lists every strategy.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ DEFAULT = "cooperative"
 
 
 def _not_a_plan(view: View, rng: random.Random) -> Plan:
-    raise TypeError("the race strategy is not a lease-table plan: run it with balancer.race.RaceCoordinator")
+    raise TypeError("the race strategy is not a lease-table plan: run it with a RaceCoordinator")
 
 
 RACE = Strategy(

@@ -25,8 +25,8 @@ from azure.eventhub.aio import EventHubConsumerClient
 from azure.eventhub.aio import PartitionContext as AioPartitionContext
 from azure.eventhub.extensions.checkpointstoreblobaio import BlobCheckpointStore
 
-from balancer.blobstore import BlobStore
 from balancer.model import HubRef
+from balancer.stores.azure_blob import BlobStore
 from tests.azurite import Azurite, start_azurite
 from tests.processes import Processes, last_enqueued, manage, migrate, worker_env
 from workers.hub import EmbeddedHub

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from azure.storage.blob.aio import ContainerClient
 
-from balancer.blobstore import BlobStore
 from balancer.model import HubRef
+from balancer.stores.azure_blob import BlobStore
 from tests.azurite import Azurite, start_azurite
 
 # An Event Hubs namespace as Microsoft's processors name it, and the default consumer group with

@@ -10,10 +10,10 @@ import time
 import pytest
 from azure.storage.blob.aio import ContainerClient
 
-from balancer.blobstore import BlobStore
 from balancer.coordinator import Coordinator
 from balancer.errors import StoreError, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, Member, OwnershipRecord, partition_ids
+from balancer.stores.azure_blob import BlobStore
 from balancer.strategies import get_strategy
 from tests.azurite import KEY, Azurite, connection_string
 from tests.servers import free_port
@@ -54,12 +54,12 @@ async def test_unreadable_blobs_are_reported_by_name_and_skipped(
 ) -> None:
     await seed_good_records(store)
     await write_bad_blobs(raw)
-    with caplog.at_level(logging.WARNING, logger="balancer.blobstore"):
+    with caplog.at_level(logging.WARNING, logger="balancer.stores.azure_blob"):
         assert [r.partition_id for r in await store.list_ownership(REF)] == ["0"]
         assert [c.partition_id for c in await store.list_checkpoints(REF)] == ["0"]
         assert [m.owner_id for m in await store.list_members(REF)] == ["w1"]
         assert [(c.kind, c.target) for c in await store.list_controls(REF)] == [(ControlKind.PIN, "0")]
-    warned = [r.getMessage() for r in caplog.records if r.name == "balancer.blobstore"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "balancer.stores.azure_blob"]
     assert len(warned) == len(BAD)
     for name in BAD:
         assert sum(repr(name) in w for w in warned) == 1, (name, warned)
@@ -71,9 +71,9 @@ async def test_unreadable_blobs_are_reported_by_name_and_skipped(
 
     # listed again: still skipped and still inspectable, but not logged again as a warning
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="balancer.blobstore"):
+    with caplog.at_level(logging.WARNING, logger="balancer.stores.azure_blob"):
         assert len(await store.list_ownership(REF)) == 1
-    assert [r for r in caplog.records if r.name == "balancer.blobstore"] == []
+    assert [r for r in caplog.records if r.name == "balancer.stores.azure_blob"] == []
     assert len(store.corrupt) == len(BAD)
 
     # repaired by hand: it is read again and leaves the list of corrupt blobs

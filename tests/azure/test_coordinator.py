@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from balancer.blobstore import BlobStore
 from balancer.coordinator import Coordinator
 from balancer.model import partition_ids
+from balancer.stores.azure_blob import BlobStore
 from balancer.strategies import get_strategy
 
 from .conftest import REF

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from balancer.blobstore import BlobStore
 from balancer.errors import StoreUnavailable
 from balancer.model import Checkpoint, OwnershipRecord
+from balancer.stores.azure_blob import BlobStore
 from tests.azurite import start_azurite
 
 from .conftest import REF

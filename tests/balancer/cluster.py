@@ -10,8 +10,8 @@ import random
 from collections import Counter
 
 from balancer.coordinator import Coordinator
-from balancer.memory import MemoryStore
 from balancer.model import BalancerEvent, HubRef, partition_ids
+from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy
 
 REF = HubRef("ns.example", "sensors", "$Default")

@@ -157,7 +157,7 @@ async def test_one_cycle_costs_one_list_and_one_claim_request_in_steady_state() 
 def test_the_core_imports_without_django() -> None:
     code = (
         "import sys; sys.modules['django'] = None\n"
-        "import balancer.model, balancer.store, balancer.memory, balancer.coordinator, balancer.strategies\n"
+        "import balancer.model, balancer.protocol, balancer.stores.memory, balancer.coordinator, balancer.strategies\n"
         "print('pure')"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

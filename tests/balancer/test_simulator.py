@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from balancer import sim_loop
-from balancer.sim_metrics import Processing, longest_unprocessed, min_moves, overlap_seconds
-from balancer.simulator import SCENARIOS, Settings, simulate
+from balancer.sim import loop as sim_loop
+from balancer.sim.measures import Processing, longest_unprocessed, min_moves, overlap_seconds
+from balancer.sim.run import SCENARIOS, Settings, simulate
 from balancer.strategies import DEFAULT, STRATEGIES
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -225,8 +225,8 @@ def access_lines(azurite: Any, container: str, since: int) -> tuple[int, int]:
 
 
 async def measure(fleet: Fleet, events: int, partitions: int, steady: float) -> dict[str, float]:
-    from balancer.blobstore import BlobStore
     from balancer.model import HubRef
+    from balancer.stores.azure_blob import BlobStore
 
     ref = HubRef(fleet.hub.namespace, HUB, "$Default")
     result: dict[str, float] = {}

@@ -81,7 +81,7 @@ def main() -> None:
         django.setup()
         call_command("migrate", verbosity=0)
 
-        from balancer.memory import MemoryStore
+        from balancer.stores.memory import MemoryStore
         from dashboard.sqlstore import SqlStore
         from tests.servers import add_django_database, start_postgres
 
@@ -110,7 +110,7 @@ def main() -> None:
         except Exception as exc:
             print(f"PostgreSQL not measured: {exc}")
         try:
-            from balancer.blobstore import BlobStore
+            from balancer.stores.azure_blob import BlobStore
             from tests.azurite import start_azurite
 
             azurite = start_azurite()
@@ -123,7 +123,7 @@ def main() -> None:
         except Exception as exc:
             print(f"Blob not measured: {exc}")
         try:
-            from balancer.redisstore import RedisStore
+            from balancer.stores.redis import RedisStore
             from tests.redis_server import start_redis
 
             redis_server = start_redis()

@@ -1,7 +1,7 @@
 """Every registered strategy through every scenario of the simulator, as one table.
 
 Run: ``.venv/bin/python -m tests.benchmarks.bench_strategies [--seeds K] [--big-seeds K] [--jobs J]``.
-Not collected by pytest. Each row is one ``balancer.simulator.simulate`` call (the JSON of
+Not collected by pytest. Each row is one ``balancer.sim.run.simulate`` call (the JSON of
 ``manage.py simulate``): 32 partitions on 4 workers unless the issue's targets name other sizes
 (scale-out 4 -> 5 workers, add-partitions 16 -> 24, a single partition on 3 workers, 4
 partitions on 6 workers), plus a cold start of 1024 partitions on 64 workers. Figures are
@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from balancer.simulator import SCENARIOS, simulate
+from balancer.sim.run import SCENARIOS, simulate
 from balancer.strategies import DEFAULT, NAMES
 
 SIZES: dict[str, tuple[int, int]] = {  # scenario -> (partitions, workers)
@@ -34,7 +34,7 @@ COLUMNS = [
 
 def cases(seeds: int, big_seeds: int) -> list[tuple[str, str, int, int, int]]:
     """(strategy, scenario, partitions, workers, seeds) for every row, the default strategy first."""
-    names = [DEFAULT, *sorted(n for n in NAMES if n != DEFAULT)]  # race included (balancer.race_sim)
+    names = [DEFAULT, *sorted(n for n in NAMES if n != DEFAULT)]  # race included (balancer.sim.race)
     rows = []
     for name in names:
         for scenario in SCENARIOS:

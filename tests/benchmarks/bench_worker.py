@@ -29,8 +29,8 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 
 from balancer.coordinator import Coordinator  # noqa: E402
-from balancer.memory import MemoryStore  # noqa: E402
 from balancer.model import HubRef  # noqa: E402
+from balancer.stores.memory import MemoryStore  # noqa: E402
 from balancer.strategies import get_strategy  # noqa: E402
 from workers.handlers import PartitionContext, batch_handler  # noqa: E402
 from workers.hub import EmbeddedHub  # noqa: E402

@@ -182,7 +182,7 @@ class BlobKit:
         }
 
     async def open(self) -> Any:
-        from balancer.blobstore import BlobStore
+        from balancer.stores.azure_blob import BlobStore
 
         return BlobStore(self.azurite.connection_string, self.container)
 
@@ -198,7 +198,7 @@ class BlobKit:
     async def corrupt(self, store: Any, ref: HubRef, partition_id: str) -> str:
         from azure.storage.blob.aio import ContainerClient
 
-        from balancer.blobstore import ownership_blob
+        from balancer.stores.azure_blob import ownership_blob
 
         async with ContainerClient.from_connection_string(self.azurite.connection_string, self.container) as client:
             await client.get_blob_client(ownership_blob(ref, partition_id)).set_blob_metadata({"garbage": "1"})
@@ -227,7 +227,7 @@ class RedisKit:
         return {"DATABASE_URL": self.database_url, "REDIS_URL": self.server.url}
 
     async def open(self) -> Any:
-        from balancer.redisstore import RedisStore
+        from balancer.stores.redis import RedisStore
 
         return RedisStore(self.server.url)
 
@@ -250,7 +250,7 @@ class RedisKit:
     async def corrupt(self, store: Any, ref: HubRef, partition_id: str) -> str:
         """Either damage the parser refuses (not JSON), or a well-formed record naming an unknown
         owner with a last-modified time that is not a number (never expires unless caught)."""
-        from balancer.redisstore import Keys
+        from balancer.stores.redis import Keys
 
         unreadable = random.random() < 0.5
         value = "not json" if unreadable else '{"owner": "ghost", "etag": "corrupt", "modified": "nan", "level": 0}'
@@ -275,7 +275,7 @@ class Kits:
 
 def available_kits() -> Kits:
     kits = Kits(["postgresql", "blob"])
-    if importlib.util.find_spec("balancer.redisstore") is not None:
+    if importlib.util.find_spec("balancer.stores.redis") is not None:
         kits.names.append("redis")
     else:
         kits.missing["redis"] = "balancer/redisstore.py does not exist"

@@ -1,7 +1,7 @@
 """Graceful edges: SIGTERM and SIGINT drain in bounded time, a store that is not up at start is
 retried with backoff and a clear message, and configuration errors are refused in one line.
 
-``runworkers`` waits for its stores before its workers start (``balancer.race_build``'s probe: one
+``runworkers`` waits for its stores before its workers start (``balancer.race.build``'s probe: one
 line per try); the workers themselves back off too if their first cycle fails (``EventProcessor``,
 which ``serve`` and embedded workers use as well): both are tested here."""
 
@@ -23,8 +23,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from balancer.coordinator import Coordinator
-from balancer.memory import MemoryStore
 from balancer.model import HubRef
+from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy
 from tests.azurite import Azurite
 from tests.servers import free_port

@@ -1,4 +1,4 @@
-"""The store contract: what every adapter of ``balancer.store`` must do, whatever holds the data.
+"""The store contract: what every adapter of ``balancer.protocol`` must do, whatever holds the data.
 
 Subclass ``StoreContract`` once per adapter (and per backing server) and provide:
 
@@ -23,7 +23,7 @@ import pytest
 
 from balancer.errors import OwnershipLost
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
-from balancer.store import CheckpointStore, ControlStore, OwnershipStore, SnapshotStore, by_partition, snapshot
+from balancer.protocol import CheckpointStore, ControlStore, OwnershipStore, SnapshotStore, by_partition, snapshot
 
 Store = Any  # one object serving OwnershipStore, CheckpointStore and ControlStore
 

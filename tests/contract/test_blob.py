@@ -1,4 +1,4 @@
-"""The store contract on ``balancer.blobstore.BlobStore`` against Azurite (a fresh container per
+"""The store contract on ``balancer.stores.azure_blob.BlobStore`` against Azurite (a fresh container per
 test), plus what only the blob store has: Microsoft's names and metadata, one request per listing,
 and a clock that costs no request."""
 
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from azure.storage.blob.aio import ContainerClient
 
-from balancer.blobstore import BlobStore
 from balancer.model import Checkpoint, Control, ControlKind, Member, OwnershipRecord
+from balancer.stores.azure_blob import BlobStore
 from tests.azurite import Azurite, start_azurite
 
 from .base import REF, StoreContract

@@ -7,7 +7,7 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 
 import pytest
 
-from balancer.memory import MemoryStore
+from balancer.stores.memory import MemoryStore
 
 from .base import StoreContract
 

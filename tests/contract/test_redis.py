@@ -1,4 +1,4 @@
-"""The store contract on ``balancer.redisstore.RedisStore`` against a real ``redis-server`` (flushed
+"""The store contract on ``balancer.stores.redis.RedisStore`` against a real ``redis-server`` (flushed
 before each test), plus what only the Redis store has: one slot per scope, scripts that touch only
 their scope's keys (an ACL user allowed nothing else runs them), the server's clock, unreadable
 records, outages and refused credentials."""
@@ -16,7 +16,7 @@ from redis.crc import key_slot
 
 from balancer.errors import StoreError, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
-from balancer.redisstore import Keys, RedisStore, scope
+from balancer.stores.redis import Keys, RedisStore, scope
 from tests.redis_server import RedisServer, start_redis
 from tests.servers import free_port
 
@@ -129,12 +129,12 @@ class TestRedisStore(StoreContract):
             await raw.hset(keys.checkpoints, "1", '{"sequence": "-5", "modified": "1.0"}')
             await raw.hset(keys.members, "m", '{"seen": "1.0", "info": [1, 2]}')
             await raw.hset(keys.controls, "explode/1", '{"value": "", "created": "1.0"}')
-        with caplog.at_level(logging.WARNING, logger="balancer.redisstore"):
+        with caplog.at_level(logging.WARNING, logger="balancer.stores.redis"):
             for _ in range(2):
                 assert [r.partition_id for r in await store.list_ownership(REF)] == ["0"]
                 assert [c.partition_id for c in await store.list_checkpoints(REF)] == ["0"]
                 assert await store.list_members(REF) == [] and await store.list_controls(REF) == []
-        warnings = [r.getMessage() for r in caplog.records if r.name == "balancer.redisstore"]
+        warnings = [r.getMessage() for r in caplog.records if r.name == "balancer.stores.redis"]
         assert len(warnings) == 5 and len(store.corrupt) == 5  # logged once, though listed twice
         assert any("'1'" in w and "not JSON" in w for w in warnings), warnings
         assert any("unknown control kind 'explode'" in w for w in warnings), warnings

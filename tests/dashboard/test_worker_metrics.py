@@ -8,8 +8,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from balancer.errors import OwnershipLost, StoreUnavailable
-from balancer.memory import MemoryStore
 from balancer.model import BalancerEvent, Checkpoint, EventKind, HubRef, OwnershipRecord
+from balancer.stores.memory import MemoryStore
 from workers import metrics
 from workers.bootstrap import Stores
 

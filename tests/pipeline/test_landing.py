@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from prometheus_client import REGISTRY
 
-from balancer.memory import MemoryStore
 from balancer.model import Checkpoint, OwnershipRecord
+from balancer.stores.memory import MemoryStore
 from workers.handlers import PartitionContext, batch_size
 from workers.hub import EmbeddedHub
 from workers.landing import MAX_EVENTS, LandingHandler, file_name, read_markers, sequence_range

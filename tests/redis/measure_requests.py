@@ -16,10 +16,10 @@ import statistics
 import time
 
 from balancer.model import HubRef, partition_ids
-from balancer.race import RaceCoordinator
-from balancer.race_redis import RedisRaceBackend
-from balancer.race_times import RaceTimes
-from balancer.redisstore import RedisStore
+from balancer.race.coordinator import RaceCoordinator
+from balancer.race.redis import RedisRaceBackend
+from balancer.race.times import RaceTimes
+from balancer.stores.redis import RedisStore
 from tests.redis_server import start_redis
 
 REF = HubRef("measure.example", "sensors", "$Default")

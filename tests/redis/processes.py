@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from balancer.model import HubRef
-from balancer.redisstore import Keys, scope
+from balancer.stores.redis import Keys, scope
 from tests.processes import Processes, last_enqueued, manage, worker_env
 from tests.redis_server import RedisServer
 from workers.hub import EmbeddedHub

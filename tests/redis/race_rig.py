@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from balancer.errors import StoreError
-from balancer.memory import MemoryStore
 from balancer.model import BalancerEvent, EventKind, HubRef, partition_ids
-from balancer.race import RaceCoordinator
-from balancer.race_backend import MemoryRaceBackend, MemoryRaceHub
-from balancer.race_times import LoadWeights, RaceTimes
+from balancer.race.backend import MemoryRaceBackend, MemoryRaceHub
+from balancer.race.coordinator import RaceCoordinator
+from balancer.race.times import LoadWeights, RaceTimes
+from balancer.stores.memory import MemoryStore
 
 REF = HubRef("race.example", "sensors", "$Default")
 EPOCH = 1_700_000_000.0

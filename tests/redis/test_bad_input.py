@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from balancer.model import HubRef
-from balancer.redisstore import Keys, scope
+from balancer.stores.redis import Keys, scope
 from tests.redis_server import RedisServer
 from tests.servers import free_port
 

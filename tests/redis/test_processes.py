@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from balancer.redisstore import scope
+from balancer.stores.redis import scope
 from tests.redis_server import RedisServer
 
 from .processes import INTERVAL, REF, SPANS, Site, handled_by, start_producing

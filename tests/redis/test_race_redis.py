@@ -12,13 +12,13 @@ import pytest
 from redis.asyncio import Redis
 
 from balancer.errors import StoreError, StoreUnavailable
-from balancer.memory import MemoryStore
 from balancer.model import HubRef, partition_ids
-from balancer.race import RaceCoordinator
-from balancer.race_backend import Channel
-from balancer.race_redis import RedisRaceBackend
-from balancer.race_times import RaceTimes
-from balancer.redisstore import RedisStore, scope
+from balancer.race.backend import Channel
+from balancer.race.coordinator import RaceCoordinator
+from balancer.race.redis import RedisRaceBackend
+from balancer.race.times import RaceTimes
+from balancer.stores.memory import MemoryStore
+from balancer.stores.redis import RedisStore, scope
 from tests.redis_server import RedisServer
 
 REF = HubRef("race.example", "sensors", "$Default")

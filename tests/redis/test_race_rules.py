@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from balancer.race_times import GrabTimers, LoadWeights, RaceTimes, race_wait
+from balancer.race.times import GrabTimers, LoadWeights, RaceTimes, race_wait
 
 TIMES = RaceTimes()
 D = TIMES.leases_held_delay

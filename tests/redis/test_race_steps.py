@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from balancer import sim_loop
 from balancer.model import Control, ControlKind, EventKind
-from balancer.race_times import LoadWeights
+from balancer.race.times import LoadWeights
+from balancer.sim import loop as sim_loop
 
 from .race_rig import REF, TIMES, RaceCluster, now
 

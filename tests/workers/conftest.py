@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from balancer.coordinator import Coordinator
-from balancer.memory import MemoryStore
 from balancer.model import HubRef
+from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy
 from workers.handlers import PartitionContext
 from workers.hub import EmbeddedHub

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from balancer.memory import MemoryStore
 from balancer.model import Checkpoint, OwnershipRecord
+from balancer.stores.memory import MemoryStore
 from workers import hublog
 from workers.hublog import event_factory, make_event
 from workers.pump import DeadLetters, PartitionPump, PumpConfig, ThreadLane

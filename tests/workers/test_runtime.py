@@ -629,8 +629,8 @@ class _CutOffReader:
 
 
 async def test_a_reader_cut_off_by_the_source_ends_its_pump_as_lost_not_failed() -> None:
-    from balancer.memory import MemoryStore
     from balancer.model import OwnershipRecord
+    from balancer.stores.memory import MemoryStore
     from workers.eventhubs import PartitionStolen
     from workers.pump import DeadLetters, PartitionPump, PumpConfig
     from workers.source import PartitionTaken

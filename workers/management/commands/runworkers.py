@@ -25,7 +25,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from balancer.coordinator import Coordinator
-from balancer.race_build import (
+from balancer.race.build import (
     add_race_options,
     build_race_coordinator,
     close_race_stores,
@@ -34,7 +34,7 @@ from balancer.race_build import (
     races_in_process,
     wait_until_reachable,
 )
-from balancer.race_times import LoadWeights
+from balancer.race.times import LoadWeights
 from balancer.strategies import DEFAULT, NAMES, RACE, get_strategy
 from workers import metrics
 from workers.bootstrap import SOURCES, STORES, Stores, build_source, build_stores, hub_ref
@@ -131,7 +131,7 @@ class Command(BaseCommand):
         processors = []
         for i in range(count):
             coordinator: Any
-            if times is not None:  # 001's lease race (balancer.race), not a lease-table plan
+            if times is not None:  # 001's lease race (balancer.race.coordinator), not a lease-table plan
                 coordinator = build_race_coordinator(
                     ref, f"{prefix}-{i}", stores.ownership, partitions, times=times, controls=stores.controls,
                     redis_url=settings.REDIS_URL or None, on_event=sink, rng=random.Random(),

@@ -1,4 +1,4 @@
-"""``manage.py simulate``: one strategy through one scenario on simulated time (``balancer.simulator``)."""
+"""``manage.py simulate``: one strategy through one scenario on simulated time (``balancer.sim.run``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from balancer.simulator import SCENARIOS, Settings, simulate
+from balancer.sim.run import SCENARIOS, Settings, simulate
 from balancer.strategies import DEFAULT, NAMES
 
 DEFAULTS = Settings()

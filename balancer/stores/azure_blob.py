@@ -70,9 +70,9 @@ from azure.core.exceptions import (
 from azure.storage.blob import BlobProperties
 from azure.storage.blob.aio import ContainerClient, LinearRetry
 
-from .errors import CorruptRecord, OwnershipLost, StoreError, StoreUnavailable
-from .model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord, check_partition_id
-from .store import Snapshot
+from balancer.errors import CorruptRecord, OwnershipLost, StoreError, StoreUnavailable
+from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord, check_partition_id
+from balancer.protocol import Snapshot
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -1,4 +1,4 @@
-"""The lease race's hashes and channels in Redis (001's own store), for ``balancer.race``.
+"""The lease race's hashes and channels in Redis (001's own store), for ``balancer.race.coordinator``.
 
 Keys and channels sit under the hub and consumer group's scope (``redisstore.scope``, the same
 hash tag as the store's keys), so one scope is one cluster slot and nothing outside it is touched::
@@ -23,9 +23,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .model import HubRef
-from .race_backend import Channel, Deliver, Hash
-from .redisstore import RedisStore, _Connection, scope
+from balancer.model import HubRef
+from balancer.race.backend import Channel, Deliver, Hash
+from balancer.stores.redis import RedisStore, _Connection, scope
 
 # KEYS: one hash. ARGV: field, value. Deletes the field only while it holds the value.
 DELETE_IF = """

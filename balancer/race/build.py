@@ -18,13 +18,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from .coordinator import EventSink, PartitionSource
-from .errors import StoreError
-from .model import HubRef
-from .race import RaceCoordinator
-from .race_backend import MemoryRaceBackend, MemoryRaceHub, RaceBackend
-from .race_times import LoadWeights, RaceTimes
-from .store import ControlStore, OwnershipStore
+from balancer.coordinator import EventSink, PartitionSource
+from balancer.errors import StoreError
+from balancer.model import HubRef
+from balancer.protocol import ControlStore, OwnershipStore
+from balancer.race.backend import MemoryRaceBackend, MemoryRaceHub, RaceBackend
+from balancer.race.coordinator import RaceCoordinator
+from balancer.race.times import LoadWeights, RaceTimes
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,9 @@ _redis_stores: dict[str, Any] = {}  # one RedisStore per URL per process, shared
 
 def race_backend(ref: HubRef, store: object, redis_url: str | None) -> RaceBackend:
     """Redis's race for ``ref`` when there is a Redis, else this process's in-memory one."""
-    from .redisstore import RedisStore  # imported here: balancer.race itself needs no Redis client
+    from balancer.stores.redis import (
+        RedisStore,  # imported here: balancer.race.coordinator itself needs no Redis client
+    )
 
     redis: RedisStore | None = None
     if isinstance(store, RedisStore):
@@ -48,7 +50,7 @@ def race_backend(ref: HubRef, store: object, redis_url: str | None) -> RaceBacke
                 redis = _redis_stores[url] = RedisStore(url)
     if redis is None:
         return MemoryRaceBackend(PROCESS_HUB, ref)
-    from .race_redis import RedisRaceBackend
+    from balancer.race.redis import RedisRaceBackend
 
     return RedisRaceBackend(redis, ref)
 

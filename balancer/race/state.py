@@ -9,11 +9,11 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-from .coordinator import HandoffHook
-from .model import BalancerEvent, HubRef, OwnershipRecord
-from .race_backend import Channel, RaceBackend
-from .race_times import GrabTimers, LoadWeights, RaceTimes
-from .store import OwnershipStore
+from balancer.coordinator import HandoffHook
+from balancer.model import BalancerEvent, HubRef, OwnershipRecord
+from balancer.protocol import OwnershipStore
+from balancer.race.backend import Channel, RaceBackend
+from balancer.race.times import GrabTimers, LoadWeights, RaceTimes
 
 T = TypeVar("T")
 

@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import count
 
-from .errors import OwnershipLost, StoreUnavailable
-from .model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
-from .store import Snapshot
+from balancer.errors import OwnershipLost, StoreUnavailable
+from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
+from balancer.protocol import Snapshot
 
 
 class MemoryStore:

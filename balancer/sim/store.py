@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from .memory import MemoryStore
-from .model import Checkpoint, Control, HubRef, Member, OwnershipRecord
-from .store import Snapshot
+from balancer.model import Checkpoint, Control, HubRef, Member, OwnershipRecord
+from balancer.protocol import Snapshot
+from balancer.stores.memory import MemoryStore
 
 T = TypeVar("T")
 

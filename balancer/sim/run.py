@@ -47,14 +47,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from . import sim_loop
-from .coordinator import Coordinator, CycleReport
-from .errors import OwnershipLost
-from .memory import MemoryStore
-from .model import Checkpoint, Control, ControlKind, EventKind, HubRef, partition_ids
-from .sim_metrics import Processing, longest_unprocessed, min_moves, overlap_seconds, spread
-from .sim_store import LatentStore, Ledger
-from .strategies import RACE, Claim, Plan, Strategy, View, get_strategy
+from balancer.coordinator import Coordinator, CycleReport
+from balancer.errors import OwnershipLost
+from balancer.model import Checkpoint, Control, ControlKind, EventKind, HubRef, partition_ids
+from balancer.sim import loop as sim_loop
+from balancer.sim.measures import Processing, longest_unprocessed, min_moves, overlap_seconds, spread
+from balancer.sim.store import LatentStore, Ledger
+from balancer.stores.memory import MemoryStore
+from balancer.strategies import RACE, Claim, Plan, Strategy, View, get_strategy
 
 REF = HubRef("sim.example", "sensors", "$Default")
 EPOCH = 1_700_000_000.0  # the store clock at simulated time 0
@@ -139,7 +139,7 @@ def simulate(
     p, n = effective_size(scenario, partitions, workers)
     runner = _Run
     if chosen.name == RACE.name:  # 001's race is no plan function: it has a run of its own
-        from .race_sim import RaceRun
+        from balancer.sim.race import RaceRun
 
         runner = RaceRun
     runs = [sim_loop.run(runner(chosen, scenario, p, n, seed, settings).main()) for seed in range(seeds)]

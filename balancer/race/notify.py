@@ -14,16 +14,16 @@ import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .errors import StoreError
-from .model import check_partition_id
-from .race_backend import Channel
+from balancer.errors import StoreError
+from balancer.model import check_partition_id
+from balancer.race.backend import Channel
 
 if TYPE_CHECKING:
-    from .race_state import RaceState
+    from balancer.race.state import RaceState
 else:
     RaceState = object
 
-log = logging.getLogger("balancer.race")
+log = logging.getLogger("balancer.race.coordinator")
 
 RESUBSCRIBE_QUIET = 2.0  # seconds without publishing after a subscription came back (> the backoff cap)
 BACKOFF_CAP = 1.0

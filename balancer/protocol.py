@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from .model import Checkpoint, Control, HubRef, Member, OwnershipRecord
+from balancer.model import Checkpoint, Control, HubRef, Member, OwnershipRecord
 
 
 @runtime_checkable

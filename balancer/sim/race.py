@@ -23,14 +23,14 @@ import asyncio
 import random
 from typing import cast
 
-from .coordinator import Coordinator
-from .memory import MemoryStore
-from .model import partition_ids
-from .race import RaceCoordinator
-from .race_backend import MemoryRaceBackend, MemoryRaceHub
-from .race_times import RaceTimes
-from .sim_store import LatentStore, Ledger
-from .simulator import EPOCH, REF, Outcome, Settings, _Run
+from balancer.coordinator import Coordinator
+from balancer.model import partition_ids
+from balancer.race.backend import MemoryRaceBackend, MemoryRaceHub
+from balancer.race.coordinator import RaceCoordinator
+from balancer.race.times import RaceTimes
+from balancer.sim.run import EPOCH, REF, Outcome, Settings, _Run
+from balancer.sim.store import LatentStore, Ledger
+from balancer.stores.memory import MemoryStore
 
 
 def sim_times(settings: Settings) -> RaceTimes:

@@ -68,14 +68,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from .coordinator import CycleReport, EventSink, HandoffHook, PartitionSource
-from .errors import StoreError
-from .model import BalancerEvent, ControlKind, EventKind, HubRef, Member, OwnershipRecord
-from .race_backend import RaceBackend
-from .race_notify import RaceNotifications
-from .race_steps import RaceSteps
-from .race_times import GrabTimers, LoadWeights, RaceTimes
-from .store import ControlStore, OwnershipStore, by_partition
+from balancer.coordinator import CycleReport, EventSink, HandoffHook, PartitionSource
+from balancer.errors import StoreError
+from balancer.model import BalancerEvent, ControlKind, EventKind, HubRef, Member, OwnershipRecord
+from balancer.protocol import ControlStore, OwnershipStore, by_partition
+from balancer.race.backend import RaceBackend
+from balancer.race.notify import RaceNotifications
+from balancer.race.steps import RaceSteps
+from balancer.race.times import GrabTimers, LoadWeights, RaceTimes
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

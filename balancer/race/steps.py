@@ -7,18 +7,18 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-from .errors import StoreError
-from .model import BalancerEvent, EventKind, OwnershipRecord
-from .race_notify import EPSILON
-from .race_times import race_wait
-from .store import by_partition
+from balancer.errors import StoreError
+from balancer.model import BalancerEvent, EventKind, OwnershipRecord
+from balancer.protocol import by_partition
+from balancer.race.notify import EPSILON
+from balancer.race.times import race_wait
 
 if TYPE_CHECKING:
-    from .race_state import RaceState
+    from balancer.race.state import RaceState
 else:
     RaceState = object
 
-log = logging.getLogger("balancer.race")
+log = logging.getLogger("balancer.race.coordinator")
 
 
 class RaceSteps(RaceState):

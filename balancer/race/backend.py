@@ -11,7 +11,7 @@ that provides publish and subscribe functionality should do"):
 ``RaceBackend`` is one node's connection to them; every call is one round trip and counts one in
 ``requests``. ``MemoryRaceHub`` holds the state in a process; each node talks to it through its own
 ``MemoryRaceBackend``, optionally with a network latency per call and per delivered message (the
-simulator's). The Redis backend is ``balancer.race_redis``.
+simulator's). The Redis backend is ``balancer.race.redis``.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from .errors import StoreUnavailable
-from .model import HubRef
+from balancer.errors import StoreUnavailable
+from balancer.model import HubRef
 
 Hash = Literal["allocation", "grab"]
 Channel = Literal["grab", "allocated"]

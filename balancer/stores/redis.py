@@ -55,9 +55,9 @@ from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .errors import CorruptRecord, OwnershipLost, StoreError, StoreUnavailable
-from .model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord, check_partition_id
-from .store import Snapshot
+from balancer.errors import CorruptRecord, OwnershipLost, StoreError, StoreUnavailable
+from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord, check_partition_id
+from balancer.protocol import Snapshot
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
