@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from balancer.protocol import ControlStore, OwnershipStore, by_partition, snapshot
 
-from .model import BalancerEvent, ControlKind, EventKind, HubRef, Member, OwnershipRecord
+from .model import BalancerEvent, ControlKind, Controls, EventKind, HubRef, Member, OwnershipRecord
 from .strategies import Claim, Strategy, View
 
 PartitionSource = Callable[[], Awaitable[Sequence[str]]]
@@ -207,8 +207,8 @@ class Coordinator:
             await self._call(self.controls.heartbeat(Member(self.ref, self.owner_id, now)))
             members = frozenset(m.owner_id for m in snap.members if m.alive(now, self.expiry))
             members |= {self.owner_id}
-            drained = frozenset(c.target for c in snap.controls if c.kind is ControlKind.DRAIN)
-            pins = {c.target: c.value for c in snap.controls if c.kind is ControlKind.PIN}
+            controls = Controls.of(snap.controls)
+            drained, pins = controls.drained, dict(controls.pins)
             token = next((c.value for c in snap.controls if c.kind is ControlKind.REBALANCE), None)
             # A token first seen at start is old news; one that changed since is a fresh request.
             self._rebalance = self._announced and token is not None and token != self._rebalance_token

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -132,6 +133,27 @@ class Control:
     target: str
     value: str = ""
     created: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Controls:
+    """The drains and pins in force for one hub and consumer group: what planning and the console read
+    of the control records (a rebalance token is no standing instruction and is left out)."""
+
+    drained: frozenset[str] = frozenset()  # owner ids that give up everything and claim nothing
+    pins: Mapping[str, str] = field(default_factory=dict)  # partition id -> the only owner id allowed
+
+    @classmethod
+    def of(cls, records: Iterable[Control]) -> Controls:
+        """The drains and pins among ``records`` (a later pin of the same partition wins)."""
+        drained: set[str] = set()
+        pins: dict[str, str] = {}
+        for control in records:
+            if control.kind is ControlKind.DRAIN:
+                drained.add(control.target)
+            elif control.kind is ControlKind.PIN:
+                pins[control.target] = control.value
+        return cls(frozenset(drained), pins)
 
 
 class EventKind(StrEnum):

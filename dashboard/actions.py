@@ -29,7 +29,7 @@ from channels.layers import get_channel_layer
 
 from balancer.model import BalancerEvent, Control, ControlKind, EventKind, HubRef
 from balancer.strategies.cooperative import assign, members
-from workers.bootstrap import Stores
+from workers.wiring import Stores
 
 from . import metrics
 from .broadcast import apublish

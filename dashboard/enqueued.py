@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from workers.source import EventSource, Position, ReceivedEvent
+from workers.sources.base import EventSource, Position, ReceivedEvent
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from balancer.model import Checkpoint, ControlKind, HubRef, Member, OwnershipRecord
+from balancer.model import Checkpoint, Controls, HubRef, Member, OwnershipRecord
 from balancer.strategies.base import View
-from workers.bootstrap import Stores
+from workers.wiring import Stores
 
 from .state import with_source
 
@@ -138,10 +138,10 @@ async def read_fleet(ref: HubRef, stores: Stores, expiry: float) -> Fleet:
     ids = await asyncio.to_thread(with_source, ref.hub, lambda source: tuple(source.partition_ids()))
     if ids is None:  # no source to ask: the partitions the store knows of
         ids = tuple(sorted(set(records) | set(checkpoints), key=pid_key))
+    standing = Controls.of(controls)
     return Fleet(
         ref, now, expiry, ids, records, {m.owner_id: m for m in listed},
-        frozenset(c.target for c in controls if c.kind is ControlKind.DRAIN),
-        {c.target: c.value for c in controls if c.kind is ControlKind.PIN}, checkpoints,
+        standing.drained, dict(standing.pins), checkpoints,
     )  # fmt: skip
 
 

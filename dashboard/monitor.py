@@ -36,8 +36,8 @@ from django.db import close_old_connections, connections
 from django.db.models import Max
 
 from balancer.model import HubRef
-from workers.bootstrap import Stores, build_stores, hub_ref
-from workers.source import EventSource
+from workers.sources.base import EventSource
+from workers.wiring import Stores, build_stores, hub_ref
 
 from . import metrics
 from .delta import delta

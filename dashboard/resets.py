@@ -21,8 +21,8 @@ from channels.db import database_sync_to_async
 from django.db import transaction
 
 from balancer.model import Checkpoint, HubRef, OwnershipRecord
-from workers.bootstrap import Stores
-from workers.source import EventSource, Position
+from workers.sources.base import EventSource, Position
+from workers.wiring import Stores
 
 from .enqueued import EnqueuedTimes
 from .fleet import Fleet, Preview, Refused, Request, check_partition

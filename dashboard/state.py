@@ -20,9 +20,9 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db.models import Max
 
-from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
-from workers.bootstrap import Stores, build_source, build_stores, hub_ref
-from workers.source import EventSource, PartitionProperties
+from balancer.model import Checkpoint, Control, Controls, HubRef, Member, OwnershipRecord
+from workers.sources.base import EventSource, PartitionProperties
+from workers.wiring import Stores, build_source, build_stores, hub_ref
 
 from .models import EventLog
 
@@ -78,8 +78,8 @@ def assemble(
     """
     owned_by = {r.partition_id: r for r in ownership if r.ref == ref}
     checkpointed = {c.partition_id: c for c in checkpoints if c.ref == ref}
-    pins = {c.target: c.value for c in controls if c.kind == ControlKind.PIN}
-    drained = {c.target for c in controls if c.kind == ControlKind.DRAIN}
+    standing = Controls.of(controls)
+    pins, drained = standing.pins, standing.drained
     ids = list(partition_ids) if partition_ids is not None else sorted(set(owned_by) | set(checkpointed), key=_pid_key)
 
     partitions = []
@@ -211,7 +211,7 @@ def with_source(hub: str, work: Callable[[EventSource], T]) -> T | None:
 
 
 def _embedded_exists(directory: str, hub: str) -> bool:
-    from workers.hub import EmbeddedHub
+    from workers.hub.embedded import EmbeddedHub
 
     return EmbeddedHub.exists(directory, hub)
 

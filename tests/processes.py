@@ -27,7 +27,7 @@ from balancer.model import HubRef
 from dashboard.sqlstore import SqlStore
 from tests.servers import add_django_database, remove_django_database
 from tests.workers.recording import read_records
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
 
 ROOT = Path(__file__).resolve().parents[1]
 _aliases = itertools.count()

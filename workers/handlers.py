@@ -7,7 +7,7 @@ thread, so it may block; an ``async def`` handler runs on the event loop and mus
 A batch handler, marked with ``@batch_handler(max_events=...)``, takes ``list[ReceivedEvent]``.
 
 What a handler returns is ignored. If it raises, the pump retries and then sets the event aside
-(see ``workers.pump``); raising ``MalformedEvent`` sets it aside at once, without retries.
+(see ``workers.runtime.pump``); raising ``MalformedEvent`` sets it aside at once, without retries.
 ``--handler dotted.path`` is resolved by ``resolve_handler``; a class found there is
 instantiated once, without arguments, so a handler may keep state in ``self``.
 """
@@ -23,9 +23,9 @@ from importlib import import_module
 from typing import Any, TypeVar, cast
 
 from balancer.model import HubRef
+from workers.sources.base import ReceivedEvent
 
 from .sensors import SensorEvent
-from .source import ReceivedEvent
 
 Handler = Callable[..., Any]
 F = TypeVar("F", bound=Callable[..., Any])

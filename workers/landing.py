@@ -7,7 +7,7 @@ partition's sequence range, where ``root`` is ``LEASEBOARD_LANDING_DIR`` (defaul
 
 Durability before checkpoint. The file is written under a hidden temporary name in the same
 folder, fsynced, renamed into place and the folder fsynced, all before the handler returns; the
-pump checkpoints only after the handler returns (``workers.pump``). A crash at any point leaves
+pump checkpoints only after the handler returns (``workers.runtime.pump``). A crash at any point leaves
 either no file (the events come again from the old checkpoint) or a complete one, never a torn
 one under a final name. Spark ignores hidden names (leading "." or "_"), so it never reads a
 temporary file.
@@ -18,7 +18,7 @@ of the same or another range (the same range renames an identical file over the 
 ``workers.pipeline`` drops these duplicates by (partition_id, sequence_number).
 
 Malformed bodies. An event that is not a sensor reading is set aside through the pump's
-dead-letter mechanism (``workers.pump.DeadLetters``: ``<dead-letter dir>/<hub>/<partition>.jsonl``
+dead-letter mechanism (``workers.runtime.pump.DeadLetters``: ``<dead-letter dir>/<hub>/<partition>.jsonl``
 with partition, sequence number, offset, error and body; ``leaseboard_dead_letters_total``) and the
 rest of the batch lands. Raising ``MalformedEvent`` instead would set aside the whole batch.
 
@@ -45,11 +45,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from workers.runtime.pump import DeadLetters
+from workers.sources.base import ReceivedEvent
+
 from . import metrics
 from .handlers import PartitionContext, batch_handler, parse_sensor_event
-from .pump import DeadLetters
 from .sensors import SensorEvent
-from .source import ReceivedEvent
 
 log = logging.getLogger("leaseboard.landing")
 

@@ -210,7 +210,7 @@ def _counted(operation: str, call: Callable[..., Awaitable[T]]) -> Callable[...,
 
 
 def instrument(stores: Any) -> Any:
-    """``workers.bootstrap.Stores`` whose stores count their calls (one wrapper per distinct store,
+    """``workers.wiring.Stores`` whose stores count their calls (one wrapper per distinct store,
     so ``ownership is controls`` stays true where it was)."""
     from dataclasses import replace
 

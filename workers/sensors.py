@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from .hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
 
 # kind: (relative frequency, sensors of this kind per home, the events it reports)
 SENSORS: dict[str, tuple[int, int, tuple[str, ...]]] = {

@@ -70,7 +70,7 @@ from typing import Any, TypeVar
 
 from balancer.coordinator import CycleReport, EventSink, HandoffHook, PartitionSource
 from balancer.errors import StoreError
-from balancer.model import BalancerEvent, ControlKind, EventKind, HubRef, Member, OwnershipRecord
+from balancer.model import BalancerEvent, Controls, EventKind, HubRef, Member, OwnershipRecord
 from balancer.protocol import ControlStore, OwnershipStore, by_partition
 from balancer.race.backend import RaceBackend
 from balancer.race.notify import RaceNotifications
@@ -231,13 +231,14 @@ class RaceCoordinator(RaceNotifications, RaceSteps):
     async def _controls(self, controls: ControlStore) -> None:
         await self._store_call(controls.heartbeat(Member(self.ref, self.owner_id, self.clock())))
         listed = await self._store_call(controls.list_controls(self.ref))
-        drained = any(c.kind is ControlKind.DRAIN and c.target == self.owner_id for c in listed)
+        standing = Controls.of(listed)
+        drained = self.owner_id in standing.drained
         now = self.monotonic()
         if drained and not self._drained:  # challenge everything held now, so others take it
             for pid in self._owned:
                 self._set_timer(pid, now)
         self._drained = drained
-        pins = {c.target: c.value for c in listed if c.kind is ControlKind.PIN}
+        pins = dict(standing.pins)
         for target, _ in set(pins.items()) ^ set(self._pins.items()):  # a new or moved pin: act on it now
             self._set_timer(target, now)
         self._pins = pins

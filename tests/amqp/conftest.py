@@ -19,12 +19,12 @@ from typing import Any, TypeVar
 import pytest
 from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient, PartitionContext
 
-from workers.amqp.auth import SasKey
-from workers.amqp.connection import Limits
-from workers.amqp.server import HubServer
-from workers.amqp.thread import ServerThread
-from workers.hub import EmbeddedHub
-from workers.source import Position
+from workers.hub.amqp.auth import SasKey
+from workers.hub.amqp.connection import Limits
+from workers.hub.amqp.server import HubServer
+from workers.hub.amqp.thread import ServerThread
+from workers.hub.embedded import EmbeddedHub
+from workers.sources.base import Position
 
 T = TypeVar("T")
 _names = itertools.count()

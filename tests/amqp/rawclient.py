@@ -16,7 +16,7 @@ from typing import Any
 
 from proton import Collector, Condition, Connection, Data, Described, Link, Message, Transport, symbol
 
-from workers.amqp.auth import SasKey
+from workers.hub.amqp.auth import SasKey
 
 
 class Closed(Exception):

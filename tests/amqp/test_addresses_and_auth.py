@@ -9,9 +9,9 @@ import pytest
 from azure.eventhub._pyamqp.utils import generate_sas_token
 from proton import Described, symbol
 
-from workers.amqp.addresses import Address, BadAddress, StartAt, parse_address, parse_filter
-from workers.amqp.auth import AuthError, Grant, SasKey, verify
-from workers.amqp.keys import ENV_KEY, KEY_FILE, KeyFileError, load_key
+from workers.hub.amqp.addresses import Address, BadAddress, StartAt, parse_address, parse_filter
+from workers.hub.amqp.auth import AuthError, Grant, SasKey, verify
+from workers.hub.amqp.keys import ENV_KEY, KEY_FILE, KeyFileError, load_key
 
 
 @pytest.mark.parametrize(

@@ -17,11 +17,11 @@ import pytest
 from azure.eventhub import EventData
 from proton import Message
 
-from workers.amqp import frames
-from workers.amqp.auth import SasKey
-from workers.amqp.connection import Limits
-from workers.hub import EmbeddedHub
-from workers.source import Position
+from workers.hub.amqp import frames
+from workers.hub.amqp.auth import SasKey
+from workers.hub.amqp.connection import Limits
+from workers.hub.embedded import EmbeddedHub
+from workers.sources.base import Position
 
 from .conftest import Receiving, Served, body, consumer, producer, serve, start_receiving, until
 from .rawclient import RawClient, read_until_eof

@@ -29,7 +29,7 @@ from balancer.model import HubRef
 from balancer.stores.azure_blob import BlobStore
 from tests.azurite import Azurite, start_azurite
 from tests.processes import Processes, last_enqueued, manage, migrate, worker_env
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
 
 from .conftest import Served
 

@@ -9,7 +9,7 @@ import pytest
 from azure.eventhub._pyamqp._decode import decode_frame
 from proton import Data, Described, symbol, ubyte, uint, ulong
 
-from workers.amqp import frames
+from workers.hub.amqp import frames
 
 
 def encoded(code: int, fields: list[Any]) -> bytes:

@@ -6,8 +6,8 @@ import pytest
 from azure.eventhub._pyamqp._decode import decode_payload
 from proton import Data, Described, Message, symbol, ulong
 
-from workers.amqp.messages import BATCH_FORMAT, BadMessage, encode, parse, runtime_metrics
-from workers.source import PartitionProperties, ReceivedEvent
+from workers.hub.amqp.messages import BATCH_FORMAT, BadMessage, encode, parse, runtime_metrics
+from workers.sources.base import PartitionProperties, ReceivedEvent
 
 
 def data_sections(*bodies: bytes, annotations: dict[object, object] | None = None) -> bytes:

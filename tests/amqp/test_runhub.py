@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
 
-from workers.amqp.keys import KEY_FILE
-from workers.hub import EmbeddedHub
-from workers.source import Position
+from workers.hub.amqp.keys import KEY_FILE
+from workers.hub.embedded import EmbeddedHub
+from workers.sources.base import Position
 
 from .conftest import Receiving, bodies, start_receiving, until
 

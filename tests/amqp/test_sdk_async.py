@@ -12,9 +12,9 @@ from azure.eventhub import EventData, PartitionContext
 from azure.eventhub.aio import EventHubConsumerClient, EventHubProducerClient
 from azure.eventhub.exceptions import AuthenticationError
 
-from workers.eventhubs import is_stolen
-from workers.hub import EmbeddedHub
-from workers.source import Position
+from workers.hub.embedded import EmbeddedHub
+from workers.sources.base import Position
+from workers.sources.eventhubs import is_stolen
 
 from .conftest import Served, bodies, body, make_timed_hub, new_hub, read_offsets
 

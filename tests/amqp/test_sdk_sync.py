@@ -12,9 +12,9 @@ import pytest
 from azure.eventhub import EventData, EventHubProducerClient
 from azure.eventhub.exceptions import AuthenticationError, ConnectError, EventHubError
 
-from workers.eventhubs import is_stolen
-from workers.hub import EmbeddedHub
-from workers.source import Position
+from workers.hub.embedded import EmbeddedHub
+from workers.sources.base import Position
+from workers.sources.eventhubs import is_stolen
 
 from .conftest import (
     Receiving,

@@ -22,7 +22,7 @@ from balancer.model import Checkpoint, Control, ControlKind, Member, OwnershipRe
 from balancer.stores.azure_blob import BlobStore
 from balancer.strategies import get_strategy
 from tests.azurite import Azurite
-from workers.source import Position
+from workers.sources.base import Position
 
 from .conftest import REF
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from workers.eventhubs import EventHubsSource
+from workers.sources.eventhubs import EventHubsSource
 
 from .fake import CONNECTION_STRING, Clients, Hub
 

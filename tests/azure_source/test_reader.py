@@ -11,8 +11,8 @@ from azure.eventhub import EventHubConsumerClient
 from azure.eventhub._pyamqp.error import ErrorCondition
 from azure.eventhub.exceptions import ConnectError, ConnectionLostError, EventHubError
 
-from workers.eventhubs import EventHubsReader, EventHubsSource, PartitionStolen, ReaderFailed, is_stolen
-from workers.source import Position, ReceivedEvent
+from workers.sources.base import Position, ReceivedEvent
+from workers.sources.eventhubs import EventHubsReader, EventHubsSource, PartitionStolen, ReaderFailed, is_stolen
 
 from .conftest import FakeClock
 from .fake import (

@@ -18,8 +18,8 @@ import pytest
 from azure.eventhub import EventHubConsumerClient
 from azure.eventhub.exceptions import ConnectError
 
-from workers.eventhubs import ClientFactory, ConsumerClient, EventHubsConfigError, EventHubsSource, ReaderFailed
-from workers.source import Position
+from workers.sources.base import Position
+from workers.sources.eventhubs import ClientFactory, ConsumerClient, EventHubsConfigError, EventHubsSource, ReaderFailed
 
 from .fake import CONNECTION_STRING, KEY, NAMESPACE, until
 

@@ -9,8 +9,8 @@ from azure.eventhub import EventHubConsumerClient
 from azure.eventhub._pyamqp.error import ErrorCondition
 from azure.eventhub.exceptions import AuthenticationError, ConnectError
 
-from workers.eventhubs import EventHubsConfigError, EventHubsSource, sdk_client
-from workers.source import PartitionProperties
+from workers.sources.base import PartitionProperties
+from workers.sources.eventhubs import EventHubsConfigError, EventHubsSource, sdk_client
 
 from .conftest import FakeClock
 from .fake import (

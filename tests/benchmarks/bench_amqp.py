@@ -270,7 +270,7 @@ async def _balanced(store: Any, ref: Any, partitions: int, workers: int) -> bool
 
 
 def fill(hub_dir: Path, events: int, partitions: int) -> None:
-    from workers.hub import EmbeddedHub
+    from workers.hub.embedded import EmbeddedHub
 
     with EmbeddedHub(hub_dir, HUB, partitions=partitions) as hub:
         per = events // partitions

@@ -65,7 +65,7 @@ def _django() -> None:
 
 async def _seed(partitions: int, workers: int) -> None:
     from balancer.model import HubRef, Member, OwnershipRecord
-    from workers.bootstrap import build_stores
+    from workers.wiring import build_stores
 
     ref = HubRef(NAMESPACE, HUB, GROUP)
     stores = build_stores("sql")
@@ -79,7 +79,7 @@ async def _seed(partitions: int, workers: int) -> None:
 async def _publish(rate: float, seconds: float, workers: int) -> dict[str, float]:
     from balancer.model import BalancerEvent, EventKind, HubRef, Member
     from dashboard.broadcast import apublish
-    from workers.bootstrap import build_stores
+    from workers.wiring import build_stores
 
     ref = HubRef(NAMESPACE, HUB, GROUP)
     stores = build_stores("sql")
@@ -289,7 +289,7 @@ def run(
 ) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
-    from workers.hub import EmbeddedHub
+    from workers.hub.embedded import EmbeddedHub
 
     var = Path(tempfile.mkdtemp(prefix="bench-dashboard-"))
     redis, redis_url = _start_redis(var)

@@ -12,8 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from workers.hub import EmbeddedHub
-from workers.source import Position
+from workers.hub.embedded import EmbeddedHub
+from workers.sources.base import Position
 
 Row = tuple[str, float, float | None, float | None]
 

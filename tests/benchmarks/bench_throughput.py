@@ -44,11 +44,11 @@ from balancer.model import HubRef  # noqa: E402
 from balancer.stores.memory import MemoryStore  # noqa: E402
 from balancer.strategies import get_strategy  # noqa: E402
 from workers.handlers import PartitionContext, batch_handler  # noqa: E402
-from workers.hub import EmbeddedHub  # noqa: E402
-from workers.pump import PumpConfig  # noqa: E402
-from workers.runtime import EventProcessor  # noqa: E402
-from workers.sink import EventSink  # noqa: E402
-from workers.source import Position, ReceivedEvent  # noqa: E402
+from workers.hub.embedded import EmbeddedHub  # noqa: E402
+from workers.runtime.processor import EventProcessor  # noqa: E402
+from workers.runtime.pump import PumpConfig  # noqa: E402
+from workers.runtime.sink import EventSink  # noqa: E402
+from workers.sources.base import Position, ReceivedEvent  # noqa: E402
 
 REF = HubRef("bench", "throughput", "$Default")
 BODY = b'{"event_id":"0","home":"home-00042","sensor":"door","sensor_id":"door-1","event":"opened","armed":false}'

@@ -28,7 +28,7 @@ from tests.chaos.invariants import CheckpointSample, Evidence, Fault, Lease, Own
 from tests.chaos.recording import read_handlings
 from tests.chaos.stores import Kit
 from tests.processes import kill, manage, poll_until, start_logged, worker_env
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
 
 SETTLE_SECONDS = 45.0
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from tests.chaos.invariants import Handling
 from tests.workers.recording import RecordingHandler
 from workers.handlers import MalformedEvent, PartitionContext
-from workers.source import ReceivedEvent
+from workers.sources.base import ReceivedEvent
 
 
 class Recorder(RecordingHandler):

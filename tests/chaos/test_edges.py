@@ -28,9 +28,9 @@ from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy
 from tests.azurite import Azurite
 from tests.servers import free_port
-from workers.hub import EmbeddedHub
-from workers.runtime import EventProcessor
-from workers.sink import EventSink
+from workers.hub.embedded import EmbeddedHub
+from workers.runtime.processor import EventProcessor
+from workers.runtime.sink import EventSink
 
 ROOT = Path(__file__).resolve().parents[2]
 HUB = "edges"

@@ -17,8 +17,8 @@ from balancer.model import BalancerEvent, EventKind, HubRef
 from balancer.strategies import get_strategy
 from dashboard import state
 from dashboard.monitor import host
-from workers.bootstrap import Stores, hub_ref
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
+from workers.wiring import Stores, hub_ref
 
 PARTITIONS = 4
 

@@ -28,7 +28,7 @@ async def main(owner_id: str) -> None:
     from balancer.model import BalancerEvent
     from balancer.strategies import get_strategy
     from dashboard.broadcast import apublish
-    from workers.bootstrap import build_source, build_stores, hub_ref
+    from workers.wiring import build_source, build_stores, hub_ref
 
     stores = build_stores("sql")
     source = build_source()

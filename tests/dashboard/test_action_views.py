@@ -14,8 +14,8 @@ from django.test import AsyncClient
 
 from balancer.model import ControlKind, HubRef, Member, OwnershipRecord
 from dashboard.models import AuditEntry
-from workers.bootstrap import Stores
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
+from workers.wiring import Stores
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

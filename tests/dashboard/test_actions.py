@@ -18,8 +18,8 @@ from balancer.strategies import get_strategy
 from dashboard import actions
 from dashboard.actions import Refused, Request
 from dashboard.models import AuditEntry, EventLog, MemberRow
-from workers.bootstrap import Stores
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
+from workers.wiring import Stores
 
 from .conftest import PARTITIONS
 

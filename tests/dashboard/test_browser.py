@@ -22,7 +22,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.servers import free_port
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"

@@ -14,7 +14,7 @@ from django.core.management import CommandError, call_command
 
 from balancer.model import HubRef
 from dashboard.models import AuditEntry, CheckpointRow, ControlRow, MemberRow, Ownership
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,8 +17,8 @@ from dashboard import delta, monitor
 from dashboard.asgi import application
 from dashboard.broadcast import apublish
 from dashboard.models import EventLog
-from workers.bootstrap import Stores
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
+from workers.wiring import Stores
 
 from .conftest import coordinator, event
 

@@ -26,8 +26,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from balancer.model import HubRef, Member
 from dashboard.models import EventLog, LagSample
 from tests.servers import free_port
-from workers.bootstrap import Stores
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
+from workers.wiring import Stores
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

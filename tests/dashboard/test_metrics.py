@@ -15,8 +15,8 @@ import workers.metrics  # registers the runtime's series on the default registry
 from balancer.model import Checkpoint, HubRef
 from dashboard.broadcast import apublish
 from dashboard.models import LagSample
-from workers.bootstrap import Stores
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
+from workers.wiring import Stores
 
 from .conftest import coordinator, event
 

@@ -20,8 +20,8 @@ from balancer.model import BalancerEvent, Checkpoint, EventKind, HubRef, Member,
 from dashboard.broadcast import apublish
 from dashboard.models import LagSample
 from dashboard.monitor import Host, Monitor
-from workers.bootstrap import Stores
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
+from workers.wiring import Stores
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,8 +13,8 @@ from django.test import AsyncClient
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, OwnershipRecord
 from dashboard.broadcast import apublish
 from dashboard.models import Ownership
-from workers.bootstrap import Stores
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
+from workers.wiring import Stores
 
 from .conftest import PARTITIONS, coordinator, event
 

@@ -11,7 +11,7 @@ from balancer.errors import OwnershipLost, StoreUnavailable
 from balancer.model import BalancerEvent, Checkpoint, EventKind, HubRef, OwnershipRecord
 from balancer.stores.memory import MemoryStore
 from workers import metrics
-from workers.bootstrap import Stores
+from workers.wiring import Stores
 
 REF = HubRef("metrics.example", "sensors", "$Default")
 

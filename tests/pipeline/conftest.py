@@ -17,9 +17,9 @@ from workers.handlers import PartitionContext
 from workers.landing import LandingHandler
 from workers.pipeline.job import Paths
 from workers.pipeline.spark import build_session
-from workers.pump import DeadLetters
+from workers.runtime.pump import DeadLetters
 from workers.sensors import SensorEvent, SensorFleet
-from workers.source import ReceivedEvent
+from workers.sources.base import ReceivedEvent
 
 HUB = "sensors"
 REF = HubRef("localhost", HUB, "$Default")

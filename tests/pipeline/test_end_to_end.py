@@ -28,7 +28,7 @@ from asgiref.sync import sync_to_async
 
 from balancer.model import HubRef
 from tests.processes import SqlSite, manage, migrated_sqlite
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
 from workers.models import Alert, MinuteSummary, PipelineBatch
 from workers.pipeline.audit import batch_files, local_path
 from workers.sensors import SensorEvent, SensorFleet

@@ -15,9 +15,9 @@ from prometheus_client import REGISTRY
 from balancer.model import Checkpoint, OwnershipRecord
 from balancer.stores.memory import MemoryStore
 from workers.handlers import PartitionContext, batch_size
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
 from workers.landing import MAX_EVENTS, LandingHandler, file_name, read_markers, sequence_range
-from workers.pump import DeadLetters, PartitionPump, PumpConfig
+from workers.runtime.pump import DeadLetters, PartitionPump, PumpConfig
 
 from .conftest import HUB, REF, T0, Landing, fleet_events, received
 

@@ -22,7 +22,7 @@ from balancer.model import HubRef
 from balancer.stores.redis import Keys, scope
 from tests.processes import Processes, last_enqueued, manage, worker_env
 from tests.redis_server import RedisServer
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
 
 REF = HubRef("localhost", "race-e2e", "$Default")
 # 001's spans, scaled down: the wait formula's cap (0.8 x 2.5 s) leaves room for 7 partitions per

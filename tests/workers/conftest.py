@@ -18,11 +18,11 @@ from balancer.model import HubRef
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy
 from workers.handlers import PartitionContext
-from workers.hub import EmbeddedHub
-from workers.pump import DeadLetters, PumpConfig
-from workers.runtime import EventProcessor
-from workers.sink import EventSink
-from workers.source import ReceivedEvent
+from workers.hub.embedded import EmbeddedHub
+from workers.runtime.processor import EventProcessor
+from workers.runtime.pump import DeadLetters, PumpConfig
+from workers.runtime.sink import EventSink
+from workers.sources.base import ReceivedEvent
 
 REF = HubRef("test.example", "sensors", "$Default")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from workers.handlers import PartitionContext
-from workers.source import ReceivedEvent
+from workers.sources.base import ReceivedEvent
 
 
 class RecordingHandler:

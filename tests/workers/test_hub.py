@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from workers.hub import MAX_BODY, CorruptLog, EmbeddedHub
-from workers.hublog import MIN_RECORD, encode
-from workers.source import Position, ReceivedEvent
+from workers.hub.embedded import MAX_BODY, CorruptLog, EmbeddedHub
+from workers.hub.log import MIN_RECORD, encode
+from workers.sources.base import Position, ReceivedEvent
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -89,7 +89,7 @@ def test_keys_map_to_partitions_stably_across_processes_and_spread_over_all(hub:
     homes = [f"home-{i:05d}" for i in range(1000)]
     here = [hub.partition_for_key(home) for home in homes]
     script = (
-        "import json, sys; from pathlib import Path; from workers.hub import EmbeddedHub;"
+        "import json, sys; from pathlib import Path; from workers.hub.embedded import EmbeddedHub;"
         "hub = EmbeddedHub(Path(sys.argv[1]), 'sensors');"
         "print(json.dumps([hub.partition_for_key(f'home-{i:05d}') for i in range(1000)]))"
     )
@@ -186,7 +186,7 @@ def test_a_reader_follows_the_log_as_it_grows(hub: EmbeddedHub) -> None:
 WRITER = """
 import sys
 from pathlib import Path
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
 root, name, me, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 hub = EmbeddedHub(Path(root), name, partitions=2)
 print("ready", flush=True)
@@ -205,8 +205,8 @@ while i < n:
 READER = """
 import json, sys, time
 from pathlib import Path
-from workers.hub import EmbeddedHub
-from workers.source import Position
+from workers.hub.embedded import EmbeddedHub
+from workers.sources.base import Position
 root, name, total = sys.argv[1], sys.argv[2], int(sys.argv[3])
 reader = EmbeddedHub(Path(root), name, partitions=2).reader("0", Position.earliest())
 print("ready", flush=True)
@@ -417,7 +417,7 @@ def test_a_damaged_length_with_intact_records_after_it_is_corruption_not_a_tail(
         (lambda h: h.send(b"x", partition_id="-1"), ValueError, "no partition '-1'"),
         (lambda h: h.send(b"x", partition_id=1), TypeError, "partition ids are strings"),
         (lambda h: h.reader("9", Position.earliest()), ValueError, "no partition '9'"),
-        (lambda h: h.reader("0", 5), TypeError, "position must be a workers.source.Position"),
+        (lambda h: h.reader("0", 5), TypeError, "position must be a workers.sources.base.Position"),
         (lambda h: h.properties("x"), ValueError, "no partition 'x'"),
         (lambda h: h.send(b"x", partition_key="k", partition_id="0"), ValueError, "not both"),
         (lambda h: h.send("text"), TypeError, r"got str; encode it first"),

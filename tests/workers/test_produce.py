@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
 from workers.sensors import SENSORS, Producer, SensorEvent, SensorFleet, run_producer
-from workers.source import Position, ReceivedEvent
+from workers.sources.base import Position, ReceivedEvent
 
 REPO = Path(__file__).resolve().parents[2]
 

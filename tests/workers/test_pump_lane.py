@@ -11,10 +11,10 @@ import pytest
 
 from balancer.model import Checkpoint, OwnershipRecord
 from balancer.stores.memory import MemoryStore
-from workers import hublog
-from workers.hublog import event_factory, make_event
-from workers.pump import DeadLetters, PartitionPump, PumpConfig, ThreadLane
-from workers.source import PartitionReader, Position, ReceivedEvent
+from workers.hub import log as hublog
+from workers.hub.log import event_factory, make_event
+from workers.runtime.pump import DeadLetters, PartitionPump, PumpConfig, ThreadLane
+from workers.sources.base import PartitionReader, Position, ReceivedEvent
 
 from .conftest import REF, FakeClock
 
@@ -167,7 +167,7 @@ def test_a_checkpoint_store_outage_is_logged_once_per_worker_not_once_per_partit
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from balancer.errors import StoreUnavailable
-    from workers.pump import CheckpointOutage
+    from workers.runtime.pump import CheckpointOutage
 
     outage = CheckpointOutage("w")
     down = StoreUnavailable("cannot reach the service")

@@ -23,9 +23,9 @@ from balancer.coordinator import Coordinator
 from balancer.model import BalancerEvent, Checkpoint, EventKind
 from balancer.strategies import get_strategy
 from workers.handlers import HandlerNotFound, PartitionContext, batch_handler, count_sensor_events, resolve_handler
+from workers.runtime.sink import EventSink
 from workers.sensors import SensorEvent
-from workers.sink import EventSink
-from workers.source import PartitionReader, Position, ReceivedEvent
+from workers.sources.base import PartitionReader, Position, ReceivedEvent
 
 from .conftest import REF, FakeClock, Recorder, Rig, own_all, until
 
@@ -617,7 +617,7 @@ class _CutOffReader:
         self.calls = 0
 
     def receive(self, max_events: int) -> list[ReceivedEvent]:
-        from workers.source import PartitionTaken
+        from workers.sources.base import PartitionTaken
 
         self.calls += 1
         if self.calls == 1:
@@ -631,9 +631,9 @@ class _CutOffReader:
 async def test_a_reader_cut_off_by_the_source_ends_its_pump_as_lost_not_failed() -> None:
     from balancer.model import OwnershipRecord
     from balancer.stores.memory import MemoryStore
-    from workers.eventhubs import PartitionStolen
-    from workers.pump import DeadLetters, PartitionPump, PumpConfig
-    from workers.source import PartitionTaken
+    from workers.runtime.pump import DeadLetters, PartitionPump, PumpConfig
+    from workers.sources.base import PartitionTaken
+    from workers.sources.eventhubs import PartitionStolen
 
     assert issubclass(PartitionStolen, PartitionTaken)
     store = MemoryStore()
@@ -675,7 +675,7 @@ async def test_wake_runs_the_next_cycle_at_once_instead_of_after_the_interval(ri
 
 async def test_a_worker_that_sees_a_rebalance_request_wakes_every_worker_of_its_process(rig: Rig) -> None:
     from balancer.model import Control, ControlKind
-    from workers.runtime import run_workers
+    from workers.runtime.processor import run_workers
 
     workers = [rig.worker(w, lambda event, ctx: None, sleep=_sleep_forever, strategy="cooperative") for w in "ab"]
     task = asyncio.create_task(run_workers(workers, signals=False))
@@ -696,7 +696,7 @@ async def test_a_worker_that_sees_a_rebalance_request_wakes_every_worker_of_its_
 async def test_a_wake_message_on_the_channel_layer_wakes_the_workers() -> None:
     from channels.layers import get_channel_layer
 
-    from workers.runtime import WAKE_GROUP, listen_for_wakeups
+    from workers.runtime.processor import WAKE_GROUP, listen_for_wakeups
 
     woken = asyncio.Event()
     listener = asyncio.create_task(listen_for_wakeups(woken.set))

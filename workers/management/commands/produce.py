@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from workers.hub import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub
 from workers.sensors import run_producer
 
 

@@ -15,9 +15,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from workers.amqp.connection import Limits
-from workers.amqp.keys import KeyFileError, load_key
-from workers.amqp.server import HubServer
+from workers.hub.amqp.connection import Limits
+from workers.hub.amqp.keys import KeyFileError, load_key
+from workers.hub.amqp.server import HubServer
 
 from .produce import Command as Produce
 

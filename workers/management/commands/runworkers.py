@@ -3,7 +3,7 @@
 Each worker has its own owner id ("<hostname>-<pid>-<i>" unless ``--owner-prefix`` says
 otherwise) and its own coordinator; they share the store, the event source and the handler.
 SIGTERM or SIGINT stops them gracefully (final checkpoints, then partitions released); a second
-signal stops waiting. The loop is ``workers.runtime``; this command only builds the objects.
+signal stops waiting. The loop is ``workers.runtime.processor``; this command only builds the objects.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from balancer.race.build import (
 from balancer.race.times import LoadWeights
 from balancer.strategies import DEFAULT, NAMES, RACE, get_strategy
 from workers import metrics
-from workers.bootstrap import SOURCES, STORES, Stores, build_source, build_stores, hub_ref
 from workers.handlers import DEFAULT_HANDLER, HandlerNotFound, resolve_handler
-from workers.pump import DeadLetters, PumpConfig
-from workers.runtime import EventProcessor, run_workers
-from workers.sink import EventSink
-from workers.source import EventSource, Position
+from workers.runtime.processor import EventProcessor, run_workers
+from workers.runtime.pump import DeadLetters, PumpConfig
+from workers.runtime.sink import EventSink
+from workers.sources.base import EventSource, Position
+from workers.wiring import SOURCES, STORES, Stores, build_source, build_stores, hub_ref
 
 log = logging.getLogger("leaseboard.worker")
 

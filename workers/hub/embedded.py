@@ -36,8 +36,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from .hublog import EMPTY, MAX_BODY, MAX_KEY, CorruptLog, Cursor, LogFile, Tail, encode
-from .source import PartitionProperties, Position, ReceivedEvent
+from workers.hub.log import EMPTY, MAX_BODY, MAX_KEY, CorruptLog, Cursor, LogFile, Tail, encode
+from workers.sources.base import PartitionProperties, Position, ReceivedEvent
 
 __all__ = ["MAX_BODY", "MAX_KEY", "CorruptLog", "EmbeddedHub", "HubReader"]
 
@@ -81,7 +81,7 @@ class HubReader:
 
 class EmbeddedHub:
     """A hub on local disk, created with ``partitions`` partitions if ``root/name`` holds none yet
-    (an existing hub keeps its count). Implements ``workers.source.EventSource`` and adds writing.
+    (an existing hub keeps its count). Implements ``workers.sources.base.EventSource`` and adds writing.
 
     Raises ValueError for a bad name or count, TypeError for arguments of the wrong type."""
 
@@ -147,7 +147,7 @@ class EmbeddedHub:
         position beyond the last event or naming no event."""
         self._check_partition(partition_id)
         if not isinstance(position, Position):
-            raise TypeError(f"position must be a workers.source.Position, got {type(position).__name__}")
+            raise TypeError(f"position must be a workers.sources.base.Position, got {type(position).__name__}")
         log_file = LogFile(str(self._log_path(partition_id)), self.name, partition_id)
         try:
             pos, next_sequence = self._resolve(log_file, position)

@@ -16,10 +16,9 @@ from collections.abc import Awaitable, Callable
 from importlib import import_module
 from typing import Any
 
+import workers.metrics as metrics
 from balancer.errors import StoreError
 from balancer.model import BalancerEvent
-
-from . import metrics
 
 log = logging.getLogger("leaseboard.events")
 

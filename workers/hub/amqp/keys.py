@@ -11,7 +11,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from .auth import KEY_NAME, SasKey
+from workers.hub.amqp.auth import KEY_NAME, SasKey
 
 ENV_KEY = "LEASEBOARD_HUB_KEY"
 ENV_KEY_NAME = "LEASEBOARD_HUB_KEY_NAME"

@@ -17,11 +17,10 @@ from pathlib import Path
 
 from proton import timestamp
 
-from workers.hub import EmbeddedHub
-
-from .auth import TOKEN_TYPE, AuthError, Grant, SasKey, verify
-from .messages import millis
-from .requests import Request, Response
+from workers.hub.amqp.auth import TOKEN_TYPE, AuthError, Grant, SasKey, verify
+from workers.hub.amqp.messages import millis
+from workers.hub.amqp.requests import Request, Response
+from workers.hub.embedded import EmbeddedHub
 
 
 class HubDirectory:

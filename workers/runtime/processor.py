@@ -22,14 +22,13 @@ import signal
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import workers.metrics as metrics
 from balancer.coordinator import Coordinator, CycleReport
 from balancer.protocol import CheckpointStore
-
-from . import metrics
-from .handlers import Handler
-from .pump import CheckpointOutage, DeadLetters, PartitionPump, PumpConfig, PumpStats, Sleep
-from .sink import EventSink, OutageLog
-from .source import EventSource
+from workers.handlers import Handler
+from workers.runtime.pump import CheckpointOutage, DeadLetters, PartitionPump, PumpConfig, PumpStats, Sleep
+from workers.runtime.sink import EventSink, OutageLog
+from workers.sources.base import EventSource
 
 log = logging.getLogger("leaseboard.worker")
 START_BACKOFF_MAX = 30.0  # seconds: the longest wait between tries when the store is down at start

@@ -21,9 +21,8 @@ from typing import Any
 
 from proton import Data, DataException, Described, symbol, timestamp, ulong
 
-from workers.source import PartitionProperties, ReceivedEvent
-
-from .frames import FrameError, split_values
+from workers.hub.amqp.frames import FrameError, split_values
+from workers.sources.base import PartitionProperties, ReceivedEvent
 
 BATCH_FORMAT = 0x80013700
 NOT_IMPLEMENTED = "amqp:not-implemented"

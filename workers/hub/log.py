@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from types import MemberDescriptorType
 
-from .source import ReceivedEvent
+from workers.sources.base import ReceivedEvent
 
 HEADER = struct.Struct("<IIqdH")  # crc32, record length, sequence number, enqueued time, key length
 TRAILER = struct.Struct("<I")  # the record length again

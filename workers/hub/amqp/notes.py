@@ -17,7 +17,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import frames
+import workers.hub.amqp.frames as frames
 
 
 @dataclass(slots=True)

@@ -1,7 +1,7 @@
 """The embedded hub over AMQP: Event Hubs' protocol on a loopback port, on the same log the embedded source reads.
 
 ``HubServer`` serves every hub under one directory (``LEASEBOARD_HUB_DIR``): what a producer sends
-is appended to the partition logs that ``workers.hub.EmbeddedHub`` readers (and the embedded
+is appended to the partition logs that ``workers.hub.embedded.EmbeddedHub`` readers (and the embedded
 workers) read, and what other processes append is sent to AMQP receivers within ``poll_interval``
 (at once for appends made through this server). Partitions added by any process (``produce
 --partitions``) are served from the next request on. One asyncio loop runs everything; file
@@ -24,17 +24,16 @@ from typing import Any
 
 from proton import Link
 
-from workers.hub import EmbeddedHub
-
-from .addresses import Address, BadAddress, parse_address, parse_filter
-from .auth import Grant, SasKey
-from .connection import AmqpConnection, Limits, LinkHandler
-from .consumer import OUT_OF_RANGE, ConsumerLink, Receivers
-from .links import refuse
-from .management import HubDirectory, put_token, read_properties
-from .notes import AttachInfo
-from .producer import ProducerLink
-from .requests import ReplyLink, Request, RequestLink, Response
+from workers.hub.amqp.addresses import Address, BadAddress, parse_address, parse_filter
+from workers.hub.amqp.auth import Grant, SasKey
+from workers.hub.amqp.connection import AmqpConnection, Limits, LinkHandler
+from workers.hub.amqp.consumer import OUT_OF_RANGE, ConsumerLink, Receivers
+from workers.hub.amqp.links import refuse
+from workers.hub.amqp.management import HubDirectory, put_token, read_properties
+from workers.hub.amqp.notes import AttachInfo
+from workers.hub.amqp.producer import ProducerLink
+from workers.hub.amqp.requests import ReplyLink, Request, RequestLink, Response
+from workers.hub.embedded import EmbeddedHub
 
 log = logging.getLogger("leaseboard.amqp")
 EPOCH = "com.microsoft:epoch"

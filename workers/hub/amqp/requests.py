@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from proton import Delivery, Disposition, Link, Message
 
-from .links import detach_oversize, reject
-from .messages import AMQP_VALUE, APPLICATION_PROPERTIES, PROPERTIES, BadMessage, sections
+from workers.hub.amqp.links import detach_oversize, reject
+from workers.hub.amqp.messages import AMQP_VALUE, APPLICATION_PROPERTIES, PROPERTIES, BadMessage, sections
 
 if TYPE_CHECKING:
-    from .connection import AmqpConnection
-    from .notes import AttachInfo
+    from workers.hub.amqp.connection import AmqpConnection
+    from workers.hub.amqp.notes import AttachInfo
 
 log = logging.getLogger("leaseboard.amqp")
 

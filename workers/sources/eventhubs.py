@@ -52,7 +52,7 @@ from azure.eventhub import EventData, EventHubConsumerClient, PartitionContext, 
 from azure.eventhub.amqp import AmqpMessageBodyType
 from azure.eventhub.exceptions import AuthenticationError, EventHubError
 
-from .source import PartitionProperties, PartitionTaken, Position, ReceivedEvent
+from workers.sources.base import PartitionProperties, PartitionTaken, Position, ReceivedEvent
 
 __all__ = ["EventHubsConfigError", "EventHubsReader", "EventHubsSource", "PartitionStolen", "ReaderFailed"]
 
@@ -117,7 +117,7 @@ class LastEnqueued:
 
 
 class EventHubsSource:
-    """Implements ``workers.source.EventSource`` on one event hub and consumer group.
+    """Implements ``workers.sources.base.EventSource`` on one event hub and consumer group.
 
     ``owner_level`` is the epoch of every reader (None: non-exclusive receivers, which the service
     never cuts off: two owners of one partition would both read it). ``owner_id`` only labels
@@ -247,7 +247,7 @@ class EventHubsSource:
         """A reader of ``partition_id`` starting after ``position``, on a client of its own.
         Raises ValueError for an unknown partition, TypeError for a position of another type."""
         if not isinstance(position, Position):
-            raise TypeError(f"position must be a workers.source.Position, got {type(position).__name__}")
+            raise TypeError(f"position must be a workers.sources.base.Position, got {type(position).__name__}")
         self._check_partition(partition_id)
         reader = EventHubsReader(
             self._factory(self._connection_string, self.hub, self.consumer_group),

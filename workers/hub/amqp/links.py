@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from proton import Condition, Delivery, Disposition, Link
 
 if TYPE_CHECKING:
-    from .connection import AmqpConnection
+    from workers.hub.amqp.connection import AmqpConnection
 
 log = logging.getLogger("leaseboard.amqp")
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TypeVar
 
-from .server import HubServer
+from workers.hub.amqp.server import HubServer
 
 T = TypeVar("T")
 

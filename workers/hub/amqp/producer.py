@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING
 
 from proton import Delivery, Disposition, Link
 
-from workers.hub import EmbeddedHub
-
-from .links import detach_oversize, reject
-from .messages import BadMessage, parse
+from workers.hub.amqp.links import detach_oversize, reject
+from workers.hub.amqp.messages import BadMessage, parse
+from workers.hub.embedded import EmbeddedHub
 
 if TYPE_CHECKING:
-    from .connection import AmqpConnection
+    from workers.hub.amqp.connection import AmqpConnection
 
 log = logging.getLogger("leaseboard.amqp")
 CREDIT = 100

@@ -48,14 +48,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import workers.metrics as metrics
 from balancer.errors import OwnershipLost
 from balancer.model import Checkpoint, HubRef
 from balancer.protocol import CheckpointStore
-
-from . import metrics
-from .handlers import Handler, MalformedEvent, PartitionContext, batch_size, is_async
-from .sink import OutageLog
-from .source import EventSource, PartitionReader, PartitionTaken, Position, ReceivedEvent
+from workers.handlers import Handler, MalformedEvent, PartitionContext, batch_size, is_async
+from workers.runtime.sink import OutageLog
+from workers.sources.base import EventSource, PartitionReader, PartitionTaken, Position, ReceivedEvent
 
 log = logging.getLogger("leaseboard.pump")
 T = TypeVar("T")

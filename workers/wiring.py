@@ -16,8 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from balancer.model import HubRef
 from balancer.protocol import CheckpointStore, ControlStore, OwnershipStore
-
-from .source import EventSource
+from workers.sources.base import EventSource
 
 STORES = {
     "sql": "dashboard.sqlstore.SqlStore",
@@ -26,8 +25,8 @@ STORES = {
     "blob": "balancer.stores.azure_blob.BlobStore",
 }
 SOURCES = {
-    "embedded": "workers.hub.EmbeddedHub",
-    "eventhubs": "workers.eventhubs.EventHubsSource",
+    "embedded": "workers.hub.embedded.EmbeddedHub",
+    "eventhubs": "workers.sources.eventhubs.EventHubsSource",
 }
 
 

@@ -25,8 +25,8 @@ from typing import Any, Protocol
 
 from proton import Collector, Condition, Connection, Delivery, Event, Link, Session, Transport
 
-from . import frames
-from .notes import AttachInfo, FrameNotes
+import workers.hub.amqp.frames as frames
+from workers.hub.amqp.notes import AttachInfo, FrameNotes
 
 log = logging.getLogger("leaseboard.amqp")
 trace = logging.getLogger("leaseboard.amqp.frames")  # DEBUG: every performative, decoded (payloads are not logged)
