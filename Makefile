@@ -6,19 +6,37 @@ AMQP_PORT ?= 5672
 CHAOS_SECONDS ?= 300
 VENV := .venv
 PY := $(VENV)/bin/python
-# The virtual environment is rebuilt only when pyproject.toml changes, so a second run starts at once.
-STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml 2>/dev/null | cut -c1-12)
+# Virtual environments are rebuilt only when pyproject.toml changes, so a second run starts at once.
+HASH := $(shell sha1sum pyproject.toml 2>/dev/null | cut -c1-12)
+STAMP := $(VENV)/.installed-$(HASH)
+PIP_INSTALL := -m pip install --quiet --disable-pip-version-check
+# The fast suites on the other supported Pythons: pytest-xdist workers each (0: one process).
+FAST_WORKERS ?= 2
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: demo test bench chaos lint check-deploy venv system-deps clean
+.PHONY: demo test test-pythons bench chaos lint check-deploy venv system-deps clean
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[test]"
+	$(PY) $(PIP_INSTALL) --upgrade pip
+	$(PY) $(PIP_INSTALL) -e ".[test]"
 	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+venv-%: .venv-%/.installed-$(HASH)
+	@:
+.PRECIOUS: .venv-%/.installed-$(HASH)
+
+# .venv-X.Y: the same, on the Python X.Y that .ci/pythons.sh finds (pyenv's, or pythonX.Y on PATH).
+.venv-%/.installed-$(HASH): pyproject.toml
+	@python=$$(bash .ci/pythons.sh - | awk -v v=$* '$$1 == v { print $$2 }'); \
+		if [ -z "$$python" ] || [ "$$python" = - ]; then echo "no Python $* on this machine" >&2; exit 1; fi; \
+		test -x .venv-$*/bin/python || { echo "$$python -m venv .venv-$*"; "$$python" -m venv .venv-$*; }
+	.venv-$*/bin/python $(PIP_INSTALL) --upgrade pip
+	.venv-$*/bin/python $(PIP_INSTALL) -e ".[test]"
+	@rm -f .venv-$*/.installed-*
 	@touch $@
 
 system-deps:
@@ -36,14 +54,23 @@ demo: venv
 lint: venv
 	$(VENV)/bin/ruff check balancer dashboard workers tests manage.py
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 check-deploy: venv
 	DJANGO_SETTINGS_MODULE=dashboard.production DJANGO_SECRET_KEY="$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(50))')" \
 		$(PY) manage.py check --deploy --fail-level WARNING
 
+# The whole suite on the default Python (PYTHON), then the fast suites on the other supported ones.
 test: venv system-deps lint
 	$(PY) manage.py makemigrations --check --dry-run -v 0
 	$(VENV)/bin/pytest
+	@$(MAKE) --no-print-directory test-pythons
+
+# The fast suite (everything not marked slow) on each other supported Python found on this machine,
+# each in its own .venv-X.Y (see .ci/test-pythons.sh). `make test-pythons` runs only these.
+test-pythons: system-deps
+	@DEFAULT_PYTHON="$$(test -x $(PY) && echo $(PY) || echo $(PYTHON))" FAST_WORKERS="$(FAST_WORKERS)" \
+		bash .ci/test-pythons.sh
 
 bench: venv system-deps
 	$(PY) -m tests.benchmarks.run
@@ -54,4 +81,4 @@ chaos: venv system-deps
 	CHAOS_SECONDS=$(CHAOS_SECONDS) $(VENV)/bin/pytest tests/chaos/test_chaos.py -p no:cacheprovider -q
 
 clean:
-	rm -rf $(VENV) var test-artifacts .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-3.* var test-artifacts .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -11,31 +11,26 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from balancer.protocol import ControlStore, OwnershipStore, by_partition, snapshot
+from balancer.protocol import (
+    Balancer,
+    ControlStore,
+    CycleReport,
+    EventSink,
+    HandoffHook,
+    OwnershipStore,
+    PartitionSource,
+    by_partition,
+    snapshot,
+)
 
 from .model import BalancerEvent, ControlKind, Controls, EventKind, HubRef, Member, OwnershipRecord
 from .strategies import Claim, Strategy, View
 
-PartitionSource = Callable[[], Awaitable[Sequence[str]]]
-EventSink = Callable[[BalancerEvent], None]
-HandoffHook = Callable[[str], None]
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class CycleReport:
-    """What one cycle did."""
-
-    owned: frozenset[str]
-    gained: tuple[BalancerEvent, ...] = ()
-    lost: tuple[BalancerEvent, ...] = ()
-    requests: int = 0
-    seconds: float = 0.0
-    rebalance: bool = False  # an operator asked for a rebalance since the last cycle: cycle again now
 
 
 @dataclass
@@ -153,7 +148,8 @@ class Coordinator:
         return report
 
     async def release(self, partition_id: str, reason: str = "handed off") -> BalancerEvent | None:
-        """Give one held partition up now (the end of a handoff); None if it was not held."""
+        """Give one held partition up now (the end of a handoff: the event's ``handoff`` is True); None
+        if it was not held."""
         async with self._lock:
             return await self._release(partition_id, reason)
 
@@ -165,7 +161,7 @@ class Coordinator:
         won = await self._call(self.store.claim_ownership([replace(lease.record, owner_id="")]))
         kind = EventKind.RELEASE if won else EventKind.LOST
         why = reason if won else "taken by another worker before the release"
-        event = self._event(kind, partition_id, None, why, self.clock())
+        event = self._event(kind, partition_id, None, why, self.clock(), handoff=bool(won))
         self._emit(event)
         return event
 
@@ -204,7 +200,7 @@ class Coordinator:
             snap, requests = await snapshot(self.store, self.controls, self.ref)
             self._requests += requests
             listed, now = by_partition(snap.ownership), snap.now
-            await self._call(self.controls.heartbeat(Member(self.ref, self.owner_id, now)))
+            await self._call(self.controls.heartbeat(self._member(now)))
             members = frozenset(m.owner_id for m in snap.members if m.alive(now, self.expiry))
             members |= {self.owner_id}
             controls = Controls.of(snap.controls)
@@ -217,7 +213,7 @@ class Coordinator:
             listed = by_partition(await self._call(self.store.list_ownership(self.ref)))
             now = await self._call(self.store.now()) if self.strategy.store_clock else self.clock()
             if self.controls is not None:  # heartbeats for the dashboard's worker list
-                await self._call(self.controls.heartbeat(Member(self.ref, self.owner_id, now)))
+                await self._call(self.controls.heartbeat(self._member(now)))
         return View(
             self.owner_id,
             pids,
@@ -231,6 +227,10 @@ class Coordinator:
             handoff_timeout=self.handoff_timeout,
             first_cycle=not self._announced,
         )
+
+    def _member(self, now: float) -> Member:
+        """This worker's heartbeat; its info names the strategy, so the dashboard previews with it."""
+        return Member(self.ref, self.owner_id, now, {"strategy": self.strategy.name})
 
     def _start_handoffs(self, planned: list[str]) -> list[str]:
         """The partitions to release in this cycle's request. With a handoff hook, a planned release
@@ -322,7 +322,7 @@ class Coordinator:
             if pid in releases:
                 del self._leases[pid]
                 if record is not None:
-                    released.append(self._event(EventKind.RELEASE, pid, None, "handed off", now))
+                    released.append(self._event(EventKind.RELEASE, pid, None, "handed off", now, handoff=True))
                 else:
                     lost.append(self._event(EventKind.LOST, pid, None, "taken before release", now))
             elif record is not None and record.owner_id == self.owner_id:
@@ -344,11 +344,15 @@ class Coordinator:
         return gained, lost, released
 
     def _event(
-        self, kind: EventKind, pid: str, new_owner: str | None, reason: str, now: float
+        self, kind: EventKind, pid: str, new_owner: str | None, reason: str, now: float, handoff: bool = False
     ) -> BalancerEvent:
-        """An event this worker reports about a lease it held (release or loss)."""
-        return BalancerEvent(kind, self.ref, pid, new_owner, self.owner_id, self.owner_id, reason, now)
+        """An event this worker reports about a lease it held (release or loss); ``handoff``: a release
+        on a planned move, not a shutdown."""
+        return BalancerEvent(kind, self.ref, pid, new_owner, self.owner_id, self.owner_id, reason, now, handoff)
 
     def _emit(self, event: BalancerEvent) -> None:
         if self.on_event is not None:
             self.on_event(event)
+
+
+_IS_A_BALANCER: type[Balancer] = Coordinator  # the type checker proves it satisfies the protocol

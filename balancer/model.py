@@ -162,8 +162,11 @@ class EventKind(StrEnum):
     STEAL = "steal"  # took a partition from a live, over-loaded owner
     RELEASE = "release"  # gave a partition up on purpose
     LOST = "lost"  # found that another worker holds a partition this one thought it owned
-    DRAIN = "drain"
-    PIN = "pin"
+    # Operators' actions, one kind each way (partition "*" for a worker's drain):
+    DRAIN = "drain"  # ``previous_owner`` is drained: it gives up everything
+    UNDRAIN = "undrain"  # ``owner_id`` claims partitions again
+    PIN = "pin"  # the partition is pinned to ``owner_id``
+    UNPIN = "unpin"  # the partition's pin (to ``previous_owner``) is removed
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +181,9 @@ class BalancerEvent:
     reporter: str  # the worker that made or noticed the change
     reason: str
     at: float  # the reporter's clock
+    # A RELEASE on a planned handoff (the plan moved the partition to another worker: balancing, a
+    # drain, a pin, a lost race), not one of a worker shutting down. Always False for other kinds.
+    handoff: bool = False
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -191,4 +197,5 @@ class BalancerEvent:
             "reporter": self.reporter,
             "reason": self.reason,
             "at": self.at,
+            "handoff": self.handoff,
         }

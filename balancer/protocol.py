@@ -1,17 +1,26 @@
-"""The store protocols of DESIGN.md.
+"""The store protocols of DESIGN.md, and the ``Balancer`` protocol every coordinator satisfies.
 
 Ownership and checkpoints are two protocols (``002_affc69e144ac6489.txt``) so they may live in
 different stores. All calls are async: the runtime is an asyncio program and the Redis and Blob
 clients are async too. Every adapter is proven by ``tests/contract``.
+
+``Balancer`` is what the runtime (``workers.runtime.processor``) and the simulator (``balancer.sim``)
+call on a coordinator: the lease table's ``balancer.coordinator.Coordinator`` and 001's lease race
+``balancer.race.coordinator.RaceCoordinator`` both satisfy it (each module proves it to the type
+checker), so neither needs to know which one it drives.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from balancer.model import Checkpoint, Control, HubRef, Member, OwnershipRecord
+from balancer.model import BalancerEvent, Checkpoint, Control, HubRef, Member, OwnershipRecord
+
+PartitionSource = Callable[[], Awaitable[Sequence[str]]]  # the hub's partition ids, asked each cycle
+EventSink = Callable[[BalancerEvent], None]  # told every ownership change a coordinator makes or sees
+HandoffHook = Callable[[str], None]  # told a planned move of a partition starts (see Balancer.release)
 
 
 @runtime_checkable
@@ -98,3 +107,68 @@ async def snapshot(store: OwnershipStore, controls: ControlStore, ref: HubRef) -
 def by_partition(records: Iterable[OwnershipRecord]) -> dict[str, OwnershipRecord]:
     """Index records by partition id."""
     return {r.partition_id: r for r in records}
+
+
+# coordinators ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CycleReport:
+    """What one cycle did."""
+
+    owned: frozenset[str]
+    gained: tuple[BalancerEvent, ...] = ()
+    lost: tuple[BalancerEvent, ...] = ()
+    requests: int = 0
+    seconds: float = 0.0
+    rebalance: bool = False  # an operator asked for a rebalance since the last cycle: cycle again now
+
+
+class Balancer(Protocol):
+    """One worker's load balancing for one hub and consumer group, as its driver sees it.
+
+    The driver calls ``cycle()`` on its own schedule (so lease renewal never waits behind a
+    handler), asks ``holds()`` (or reads ``deadline()`` once) before handing an event on, stops a
+    partition's processing when ``on_handoff`` names it and then calls ``release()``, and calls
+    ``release_all()`` when stopping. ``on_handoff`` left None: the coordinator releases by itself.
+    """
+
+    on_handoff: HandoffHook | None
+
+    @property
+    def ref(self) -> HubRef: ...
+
+    @property
+    def owner_id(self) -> str: ...
+
+    @property
+    def expiry(self) -> float:
+        """Seconds a lease lasts without a successful cycle: ``holds()`` turns False after it."""
+
+    @property
+    def monotonic(self) -> Callable[[], float]:
+        """The local clock ``holds()`` and ``deadline()`` are judged by."""
+
+    @property
+    def owned(self) -> frozenset[str]:
+        """The partitions this worker holds (some may be being handed off)."""
+
+    async def cycle(self) -> CycleReport:
+        """Run one load-balancing cycle. Raises StoreError when a store fails; leases are kept."""
+
+    def holds(self, partition_id: str) -> bool:
+        """True while this worker may process ``partition_id`` (it holds it, and its lease cannot
+        have passed to another worker yet)."""
+
+    def deadline(self, partition_id: str) -> float:
+        """The ``monotonic()`` time from which ``holds(partition_id)`` is False unless renewed
+        meanwhile (-inf when not held)."""
+
+    def handing_off(self, partition_id: str) -> bool:
+        """True from the start of a planned move of ``partition_id`` until it is released."""
+
+    async def release(self, partition_id: str, reason: str = "handed off") -> BalancerEvent | None:
+        """Give one held partition up now (the end of a handoff); None if it was not held."""
+
+    async def release_all(self, reason: str = "shutting down") -> list[BalancerEvent]:
+        """Give every held partition up at once, so others take them now rather than after expiry."""

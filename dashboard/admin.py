@@ -3,8 +3,9 @@
 Workers write these rows; editing one by hand would bypass the ETag compare-and-set and the audit
 log, so nothing can be added or changed here. Deleting is allowed where it is a safe way to purge:
 an ownership row (its holder's next renewal fails, it reclaims it as a first claim) and a dead
-worker's heartbeat. Operators' drain/pin/rebalance go through the dashboard's actions, which
-record themselves in the audit log shown here (read-only: an audit log nobody can edit).
+worker's heartbeat. Operators' actions (drain, pin, rebalance, ...: ``dashboard.control.registry``)
+go through the console or their management commands, which record themselves in the audit log shown
+here (read-only: an audit log nobody can edit).
 """
 
 from __future__ import annotations

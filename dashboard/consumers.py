@@ -1,8 +1,8 @@
 """``/ws/balancer/``: a snapshot on connect, then deltas, every balancer event, and the audit log.
 
 Messages to the client (JSON):
-- ``{"type": "snapshot", "state": {...}}`` — once, on connect: the monitor's latest state (the
-  ``/api/state`` shape plus ``lag_seconds``, ``lag_status``, ``events_per_second``, ``version``).
+- ``{"type": "snapshot", "state": {...}}`` — once, on connect: the monitor's latest state
+  (``ConsoleState.as_json()``, the ``/api/state`` shape); the page loads nothing else to start.
 - ``{"type": "history", "events": [...]}`` — once, after it: recent events already reflected in it.
 - ``{"type": "audit", "entries": [...]}`` — once with the recent audit log, then each new entry.
 - ``{"type": "delta", ...}`` — about once a second: what changed since the last state sent, field
@@ -42,13 +42,15 @@ from django.db.models import Q
 from balancer.model import HubRef
 
 from .access import LOGIN_REQUIRED, can_read
-from .actions import recent_audit
 from .broadcast import GROUP
+from .console import Json
+from .control.audit import recent_audit
 from .dbthread import DatabaseThread
 from .delta import delta
+from .host import FIRST_ROUND_SECONDS, current_state, monitor
 from .models import EventLog
-from .monitor import Monitor, monitor
-from .state import Snapshot, parse_ref, snapshot
+from .monitor import Monitor
+from .state import parse_ref
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +95,7 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.marks: deque[tuple[float, int]] = deque()  # (monotonic time, last_sent then)
         self.late_checked = 0.0
         self.read_at = 0.0  # monotonic time of the last read of the event log
-        self.state: Snapshot | None = None  # the state the page has
+        self.state: Json | None = None  # the state the page has
         self.version = 0
         self.audit_after = 0
         self.error: str | None = None
@@ -164,7 +166,8 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 if watched.version != self.version or watched.error != self.error:
                     await self._send_state(watched)
                 elif watched.error is None and time.monotonic() - watched.updated > STALE_AFTER and self.state:
-                    await self._send_state_of(await snapshot(self.ref), watched.version)  # monitor stuck
+                    stuck = await current_state(self.ref, _feed)  # the monitor is stuck: read here
+                    await self._send_state_of(stuck.as_json(), watched.version)
             except Exception as exc:  # a database hiccup must not end the stream; the next round retries
                 log.warning("balancer websocket round failed: %s: %s", type(exc).__name__, exc)
             with contextlib.suppress(TimeoutError):
@@ -175,11 +178,12 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             self.wake.clear()
 
     async def _send_first(self, watched: Monitor) -> None:
-        await asyncio.to_thread(watched.ready.wait, 10.0)
-        state = watched.state if watched.state is not None and watched.error is None else None
+        await asyncio.to_thread(watched.ready.wait, FIRST_ROUND_SECONDS)
+        published = watched.published if watched.error is None else None
+        state = published.json if published is not None else None
         while state is None:
-            try:
-                state = await snapshot(self.ref)  # the monitor has not read the store yet (or cannot)
+            try:  # the monitor has not read the store yet (or cannot)
+                state = (await current_state(self.ref, _feed)).as_json()
             except Exception as exc:
                 await self.send_json({"type": "error", "error": f"store unavailable: {exc}"})
                 await asyncio.sleep(1.0)
@@ -199,22 +203,22 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if watched.error is not None:
             await self.send_json({"type": "error", "error": watched.error})
             return
-        state = watched.state
-        if state is None:
+        published = watched.published
+        if published is None:
             return
-        shared = watched.last_delta
-        if shared is not None and shared[0] == self.version and state.get("version") == self.version + 1:
-            await self._send_delta(state, shared[1])  # the common case: one diff for every page
+        version = published.state.version or 0
+        if published.delta is not None and version == self.version + 1:
+            await self._send_delta(published.json, published.delta)  # the common case: one diff for every page
         else:
-            await self._send_state_of(state, watched.version)
-        self.version = watched.version
+            await self._send_state_of(published.json, version)
+        self.version = version
 
-    async def _send_state_of(self, state: Snapshot, version: int) -> None:
+    async def _send_state_of(self, state: Json, version: int) -> None:
         assert self.state is not None
         await self._send_delta(state, delta(self.state, state))
         self.version = version
 
-    async def _send_delta(self, state: Snapshot, message: dict[str, Any]) -> None:
+    async def _send_delta(self, state: Json, message: Json) -> None:
         # Everything committed up to now goes out first; the client replays the events above the
         # delta's watermark on top of it, so none is lost whichever side of the read it fell on.
         while await self._flush() >= BATCH:

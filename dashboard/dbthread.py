@@ -1,20 +1,36 @@
-"""A thread of its own for the ORM on a hot path, with its database connection kept between calls.
+"""The dashboard's one way to run the ORM off an event loop: a thread of its own, its connection kept.
 
-``database_sync_to_async`` (and Channels before each message a consumer handles) closes the
-thread-sensitive executor's connection, since ``CONN_MAX_AGE`` is 0, so every call opens a new one.
-At 200 balancer events a second that was half the cost of saving an event and a third of Daphne's
-CPU for reading them back (SQLite registers its functions and runs the WAL pragma per connection).
+Four ways were in use (``sync_to_async``, ``database_sync_to_async``, bare ``run_in_executor`` and
+this class); the dashboard now uses this one everywhere (views, websockets, the monitor, event
+publishing, the SQL store's lanes), for these reasons:
 
-A ``DatabaseThread`` keeps its connection open instead, with Django's own safeguards done by hand:
-a connection idle for ``CHECK_AFTER`` seconds is checked (``is_usable``, what
-``CONN_HEALTH_CHECKS`` does) before it is used again, so a database that restarted in between costs
-nothing but a reconnect; a call that fails closes it, so the next one starts afresh.
+- it works the same from any thread and any event loop. ``database_sync_to_async`` is
+  thread-sensitive: outside a request (the monitor runs on a loop of its own, stores run in worker
+  processes) asgiref sends every call to one process-wide thread, shared with every other such
+  caller, so one slow query delays unrelated work, and nobody can close that thread's connection;
+- it keeps its connection. ``database_sync_to_async`` (and Channels before each message a consumer
+  handles) closes the connection when ``CONN_MAX_AGE`` is 0, so every call opens a new one: at 200
+  balancer events a second that was half the cost of saving an event and a third of Daphne's CPU
+  for reading them back (SQLite registers its functions and runs the WAL pragma per connection);
+- its threads have names (``leaseboard-monitor-db``, ``sqlstore-default-lease``...), so a stack
+  dump says whose query is stuck, and whoever made one closes it (``aclose``) when done.
+
+Django's own safeguards are done by hand: a connection idle for ``CHECK_AFTER`` seconds is
+checked (``is_usable``, what ``CONN_HEALTH_CHECKS`` does) before it is used again, so a database
+that restarted in between costs nothing but a reconnect; a call that fails closes it, so the next
+one starts afresh.
+
+Cancelling a caller does not stop its call: the statement runs to its end on the thread (Python
+cannot interrupt a thread), and whatever is queued behind it waits. Whoever holds a database lock
+must therefore never wait for a ``DatabaseThread`` call that needs that lock (see ``host.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,17 +45,32 @@ CHECK_AFTER = 1.0  # seconds idle after which the connection is checked before u
 
 
 class DatabaseThread:
-    """One thread running ORM calls for ``alias``, its connection kept between them."""
+    """One thread running ORM calls for ``alias``, its connection kept between them.
 
-    def __init__(self, name: str, alias: str = DEFAULT_DB_ALIAS) -> None:
+    ``checks=False`` never checks an idle connection: the first call after the server dropped it
+    fails, and the next one reconnects (no extra round trip; the SQL store's choice, whose callers
+    retry next cycle anyway).
+    """
+
+    def __init__(self, name: str, alias: str = DEFAULT_DB_ALIAS, *, checks: bool = True) -> None:
+        self.name = name
         self.alias = alias
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self.checks = checks
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
         self._used = 0.0  # monotonic time of the last call (read and written on the thread only)
+
+    def _thread(self) -> ThreadPoolExecutor:
+        # Made on first use, and again after aclose(): a module-level instance outlives tests.
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name)
+            return self._executor
 
     def _run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         connection = connections[self.alias]  # looked up per thread: this thread's own
         idle = time.monotonic() - self._used
-        if connection.connection is not None and idle > CHECK_AFTER and not connection.is_usable():
+        if self.checks and connection.connection is not None and idle > CHECK_AFTER and not connection.is_usable():
             connection.close()
         try:
             return fn(*args, **kwargs)
@@ -51,16 +82,42 @@ class DatabaseThread:
 
     def call(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """``fn(*args)`` on the thread; this thread waits for it (also when it runs an event loop)."""
-        return self._executor.submit(functools.partial(self._run, fn, *args, **kwargs)).result()
+        return self._thread().submit(functools.partial(self._run, fn, *args, **kwargs)).result()
 
     async def acall(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """``fn(*args)`` on the thread, awaited."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(self._run, fn, *args, **kwargs))
+        return await loop.run_in_executor(self._thread(), functools.partial(self._run, fn, *args, **kwargs))
 
     async def aclose_connection(self) -> None:
         """Close the thread's connection (the next call opens a new one)."""
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._close)
+        await asyncio.get_running_loop().run_in_executor(self._thread(), self._close)
+
+    async def aclose(self) -> None:
+        """Close the connection and end the thread (a later call starts a new one)."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            await asyncio.get_running_loop().run_in_executor(executor, self._close)
+            executor.shutdown(wait=True)
+
+    def close(self) -> None:
+        """``aclose`` for code without an event loop: blocks until queued calls are done."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.submit(self._close).result()
+            executor.shutdown(wait=True)
+
+    def close_soon(self) -> None:
+        """Close the connection after the queued calls and let the thread end, without waiting
+        (for a finalizer, which may run in garbage collection)."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            with contextlib.suppress(RuntimeError):  # at interpreter exit the executor is shut already
+                executor.submit(self._close)
+            executor.shutdown(wait=False)
 
     def _close(self) -> None:
         connections[self.alias].close()

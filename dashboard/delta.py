@@ -1,4 +1,6 @@
-"""What changed between two snapshots, field by field: what the websocket sends after the first snapshot.
+"""What changed between two states, field by field: what the websocket sends after the first snapshot.
+
+Both sides are ``ConsoleState.as_json()`` objects (the page holds JSON, so the diff is of JSON).
 
 With 1024 partitions a full snapshot is about 250 kB; a second of a busy hub changes a checkpoint,
 a lag and a rate on most of them, which is a few fields each. A delta lists, per partition and per
@@ -11,9 +13,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .state import Snapshot
+from .console import Json
 
-SCALARS = ("generated_at", "last_event_id", "expiry", "source", "version", "sampled_at", "error")
+SCALARS = (
+    "generated_at", "last_event_id", "expiry", "source", "version", "sampled_at", "lag_rules", "summary", "error",
+)
 
 
 def _changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -31,7 +35,7 @@ def _changes(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> tuple[list
     return changed, sorted(gone)
 
 
-def delta(old: Snapshot, new: Snapshot) -> dict[str, Any]:
+def delta(old: Json, new: Json) -> Json:
     """The ``{"type": "delta", ...}`` message that turns ``old`` into ``new``.
 
     ``order`` (the full id order of partitions) is included only when partitions were added or
@@ -70,7 +74,7 @@ def _merge(items: Items, changes: Items, gone: list[str], order: list[str] | Non
     return [by_id[i] for i in ids if i in by_id]
 
 
-def apply(state: Snapshot, message: dict[str, Any]) -> Snapshot:
+def apply(state: Json, message: Json) -> Json:
     """``state`` with the delta ``message`` applied (a new object; ``state`` is not changed)."""
     out = copy.copy(state)
     out.update({k: message[k] for k in SCALARS if k in message})

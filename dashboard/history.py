@@ -19,7 +19,7 @@ from typing import Any
 
 OWNERSHIP = ("claim", "expire", "steal", "release", "lost")
 GAINS = ("claim", "expire", "steal")
-OPERATOR = ("drain", "pin")
+OPERATOR = ("drain", "undrain", "pin", "unpin")
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The dashboard's ``/metrics``: series computed from the store at scrape time, plus this host's worker metrics.
 
-Per-worker and per-partition series come from one snapshot per scrape (the monitor's latest, at
-most a couple of seconds old) through a throw-away collector, so a worker or partition that is
+Per-worker and per-partition series come from one ``ConsoleState`` per scrape (the monitor's
+latest, at most a few seconds old) through a throw-away collector, so a worker or partition that is
 gone has no series at the next scrape: there are no stale labels to remove. Whatever worker
 processes registered (``workers/metrics.py``: ownership changes, cycle duration, store requests,
 ...) is written first: this process's default registry, or in multi-process mode the sum over
@@ -20,12 +20,7 @@ from prometheus_client.registry import Collector
 from balancer.model import HubRef
 from workers.metrics import exposition_registry
 
-from .lag import STATUSES
-from .state import Snapshot
-
-OWNERSHIP_STATUSES = ("owned", "unowned", "expired")
-ACTIONS = ("drain", "undrain", "pin", "unpin", "rebalance", "resetcheckpoint", "purge")
-OUTCOMES = ("applied", "refused", "failed")
+from .console import ConsoleState
 
 HANDOFF_DURATION = Histogram(
     "leaseboard_handoff_duration_seconds",
@@ -37,15 +32,12 @@ ADMIN_ACTIONS = Counter(
     "Operator actions applied, refused or failed, by action (from the page or a management command).",
     ["action", "outcome"],
 )
-for _action in ACTIONS:
-    for _outcome in OUTCOMES:
-        ADMIN_ACTIONS.labels(_action, _outcome)
 
 
-class SnapshotCollector(Collector):
-    """Yields the ``leaseboard_…`` series of one snapshot (or only ``leaseboard_store_up 0`` without one)."""
+class StateCollector(Collector):
+    """Yields the ``leaseboard_…`` series of one console state (or only ``leaseboard_store_up 0`` without one)."""
 
-    def __init__(self, ref: HubRef, state: Snapshot | None, logged: Mapping[str, int]) -> None:
+    def __init__(self, ref: HubRef, state: ConsoleState | None, logged: Mapping[str, int]) -> None:
         self.ref = ref
         self.state = state
         self.logged = logged
@@ -73,18 +65,18 @@ class SnapshotCollector(Collector):
             yield from self._partitions(self.state)
             yield from self._workers(self.state)
 
-    def _partitions(self, state: Snapshot) -> Iterator[Metric]:
-        partitions = state["partitions"]
+    def _partitions(self, state: ConsoleState) -> Iterator[Metric]:
+        summary = state.summary
         yield GaugeMetricFamily(
             "leaseboard_event_source_up",
             "1 when the event source answered for every partition at this scrape, else 0.",
-            value=1 if state["source"]["available"] else 0,
+            value=1 if state.source.available else 0,
         )
         by_status = GaugeMetricFamily(
             "leaseboard_partitions", "Partitions of the hub by ownership status.", labels=["status"]
         )
-        for name in OWNERSHIP_STATUSES:
-            by_status.add_metric([name], sum(1 for p in partitions if p["status"] == name))
+        for lease, count in summary.by_status.items():
+            by_status.add_metric([lease.value], count)
         yield by_status
 
         lag = GaugeMetricFamily(
@@ -110,25 +102,20 @@ class SnapshotCollector(Collector):
         counts = GaugeMetricFamily(
             "leaseboard_partitions_by_lag_status", "Partitions per lag status.", labels=["status"]
         )
-        tally = dict.fromkeys(STATUSES, 0)
-        for p in partitions:
-            pid = p["id"]
-            if p["lag"] is not None:
-                lag.add_metric([pid], p["lag"])
-            seconds = p.get("lag_seconds")
-            if seconds is not None:
-                lag_seconds.add_metric([pid], seconds)
-            if p["sequence_number"] is not None:
-                checkpoint.add_metric([pid], p["sequence_number"])
-            current = p.get("lag_status")
-            if current is not None:
-                tally[current] = tally.get(current, 0) + 1
-                status.add_metric([pid, current], 1)
-        for name, count in tally.items():
-            counts.add_metric([name], count)
+        for p in state.partitions:
+            if p.lag is not None:
+                lag.add_metric([p.id], p.lag)
+            if p.lag_seconds is not None:
+                lag_seconds.add_metric([p.id], p.lag_seconds)
+            if p.sequence_number is not None:
+                checkpoint.add_metric([p.id], p.sequence_number)
+            if p.lag_status is not None:
+                status.add_metric([p.id, p.lag_status.value], 1)
+        for lag_status, count in summary.by_lag_status.items():
+            counts.add_metric([lag_status.value], count)
         yield from (lag, lag_seconds, checkpoint, status, counts)
 
-    def _workers(self, state: Snapshot) -> Iterator[Metric]:
+    def _workers(self, state: ConsoleState) -> Iterator[Metric]:
         owned = GaugeMetricFamily(
             "leaseboard_partitions_owned", "Partitions a worker holds an unexpired lease on.", labels=["worker"]
         )
@@ -150,24 +137,24 @@ class SnapshotCollector(Collector):
             "Checkpointed events per second over the last 10 s, summed over the partitions the worker owns.",
             labels=["worker"],
         )
-        for w in state["workers"]:
-            owned.add_metric([w["id"]], w["owned"])
-            up.add_metric([w["id"]], 1 if w["alive"] else 0)
-            draining.add_metric([w["id"]], 1 if w["draining"] else 0)
-            if w["last_seen"] is not None:
-                last_seen.add_metric([w["id"]], w["last_seen"])
-            if w.get("events_per_second") is not None:
-                rate.add_metric([w["id"]], w["events_per_second"])
+        for w in state.workers:
+            owned.add_metric([w.id], w.owned)
+            up.add_metric([w.id], 1 if w.alive else 0)
+            draining.add_metric([w.id], 1 if w.draining else 0)
+            if w.last_seen is not None:
+                last_seen.add_metric([w.id], w.last_seen)
+            if w.events_per_second is not None:
+                rate.add_metric([w.id], w.events_per_second)
         yield from (owned, up, draining, last_seen, rate)
 
 
 def render(
-    ref: HubRef, state: Snapshot | None, logged: Mapping[str, int], extra: Iterable[Collector] = ()
+    ref: HubRef, state: ConsoleState | None, logged: Mapping[str, int], extra: Iterable[Collector] = ()
 ) -> bytes:
     """The exposition text: the workers' and dashboard's registered series, then those of ``state``
     and of each ``extra`` collector (e.g. the pipeline's)."""
     scrape = CollectorRegistry(auto_describe=False)
-    scrape.register(SnapshotCollector(ref, state, logged))
+    scrape.register(StateCollector(ref, state, logged))
     for collector in extra:
         scrape.register(collector)
     return generate_latest(exposition_registry()) + generate_latest(scrape)

@@ -130,6 +130,7 @@ class EventLog(Scoped):
     reporter = models.CharField(max_length=255)
     reason = models.TextField(blank=True)
     at = models.FloatField(help_text="reporter's clock, seconds since the epoch")
+    handoff = models.BooleanField(default=False, help_text="a release on a planned handoff, not a shutdown")
 
     class Meta:
         verbose_name = "balancer event"
@@ -149,10 +150,11 @@ class EventLog(Scoped):
             reporter=event.reporter,
             reason=event.reason,
             at=event.at,
+            handoff=event.handoff,
         )
 
     JSON_FIELDS = ("id", "kind", "namespace", "hub", "consumer_group", "partition_id", "owner_id",
-                   "previous_owner", "reporter", "reason", "at")  # fmt: skip
+                   "previous_owner", "reporter", "reason", "at", "handoff")  # fmt: skip
 
     def as_json(self) -> dict[str, object]:
         return self.json_of({name: getattr(self, name) for name in self.JSON_FIELDS})
@@ -160,13 +162,13 @@ class EventLog(Scoped):
     @staticmethod
     def json_of(row: dict[str, Any]) -> dict[str, Any]:
         """The feed's JSON for a ``values(*JSON_FIELDS)`` row (no model instance: the websocket's hot path)."""
-        row["category"] = category(row["kind"], row["reason"])
+        row["category"] = category(row["kind"], row["handoff"])
         return row
 
 
-def category(kind: str, reason: str) -> str:
+def category(kind: str, handoff: bool) -> str:
     """What the feed files an event under: its kind, or "handoff" for a planned release."""
-    if kind == "release" and reason.startswith("handed off"):
+    if kind == "release" and handoff:
         return "handoff"
     return kind
 

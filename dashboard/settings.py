@@ -130,6 +130,22 @@ LEASEBOARD_HUB_DIR = Path(envstr("LEASEBOARD_HUB_DIR", str(VAR_DIR / "hub")))
 LEASEBOARD_STORE = envstr("LEASEBOARD_STORE", "sql")
 LEASEBOARD_SOURCE = envstr("LEASEBOARD_SOURCE", "embedded")
 LEASEBOARD_STRATEGY = envstr("LEASEBOARD_STRATEGY", "")  # empty: the project's default
+# What each --store name builds, resolved by workers.wiring as Channels resolves CHANNEL_LAYERS:
+# "BACKEND" is the dotted path of the class, "CONFIG" its keyword arguments (each adapter reads its
+# connection from the environment when not given one). "PROCESS_WIDE": one object per process, never
+# closed (the memory store: embedded workers and the dashboard of one process must see the same
+# leases). The SQL store lives beside its tables in the dashboard; the workers reach it only through
+# this setting, so imports run one way (balancer <- workers <- dashboard).
+LEASEBOARD_STORES: dict[str, dict[str, object]] = {
+    "sql": {"BACKEND": "dashboard.sqlstore.SqlStore", "CONFIG": {}},
+    "memory": {"BACKEND": "balancer.stores.memory.MemoryStore", "CONFIG": {}, "PROCESS_WIDE": True},
+    "redis": {"BACKEND": "balancer.stores.redis.RedisStore", "CONFIG": {}},
+    "blob": {"BACKEND": "balancer.stores.azure_blob.BlobStore", "CONFIG": {}},
+}
+# Where workers hand balancer events besides the log and the metrics: the dotted path of a callable
+# taking a BalancerEvent (async preferred: the in-memory channel layer must be used from the loop that
+# serves the websockets); empty: nowhere.
+LEASEBOARD_EVENT_PUBLISHER = envstr("LEASEBOARD_EVENT_PUBLISHER", "dashboard.broadcast.apublish")
 # Seconds between load-balancing cycles, and without renewal after which a lease is free.
 LEASEBOARD_INTERVAL = envfloat("LEASEBOARD_INTERVAL", 2.0)
 LEASEBOARD_EXPIRY = envfloat("LEASEBOARD_EXPIRY", 10.0)

@@ -1,42 +1,39 @@
 """The SQL store: ownership, checkpoints, members and controls on the Django ORM (SQLite, PostgreSQL).
 
-Implements the three protocols of ``balancer.protocol``. ORM work runs on threads the store owns,
-one per *lane*: ``lease`` (ownership, clock, members, controls) and ``checkpoint``, so a burst of
-checkpoint writes never delays a lease renewal. Each lane keeps one database connection for the
-store's lifetime (a worker is not a request; ``CONN_MAX_AGE`` does not apply); a connection that
-failed is closed and the next call opens a fresh one. ``aclose()`` closes them; a store dropped
-without it closes them when garbage-collected.
+Implements the three protocols of ``balancer.protocol``. ORM work runs on threads the store owns
+(``dbthread.DatabaseThread``), one per *lane*: ``lease`` (ownership, clock, members, controls) and
+``checkpoint``, so a burst of checkpoint writes never delays a lease renewal. Each lane keeps one
+database connection for the store's lifetime (a worker is not a request; ``CONN_MAX_AGE`` does not
+apply); a connection that failed is closed and the next call opens a fresh one. ``aclose()``
+closes them; a store dropped without it closes them when garbage-collected.
 
 Time: on PostgreSQL every ``last_modified``/``last_seen`` and ``now()`` is the database server's
-clock, so workers on machines with skewed clocks judge expiry alike; elsewhere the local clock.
+clock, so workers on machines with skewed clocks judge expiry alike; elsewhere the local clock
+(``sqlclock.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import functools
 import logging
 import secrets
-import threading
-import time
 import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import BooleanField, Case, F, FloatField, QuerySet, Value, When
-from django.db.models.expressions import Expression, RawSQL
+from django.db.models import BooleanField, Case, F, QuerySet, Value, When
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Concat
 
 from balancer.errors import CorruptRecord, OwnershipLost, StoreError, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.protocol import Snapshot
 
+from .dbthread import DatabaseThread
 from .models import CheckpointRow, ControlRow, MemberRow, Ownership
+from .sqlclock import StoreClock, read_clock
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,47 +41,10 @@ T = TypeVar("T")
 LEASE, CHECKPOINT = "lease", "checkpoint"
 # Records per UPDATE/INSERT statement: keeps every statement far below SQLite's variable limit.
 CHUNK = 200
-_PG_CLOCK = "CAST(EXTRACT(EPOCH FROM STATEMENT_TIMESTAMP()) AS DOUBLE PRECISION)"
-
-
-class StoreClock(Expression):
-    """The store's clock inside a statement: the server's on PostgreSQL, this machine's elsewhere."""
-
-    output_field = FloatField()
-
-    def as_sql(self, compiler: Any, connection: BaseDatabaseWrapper) -> tuple[str, Any]:
-        return "%s", (local_clock(),)
-
-    def as_postgresql(self, compiler: Any, connection: BaseDatabaseWrapper) -> tuple[str, Any]:
-        return _PG_CLOCK, ()
-
-
-def local_clock() -> float:
-    """This machine's clock (a module attribute so tests can skew it)."""
-    return time.time()
-
-
-def read_clock(connection: BaseDatabaseWrapper) -> float:
-    """The store's clock: one ``SELECT`` on PostgreSQL, no statement elsewhere."""
-    if connection.vendor != "postgresql":
-        return local_clock()
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {_PG_CLOCK}")
-        (now,) = cursor.fetchone()
-    return float(now)
-
-
-def _close_connection(using: str) -> None:
-    connections[using].close()
-
-
-def _shut_lanes(lanes: dict[str, ThreadPoolExecutor], using: str) -> None:
+def _shut_lanes(lanes: list[DatabaseThread]) -> None:
     """Close a dropped store's connections and let its threads end (no waiting: may run in GC)."""
-    for executor in lanes.values():
-        with contextlib.suppress(RuntimeError):  # at interpreter exit the executors are shut already
-            executor.submit(_close_connection, using)
-        executor.shutdown(wait=False)
-    lanes.clear()
+    for lane in lanes:
+        lane.close_soon()
 
 
 class SqlStore:
@@ -100,9 +60,13 @@ class SqlStore:
         self.using = using
         self.requests = 0
         self._statements: dict[str, int] = {}
-        self._lanes: dict[str, ThreadPoolExecutor] = {}
-        self._lanes_lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _shut_lanes, self._lanes, using)
+        # Threads start on first use. No check of an idle connection: a connection the server
+        # dropped fails one call (StoreUnavailable) and the next reconnects, without the round trip
+        # a check would add to every call of a worker's cycle.
+        self._lanes = {
+            lane: DatabaseThread(f"sqlstore-{using}-{lane}", using, checks=False) for lane in (LEASE, CHECKPOINT)
+        }
+        self._finalizer = weakref.finalize(self, _shut_lanes, list(self._lanes.values()))
 
     @property
     def statements(self) -> int:
@@ -110,13 +74,8 @@ class SqlStore:
 
     async def aclose(self) -> None:
         """Close this store's connections and stop its threads; it must not be used afterwards."""
-        with self._lanes_lock:
-            lanes = list(self._lanes.values())
-            self._lanes.clear()
-        loop = asyncio.get_running_loop()
-        for executor in lanes:
-            await loop.run_in_executor(executor, _close_connection, self.using)
-            executor.shutdown(wait=True)
+        for lane in self._lanes.values():
+            await lane.aclose()
         self._finalizer.detach()
 
     def __repr__(self) -> str:
@@ -124,20 +83,11 @@ class SqlStore:
 
     # plumbing ------------------------------------------------------------------------------
 
-    def _lane(self, name: str) -> ThreadPoolExecutor:
-        with self._lanes_lock:
-            executor = self._lanes.get(name)
-            if executor is None:
-                executor = ThreadPoolExecutor(1, thread_name_prefix=f"sqlstore-{self.using}-{name}")
-                self._lanes[name] = executor
-            return executor
-
     async def _run(self, lane: str, work: Callable[..., T], *args: Any) -> T:
         self.requests += 1
         # If the awaiting task is cancelled the statement still runs to the end on its thread; a
         # claim may then be won without the caller hearing of it (the next listing shows it).
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._lane(lane), functools.partial(self._guarded, lane, work, *args))
+        return await self._lanes[lane].acall(self._guarded, lane, work, *args)
 
     def _guarded(self, lane: str, work: Callable[..., T], *args: Any) -> T:
         connection = connections[self.using]

@@ -1,9 +1,10 @@
-"""The ``/api/state`` snapshot of one hub and consumer group (shape fixed by DESIGN.md).
+"""Reading the console's state of one hub and consumer group from the stores and the event source.
 
-``assemble`` is a pure function of what was read; ``snapshot`` reads it from the configured
-stores and event source. The snapshot carries ``last_event_id``, the newest EventLog id read
-*before* the stores: every event above it may or may not be reflected yet, so a client applies
-exactly the events above it on top of the snapshot, and every event at or below it already is.
+``read`` returns a ``console.ConsoleState`` without figures; ``stored_figures`` gives the figures of
+the newest stored sampling round (for when no monitor is running). The state carries
+``last_event_id``, the newest EventLog id read *before* the stores: every event above it may or may
+not be reflected yet, so a client applies exactly the events above it on top of the state, and
+every event at or below it already is.
 """
 
 from __future__ import annotations
@@ -12,19 +13,20 @@ import asyncio
 import logging
 import re
 import threading
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db.models import Max
 
-from balancer.model import Checkpoint, Control, Controls, HubRef, Member, OwnershipRecord
+from balancer.model import HubRef
 from workers.sources.base import EventSource, PartitionProperties
-from workers.wiring import Stores, build_source, build_stores, hub_ref
+from workers.wiring import Stores, build_source, build_stores, close_stores, hub_ref
 
-from .models import EventLog
+from .console import ConsoleState, Figures, LagRules, assemble, pid_key
+from .dbthread import DatabaseThread
+from .lag import Status
+from .models import EventLog, LagSample
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +35,6 @@ log = logging.getLogger(__name__)
 _HUB = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,255}$")
 _CONSUMER_GROUP = re.compile(r"^\$?[A-Za-z0-9][A-Za-z0-9._-]{0,255}$")
 
-Snapshot = dict[str, Any]
 T = TypeVar("T")
 
 
@@ -52,102 +53,17 @@ def parse_ref(hub: str | None, consumer_group: str | None) -> HubRef:
     return ref
 
 
-def _pid_key(partition_id: str) -> tuple[int, str]:
-    return (int(partition_id), partition_id) if partition_id.isdigit() else (1 << 62, partition_id)
+def lag_rules() -> LagRules:
+    """The configured rules of the lag status."""
+    return LagRules(
+        settings.LEASEBOARD_LAG_WINDOW, settings.LEASEBOARD_LAG_SAMPLE_SECONDS, settings.LEASEBOARD_LAG_STOP_SECONDS
+    )
 
 
-def assemble(
-    ref: HubRef,
-    *,
-    now: float,
-    expiry: float,
-    ownership: Iterable[OwnershipRecord],
-    checkpoints: Iterable[Checkpoint],
-    members: Iterable[Member],
-    controls: Iterable[Control],
-    partition_ids: Sequence[str] | None,
-    properties: Mapping[str, PartitionProperties],
-    source_name: str,
-    source_error: str | None,
-    last_event_id: int,
-) -> Snapshot:
-    """The snapshot of ``ref`` from what was read at store time ``now``.
-
-    ``partition_ids`` None means the source could not say; the partitions the store has records
-    for are shown then. A partition without properties gets null last-enqueued and lag.
-    """
-    owned_by = {r.partition_id: r for r in ownership if r.ref == ref}
-    checkpointed = {c.partition_id: c for c in checkpoints if c.ref == ref}
-    standing = Controls.of(controls)
-    pins, drained = standing.pins, standing.drained
-    ids = list(partition_ids) if partition_ids is not None else sorted(set(owned_by) | set(checkpointed), key=_pid_key)
-
-    partitions = []
-    owned_count: dict[str, int] = {}
-    for pid in ids:
-        record = owned_by.get(pid)
-        if record is None or not record.owner_id:
-            status, owner = "unowned", None
-        elif record.expired(now, expiry):
-            status, owner = "expired", None
-        else:
-            status, owner = "owned", record.owner_id
-            owned_count[owner] = owned_count.get(owner, 0) + 1
-        checkpoint = checkpointed.get(pid)
-        props = properties.get(pid)
-        last_enqueued = props.last_enqueued_sequence_number if props is not None else None
-        last_time = props.last_enqueued_time if props is not None else None
-        lag = None
-        if last_enqueued is not None:
-            # Without a checkpoint everything retained is still to do (-1 + 1 = 0 for an empty partition).
-            done = checkpoint.sequence_number if checkpoint is not None else -1
-            lag = max(0, last_enqueued - done)
-        partitions.append(
-            {
-                "id": pid,
-                "owner": owner,
-                "last_modified": record.last_modified if record is not None else None,
-                "sequence_number": checkpoint.sequence_number if checkpoint is not None else None,
-                "last_enqueued_sequence_number": last_enqueued,
-                "last_enqueued_time": last_time,
-                "checkpoint_modified": checkpoint.last_modified if checkpoint is not None else None,
-                "lag": lag,
-                "pinned_to": pins.get(pid),
-                "status": status,
-            }
-        )
-
-    seen = {m.owner_id: m for m in members if m.ref == ref}
-    workers = []
-    for worker_id in sorted(set(seen) | set(owned_count) | drained):
-        member = seen.get(worker_id)
-        workers.append(
-            {
-                "id": worker_id,
-                "owned": owned_count.get(worker_id, 0),
-                "draining": worker_id in drained,
-                "last_seen": member.last_seen if member is not None else None,
-                "alive": member is not None and member.alive(now, expiry),
-            }
-        )
-
-    return {
-        "namespace": ref.namespace,
-        "hub": ref.hub,
-        "consumer_group": ref.consumer_group,
-        "generated_at": now,
-        "expiry": expiry,
-        "last_event_id": last_event_id,
-        "source": {"name": source_name, "available": source_error is None, "error": source_error},
-        "partitions": partitions,
-        "workers": workers,
-    }
-
-
-# --- reading ----------------------------------------------------------------------------------
+# --- the event source -------------------------------------------------------------------------
 
 # Sources are opened once per (name, hub, directory) and kept: opening one may cost a connection.
-# Reads are serialised: a source object need not be thread-safe, and snapshots run on threads.
+# Reads are serialised: a source object need not be thread-safe, and reads run on threads.
 _sources: dict[tuple[str, str, str], EventSource] = {}
 _sources_lock = threading.Lock()
 
@@ -173,7 +89,7 @@ def _read_source_locked(
                 # Opening an embedded hub creates it; a page view must not create hubs on disk.
                 return None, {}, f"embedded hub {hub!r} does not exist yet under {directory}"
             source = _sources[key] = build_source(name, hub)
-        ids = sorted(source.partition_ids(), key=_pid_key)
+        ids = sorted(source.partition_ids(), key=pid_key)
     except Exception as exc:  # a source is a foreign system; whatever it raises, the page still renders
         _sources.pop(key, None)
         log.warning("event source %s for hub %r unavailable: %s", name, hub, exc)
@@ -204,7 +120,7 @@ def with_source(hub: str, work: Callable[[EventSource], T]) -> T | None:
                 return None
             try:
                 source = _sources[key] = build_source(name, hub)
-            except Exception as exc:  # reported by the snapshot's source.error; nothing to add here
+            except Exception as exc:  # reported by the state's source.error; nothing to add here
                 log.debug("event source %s for hub %r unavailable: %s", name, hub, exc)
                 return None
         return work(source)
@@ -216,7 +132,7 @@ def _embedded_exists(directory: str, hub: str) -> bool:
     return EmbeddedHub.exists(directory, hub)
 
 
-_recent: dict[HubRef, tuple[float, Snapshot]] = {}  # for shared_snapshot
+# --- the stores -------------------------------------------------------------------------------
 
 # One Stores per store name per process: an adapter may hold connections and threads.
 _stores: dict[str, Stores] = {}
@@ -235,12 +151,8 @@ async def forget_stores() -> None:
     """Close and drop the cached stores and sources (tests switching settings; shutdown)."""
     stores = list(_stores.values())
     _stores.clear()
-    _recent.clear()
     for each in stores:
-        for store in {id(s): s for s in (each.ownership, each.checkpoints, each.controls)}.values():
-            close = getattr(store, "aclose", None)
-            if close is not None:
-                await close()
+        await close_stores(each)
     with _sources_lock:
         sources = list(_sources.values())
         _sources.clear()
@@ -248,24 +160,22 @@ async def forget_stores() -> None:
         source.close()
 
 
+# --- reading ----------------------------------------------------------------------------------
+
+
 def _last_event_id(ref: HubRef) -> int:
     found = EventLog.objects.filter(**EventLog.scope(ref)).aggregate(top=Max("id"))["top"]
     return int(found or 0)
 
 
-async def last_event_id(ref: HubRef) -> int:
-    """The newest EventLog id of ``ref`` (0 when there is none)."""
-    found: int = await database_sync_to_async(_last_event_id)(ref)
-    return found
-
-
-async def snapshot(ref: HubRef, stores: Stores | None = None) -> Snapshot:
-    """The snapshot of ``ref`` from the configured (or given) stores and the configured source.
+async def read(ref: HubRef, *, db: DatabaseThread, stores: Stores | None = None) -> ConsoleState:
+    """The state of ``ref`` (without figures) from the configured (or given) stores and the
+    configured source; the event log is read on ``db``.
 
     Raises the store's error (StoreError, or the database's) when the store cannot be read; an
     unreachable event source only leaves nulls and says why in ``source.error``.
     """
-    watermark = await last_event_id(ref)  # first: see the module docstring
+    watermark = await db.acall(_last_event_id, ref)  # first: see the module docstring
     stores = stores or configured_stores()
     now = await stores.ownership.now()
     ownership = await stores.ownership.list_ownership(ref)
@@ -275,29 +185,26 @@ async def snapshot(ref: HubRef, stores: Stores | None = None) -> Snapshot:
     key = _source_key(ref.hub)
     ids, properties, source_error = await asyncio.to_thread(_read_source, key)
     return assemble(
-        ref,
-        now=now,
-        expiry=settings.LEASEBOARD_EXPIRY,
-        ownership=ownership,
-        checkpoints=checkpoints,
-        members=members,
-        controls=controls,
-        partition_ids=ids,
-        properties=properties,
-        source_name=key[0],
-        source_error=source_error,
-        last_event_id=watermark,
+        ref, now=now, expiry=settings.LEASEBOARD_EXPIRY, ownership=ownership, checkpoints=checkpoints,
+        members=members, controls=controls, partition_ids=ids, properties=properties, source_name=key[0],
+        source_error=source_error, last_event_id=watermark,
+    )  # fmt: skip
+
+
+_STATUS_OF = {status.value: status for status in Status}  # "" (no status) and anything else: None
+
+
+def stored_figures(ref: HubRef) -> Figures:
+    """The figures of the newest stored sampling round of ``ref`` (no rates: a round has none).
+    Blocking ORM code: run it on a DatabaseThread."""
+    rows = LagSample.objects.filter(**LagSample.scope(ref))
+    newest = rows.aggregate(top=Max("at"))["top"]
+    if newest is None:
+        return Figures(lag_rules())
+    found = list(rows.filter(at=newest).values_list("partition_id", "lag_seconds", "status"))
+    return Figures(
+        lag_rules(),
+        lag_seconds={pid: seconds for pid, seconds, _ in found},
+        statuses={pid: _STATUS_OF.get(status) for pid, _, status in found},
+        sampled_at=newest,
     )
-
-
-async def shared_snapshot(ref: HubRef, max_age: float = 0.5) -> Snapshot:
-    """A snapshot at most ``max_age`` seconds old, shared by every websocket of this process.
-
-    Two callers racing past an old entry both build one; that costs a read, never correctness.
-    """
-    cached = _recent.get(ref)
-    if cached is not None and time.monotonic() - cached[0] <= max_age:
-        return cached[1]
-    state = await snapshot(ref)
-    _recent[ref] = (time.monotonic(), state)
-    return state

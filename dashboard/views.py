@@ -10,9 +10,8 @@ import json
 import logging
 from typing import Any
 
-from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
@@ -22,20 +21,22 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from balancer.errors import StoreError
 from balancer.model import HubRef, check_partition_id
 
-from . import actions, history, metrics
+from . import history, metrics
 from .access import STAFF_REQUIRED, can_act, readable_api, readable_page, readable_sync_api
+from .console import ConsoleState
+from .control import actions
+from .dbthread import DatabaseThread
+from .host import current_state, host, monitor
 from .models import EventLog, LagSample, category
-from .monitor import host, monitor
 from .pipeline import PipelineCollector
-from .state import Snapshot, parse_ref, snapshot
+from .state import lag_rules, parse_ref
 
 log = logging.getLogger(__name__)
 
 EVENTS_DEFAULT = 100
 EVENTS_MAX = 500
 HISTORY_EVENTS_MAX = 50_000
-ENRICHED = ("lag_seconds", "lag_status", "events_per_second")
-CATEGORIES = ("claim", "steal", "expire", "release", "handoff", "drain", "pin", "lost")
+CATEGORIES = ("claim", "steal", "expire", "release", "handoff", "drain", "undrain", "pin", "unpin", "lost")
 
 
 def _bad_request(message: str) -> JsonResponse:
@@ -99,48 +100,16 @@ def history_page(request: HttpRequest) -> HttpResponse:
 # --- state ------------------------------------------------------------------------------------
 
 
-async def _state_or_error(ref: HubRef) -> tuple[Snapshot | None, str | None]:
+# The views' ORM work, on one thread with a kept connection (why this way: ``dbthread.py``).
+_db = DatabaseThread("leaseboard-views")
+
+
+async def _state_or_error(ref: HubRef) -> tuple[ConsoleState | None, str | None]:
     try:
-        return await snapshot(ref), None
+        return await current_state(ref, _db), None
     except StoreError as exc:
         log.warning("state of %s/%s unavailable: %s", ref.hub, ref.consumer_group, exc)
         return None, f"store unavailable: {exc}"
-
-
-def _latest_samples(ref: HubRef) -> dict[str, dict[str, Any]]:
-    rows = LagSample.objects.filter(**LagSample.scope(ref))
-    newest = rows.aggregate(top=Max("at"))["top"]
-    if newest is None:
-        return {}
-    return {
-        row.partition_id: {"lag_seconds": row.lag_seconds, "lag_status": row.status or None}
-        for row in rows.filter(at=newest)
-    }
-
-
-async def enrich(ref: HubRef, state: Snapshot) -> Snapshot:
-    """``state`` with lag in seconds, status and rates: the running monitor's, else the last stored sample's."""
-    watched = host.running(ref)
-    latest = watched.fresh(max_age=5.0) if watched is not None else None
-    known: dict[str, dict[str, Any]]
-    if latest is not None:
-        known = {p["id"]: p for p in latest["partitions"]}
-        rates = {w["id"]: w.get("events_per_second") for w in latest["workers"]}
-    else:
-        known = await database_sync_to_async(_latest_samples)(ref)
-        rates = {}
-    for p in state["partitions"]:
-        found = known.get(p["id"], {})
-        for key in ENRICHED:
-            p[key] = found.get(key)
-        if p["lag"] == 0:  # no lag now: OK unless rewound (lag.py, rule 3), whenever the last sample was
-            p["lag_seconds"] = 0.0
-            if p["lag_status"] != "REWIND":
-                p["lag_status"] = "OK"
-    for w in state["workers"]:
-        w["events_per_second"] = rates.get(w["id"])
-        w["purgeable"] = not w["alive"] and w["owned"] == 0
-    return state
 
 
 @require_GET
@@ -154,7 +123,7 @@ async def api_state(request: HttpRequest) -> JsonResponse:
     state, error = await _state_or_error(ref)
     if state is None:
         return JsonResponse({"error": error}, status=503)
-    return JsonResponse(await enrich(ref, state))
+    return JsonResponse(state.as_json())
 
 
 def _int_param(request: HttpRequest, name: str, default: int | None, low: int, high: int | None) -> int | None:
@@ -179,7 +148,7 @@ def _filtered(ref: HubRef, request: HttpRequest) -> Any:
         raise ValueError(f"kind must be among {', '.join(CATEGORIES)}, got {', '.join(sorted(unknown))}")
     if kinds:
         match = Q(kind__in=[k for k in kinds if k not in ("release", "handoff")])
-        handoff = Q(kind="release", reason__startswith="handed off")
+        handoff = Q(kind="release", handoff=True)
         if "release" in kinds:
             match |= Q(kind="release") & ~handoff
         if "handoff" in kinds:
@@ -251,27 +220,23 @@ async def api_partition(request: HttpRequest, partition_id: str) -> JsonResponse
     except ValueError as exc:
         return _bad_request(str(exc))
     state, error = await _state_or_error(ref)
-    current = None
-    if state is not None:
-        state = await enrich(ref, state)
-        current = next((p for p in state["partitions"] if p["id"] == partition_id), None)
-    detail: dict[str, Any] = await database_sync_to_async(_partition_detail)(ref, partition_id)
+    current = state.partition(partition_id) if state is not None else None
+    detail: dict[str, Any] = await _db.acall(_partition_detail, ref, partition_id)
     detail.update(
-        partition=current, error=error, generated_at=state["generated_at"] if state else None,
-        last_event_id=state["last_event_id"] if state else None,
-        lag_rules={"window": settings.LEASEBOARD_LAG_WINDOW, "sample_seconds": settings.LEASEBOARD_LAG_SAMPLE_SECONDS,
-                   "stop_seconds": settings.LEASEBOARD_LAG_STOP_SECONDS},
+        partition=current.as_json() if current is not None else None, error=error,
+        generated_at=state.generated_at if state else None, last_event_id=state.last_event_id if state else None,
+        lag_rules=lag_rules().as_json(),
     )  # fmt: skip
     return JsonResponse(detail)
 
 
 def _history(ref: HubRef, quiet: float, partitions: int | None) -> dict[str, Any]:
     rows = EventLog.objects.filter(**EventLog.scope(ref), kind__in=(*history.OWNERSHIP, *history.OPERATOR))
-    fields = ("id", "kind", "partition_id", "owner_id", "previous_owner", "reporter", "reason", "at")
+    fields = ("id", "kind", "partition_id", "owner_id", "previous_owner", "reporter", "reason", "at", "handoff")
     newest: list[dict[str, Any]] = [dict(row) for row in rows.order_by("-id").values(*fields)[:HISTORY_EVENTS_MAX]]
     newest.reverse()
     for event in newest:
-        event["category"] = category(event["kind"], event["reason"])
+        event["category"] = category(event["kind"], event["handoff"])
     found = history.episodes(newest, quiet, partitions)
     return {
         "episodes": [e.as_json() for e in reversed(found)],
@@ -296,8 +261,8 @@ async def api_history(request: HttpRequest) -> JsonResponse:
         return _bad_request(str(exc))
     watched = host.running(ref)
     latest = watched.fresh(max_age=10.0) if watched is not None else None
-    partitions = len(latest["partitions"]) if latest is not None else None
-    found: dict[str, Any] = await database_sync_to_async(_history)(ref, quiet, partitions)
+    partitions = len(latest.partitions) if latest is not None else None
+    found: dict[str, Any] = await _db.acall(_history, ref, quiet, partitions)
     return JsonResponse(found)
 
 
@@ -330,16 +295,14 @@ async def _action_request(request: HttpRequest) -> Parsed | JsonResponse:
         if not isinstance(data, dict) and not hasattr(data, "get"):
             raise ValueError("the body must be a JSON object")
         ref = parse_ref(data.get("hub"), data.get("consumer_group"))
-        return ref, actions.Request.parse(data), user.get_username(), data
+        return ref, actions.parse(data), user.get_username(), data
     except (ValueError, actions.Refused) as exc:
         return JsonResponse({"error": str(exc), "code": "bad_request"}, status=400)
 
 
 def _refusal(refusal: actions.Refused) -> JsonResponse:
-    status = 404 if refusal.code in ("unknown_worker", "unknown_partition") else 409
-    if refusal.code == "bad_request":
-        status = 400
-    return JsonResponse({"error": refusal.message, "code": refusal.code}, status=status)
+    """400 for bad input (an unknown worker or partition included), 409 for what the fleet's state forbids."""
+    return JsonResponse({"error": refusal.message, "code": refusal.code}, status=refusal.http_status)
 
 
 @require_POST
@@ -389,12 +352,10 @@ async def metrics_view(request: HttpRequest) -> HttpResponse:
     """Prometheus text for the configured hub and consumer group (always 200; ``leaseboard_store_up``
     says whether the store answered). Open to Prometheus whatever ``LEASEBOARD_ANONYMOUS_READ`` says."""
     ref = parse_ref(None, None)
-    state = monitor(ref).fresh(max_age=3.0)
-    if state is None:
+    state = await host.latest(ref, max_age=3.0)  # the monitor's (the first scrape waits for its first round)
+    if state is None:  # it could not read the store lately: try once more here
         state, _ = await _state_or_error(ref)
-        if state is not None:
-            state = await enrich(ref, state)
-    logged: dict[str, int] = await database_sync_to_async(_logged_by_kind)(ref)
-    pipeline_series = await database_sync_to_async(PipelineCollector)(ref.hub)
+    logged: dict[str, int] = await _db.acall(_logged_by_kind, ref)
+    pipeline_series = await _db.acall(PipelineCollector, ref.hub)
     body = metrics.render(ref, state, logged, extra=[pipeline_series])
     return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)

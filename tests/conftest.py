@@ -27,7 +27,8 @@ from asgiref.sync import SyncToAsync
 from django.conf import settings
 from django.db import connections
 
-from tests.servers import Server, add_django_database, remove_django_database, start_postgres
+from tests.support.databases import add_django_database, remove_django_database
+from tests.support.postgres import Postgres, start_postgres
 
 POSTGRES = "postgres"
 
@@ -39,7 +40,7 @@ def _named_databases(item: pytest.Item) -> set[str]:
 
 
 @pytest.fixture(scope="session")
-def postgres_server() -> Iterator[Server]:
+def postgres_server() -> Iterator[Postgres]:
     """A PostgreSQL server for the whole session (stopped and deleted at the end)."""
     server = start_postgres()
     yield server
@@ -60,7 +61,7 @@ def django_db_modify_db_settings(
     if not any(POSTGRES in _named_databases(item) for item in request.session.items):
         yield
         return
-    server: Server = request.getfixturevalue("postgres_server")
+    server: Postgres = request.getfixturevalue("postgres_server")
     add_django_database(POSTGRES, server.url, connect_timeout=5)
     yield
     remove_django_database(POSTGRES)

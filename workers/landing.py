@@ -18,7 +18,7 @@ of the same or another range (the same range renames an identical file over the 
 ``workers.pipeline`` drops these duplicates by (partition_id, sequence_number).
 
 Malformed bodies. An event that is not a sensor reading is set aside through the pump's
-dead-letter mechanism (``workers.runtime.pump.DeadLetters``: ``<dead-letter dir>/<hub>/<partition>.jsonl``
+dead-letter mechanism (``workers.runtime.deadletters.DeadLetters``: ``<dead-letter dir>/<hub>/<partition>.jsonl``
 with partition, sequence number, offset, error and body; ``leaseboard_dead_letters_total``) and the
 rest of the batch lands. Raising ``MalformedEvent`` instead would set aside the whole batch.
 
@@ -45,7 +45,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workers.runtime.pump import DeadLetters
+from workers.runtime.deadletters import DeadLetters
 from workers.sources.base import ReceivedEvent
 
 from . import metrics

@@ -17,16 +17,20 @@ the host. Counters and histograms are summed. Without the variable the default r
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
 from balancer.errors import OwnershipLost, StoreUnavailable
-from balancer.model import BalancerEvent, EventKind
+from balancer.model import BalancerEvent, Checkpoint, Control, EventKind, HubRef, Member, OwnershipRecord
+from balancer.protocol import CheckpointStore, ControlStore, OwnershipStore, Snapshot, SnapshotStore
 
+P = ParamSpec("P")
+S = TypeVar("S", covariant=True)  # the protocol a wrapper class forwards
 T = TypeVar("T")
 
 MULTIPROCESS_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
@@ -120,22 +124,26 @@ LANDING_WRITE = Histogram(
 # --- ownership changes by reason -----------------------------------------------------------------
 
 # The reason of an event, reduced to a fixed set: (kind, prefix of the coordinator's reason) -> label.
+# A planned handoff is not told by its reason: a release with ``handoff`` set is labelled HANDOFF.
 REASONS: dict[str, tuple[tuple[str, str], ...]] = {
     EventKind.CLAIM: (("never owned", "never_owned"), ("released", "released")),
     EventKind.EXPIRE: (("lease of", "lease_expired"),),
     EventKind.STEAL: (("", "over_share"),),  # refined below: a handoff that timed out
-    EventKind.RELEASE: (("handed off", "handoff"), ("shutting down", "shutdown")),
+    EventKind.RELEASE: (("shutting down", "shutdown"),),
     EventKind.LOST: (("now held by", "taken"), ("renewal refused", "renewal_refused"), ("taken", "taken")),
     EventKind.DRAIN: (("", "operator"),),
     EventKind.PIN: (("", "operator"),),
 }
 OTHER = "other"
+HANDOFF = "handoff"
 
 
 def reason_label(event: BalancerEvent) -> str:
     """The bounded ``reason`` label of ``event`` (``other`` for a reason no rule names)."""
     if event.kind is EventKind.STEAL and "did not hand over" in event.reason:
         return "handoff_timeout"
+    if event.kind is EventKind.RELEASE and event.handoff:
+        return HANDOFF
     for prefix, label in REASONS.get(event.kind, ()):
         if event.reason.startswith(prefix):
             return label
@@ -173,56 +181,132 @@ def outcome_of(error: BaseException | None) -> str:
     return "error"
 
 
-class InstrumentedStore:
-    """A store that counts and times every protocol call of the store it wraps; anything else
-    (``aclose``, ``requests``, attributes tests set) reaches the wrapped store unchanged."""
+# One wrapper class per protocol, combined at run time into a class with the methods of exactly the
+# protocols the wrapped store has. The methods must be the class's own: since Python 3.12
+# ``isinstance(x, SomeProtocol)`` looks attributes up statically, so a wrapper that only forwarded
+# through ``__getattr__`` would pass no protocol check, and the coordinator would quietly read a
+# cycle's snapshot in four requests instead of one (``balancer.protocol.snapshot``).
 
-    def __init__(self, store: Any) -> None:
+
+async def _count(operation: str, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``call(*args, **kwargs)`` awaited, counted by outcome and timed under ``operation``."""
+    started = time.perf_counter()
+    try:
+        result = await call(*args, **kwargs)
+    except BaseException as exc:
+        STORE_REQUESTS.labels(operation=operation, outcome=outcome_of(exc)).inc()
+        raise
+    finally:
+        STORE_REQUEST_DURATION.labels(operation=operation).observe(time.perf_counter() - started)
+    STORE_REQUESTS.labels(operation=operation, outcome="ok").inc()
+    return result
+
+
+class InstrumentedStore(Generic[S]):
+    """Counts and times the protocol calls of the store it wraps (``leaseboard_store_requests_total``,
+    ``leaseboard_store_request_duration_seconds``). Anything else (``aclose``, ``requests``, attributes
+    tests set) reaches the wrapped store unchanged. Made by ``instrumented()``."""
+
+    __slots__ = ("_store",)
+    _store: S
+
+    def __init__(self, store: S) -> None:
         object.__setattr__(self, "_store", store)
 
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._store, name)
-        if name in OPERATIONS and callable(attribute):
-            return _counted(name, attribute)
-        return attribute
+    if not TYPE_CHECKING:  # at run time only, so the type checker knows just the protocols' methods
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._store, name, value)
+        def __getattr__(self, name: str) -> Any:
+            if name == "_store":  # not set yet (a copy being made): no endless recursion
+                raise AttributeError(name)
+            return getattr(self._store, name)
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            setattr(self._store, name, value)
 
     def __repr__(self) -> str:
         return f"InstrumentedStore({self._store!r})"
 
 
-def _counted(operation: str, call: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
-    async def counted(*args: Any, **kwargs: Any) -> T:
-        started = time.perf_counter()
-        try:
-            result = await call(*args, **kwargs)
-        except BaseException as exc:
-            STORE_REQUESTS.labels(operation=operation, outcome=outcome_of(exc)).inc()
-            raise
-        finally:
-            STORE_REQUEST_DURATION.labels(operation=operation).observe(time.perf_counter() - started)
-        STORE_REQUESTS.labels(operation=operation, outcome="ok").inc()
-        return result
+class CountedOwnership(InstrumentedStore[OwnershipStore]):
+    __slots__ = ()
 
-    return counted
+    async def list_ownership(self, ref: HubRef) -> list[OwnershipRecord]:
+        return await _count("list_ownership", self._store.list_ownership, ref)
+
+    async def claim_ownership(self, records: Sequence[OwnershipRecord]) -> list[OwnershipRecord]:
+        return await _count("claim_ownership", self._store.claim_ownership, records)
+
+    async def now(self) -> float:
+        return await _count("now", self._store.now)
 
 
-def instrument(stores: Any) -> Any:
-    """``workers.wiring.Stores`` whose stores count their calls (one wrapper per distinct store,
-    so ``ownership is controls`` stays true where it was)."""
-    from dataclasses import replace
+class CountedSnapshots(InstrumentedStore[SnapshotStore]):
+    __slots__ = ()
 
-    wrapped: dict[int, InstrumentedStore] = {}
+    async def snapshot(self, ref: HubRef) -> Snapshot:
+        return await _count("snapshot", self._store.snapshot, ref)
 
-    def wrap(store: Any) -> Any:
-        if isinstance(store, InstrumentedStore):
-            return store
-        return wrapped.setdefault(id(store), InstrumentedStore(store))
 
-    return replace(stores, ownership=wrap(stores.ownership), checkpoints=wrap(stores.checkpoints),
-                   controls=wrap(stores.controls))  # fmt: skip
+class CountedCheckpoints(InstrumentedStore[CheckpointStore]):
+    __slots__ = ()
+
+    async def list_checkpoints(self, ref: HubRef) -> list[Checkpoint]:
+        return await _count("list_checkpoints", self._store.list_checkpoints, ref)
+
+    async def update_checkpoint(self, checkpoint: Checkpoint, owner_id: str) -> Checkpoint:
+        return await _count("update_checkpoint", self._store.update_checkpoint, checkpoint, owner_id)
+
+
+class CountedControls(InstrumentedStore[ControlStore]):
+    __slots__ = ()
+
+    async def heartbeat(self, member: Member) -> None:
+        await _count("heartbeat", self._store.heartbeat, member)
+
+    async def list_members(self, ref: HubRef) -> list[Member]:
+        return await _count("list_members", self._store.list_members, ref)
+
+    async def remove_member(self, ref: HubRef, owner_id: str) -> None:
+        await _count("remove_member", self._store.remove_member, ref, owner_id)
+
+    async def list_controls(self, ref: HubRef) -> list[Control]:
+        return await _count("list_controls", self._store.list_controls, ref)
+
+    async def put_control(self, control: Control) -> None:
+        await _count("put_control", self._store.put_control, control)
+
+    async def delete_control(self, ref: HubRef, kind: str, target: str) -> None:
+        await _count("delete_control", self._store.delete_control, ref, kind, target)
+
+
+# Protocol -> the wrapper class with its methods, in the order the combined classes list them.
+COUNTED: tuple[tuple[type, type[InstrumentedStore[object]]], ...] = (
+    (OwnershipStore, CountedOwnership),
+    (SnapshotStore, CountedSnapshots),
+    (CheckpointStore, CountedCheckpoints),
+    (ControlStore, CountedControls),
+)
+
+
+@functools.cache
+def _wrapper_class(parts: tuple[type[InstrumentedStore[object]], ...]) -> type[InstrumentedStore[object]]:
+    if len(parts) == 1:
+        return parts[0]
+    name = "Instrumented" + "".join(part.__name__.removeprefix("Counted") for part in parts)
+    return type(name, parts, {"__slots__": (), "__module__": __name__})
+
+
+def instrumented(store: object) -> InstrumentedStore[object]:
+    """``store`` wrapped so that its calls are counted: an instance of a class having the methods of
+    every store protocol ``store`` implements (``OwnershipStore``, ``SnapshotStore``,
+    ``CheckpointStore``, ``ControlStore``) and of no other. ``store`` itself if already wrapped.
+    Raises TypeError for an object that implements none of them."""
+    if isinstance(store, InstrumentedStore):
+        return store
+    parts = tuple(wrapper for protocol, wrapper in COUNTED if isinstance(store, protocol))
+    if not parts:
+        raise TypeError(f"{store!r} implements no store protocol")
+    return _wrapper_class(parts)(store)
 
 
 # --- exposition ----------------------------------------------------------------------------------
@@ -237,7 +321,8 @@ def _initialise(counter: Counter, labels: Sequence[tuple[str, ...]]) -> None:
 
 _initialise(OWNERSHIP_CHANGES, [(str(k),) for k in (EventKind.CLAIM, EventKind.EXPIRE, EventKind.STEAL,
                                                      EventKind.RELEASE, EventKind.LOST)])
-_initialise(OWNERSHIP_CHANGE_REASONS, [(k, r) for k, pairs in REASONS.items() for _, r in pairs])
+_initialise(OWNERSHIP_CHANGE_REASONS, [(k, r) for k, pairs in REASONS.items() for _, r in pairs]
+            + [(EventKind.RELEASE, HANDOFF)])
 _initialise(STORE_REQUESTS, [(op, outcome) for op in OPERATIONS for outcome in OUTCOMES])
 _initialise(STORE_ERRORS, [(op,) for op in ("cycle", "release", "list_checkpoints", "update_checkpoint")])
 

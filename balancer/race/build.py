@@ -18,10 +18,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from balancer.coordinator import EventSink, PartitionSource
 from balancer.errors import StoreError
 from balancer.model import HubRef
-from balancer.protocol import ControlStore, OwnershipStore
+from balancer.protocol import Balancer, ControlStore, EventSink, OwnershipStore, PartitionSource
 from balancer.race.backend import MemoryRaceBackend, MemoryRaceHub, RaceBackend
 from balancer.race.coordinator import RaceCoordinator
 from balancer.race.times import LoadWeights, RaceTimes
@@ -139,7 +138,7 @@ async def wait_until_reachable(probes: Sequence[Probe], stop: asyncio.Event, fir
     return not stop.is_set()
 
 
-def probes_of(stores: Iterable[object], coordinators: Iterable[object]) -> list[Probe]:
+def probes_of(stores: Iterable[object], coordinators: Iterable[Balancer]) -> list[Probe]:
     """One probe per distinct store (its ``now()``) and per race store (a read of one field)."""
     probes: dict[int, Probe] = {}
     for store in stores:
@@ -147,8 +146,8 @@ def probes_of(stores: Iterable[object], coordinators: Iterable[object]) -> list[
         if now is not None:
             probes.setdefault(id(store), (f"the store {store!r}", now))
     for coordinator in coordinators:
-        backend = getattr(coordinator, "backend", None)
-        if isinstance(coordinator, RaceCoordinator) and backend is not None:
+        if isinstance(coordinator, RaceCoordinator):
+            backend = coordinator.backend
             probes.setdefault(id(backend), ("the race's store", partial(backend.hget, "grab", "0")))
     return list(probes.values())
 

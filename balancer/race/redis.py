@@ -1,7 +1,8 @@
 """The lease race's hashes and channels in Redis (001's own store), for ``balancer.race.coordinator``.
 
-Keys and channels sit under the hub and consumer group's scope (``redisstore.scope``, the same
-hash tag as the store's keys), so one scope is one cluster slot and nothing outside it is touched::
+Keys and channels sit under the hub and consumer group's scope (``balancer.stores.redis_layout.scope``,
+the same hash tag as the store's keys), so one scope is one cluster slot and nothing outside it is
+touched::
 
     leaseboard:{<namespace>/<hub>/<consumer group>}:race:allocation      hash  partition -> node
     leaseboard:{...}:race:grab                                          hash  partition -> node
@@ -25,7 +26,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from balancer.model import HubRef
 from balancer.race.backend import Channel, Deliver, Hash
-from balancer.stores.redis import RedisStore, _Connection, scope
+from balancer.stores.redis import Connection, RedisStore
+from balancer.stores.redis_layout import scope
 
 # KEYS: one hash. ARGV: field, value. Deletes the field only while it holds the value.
 DELETE_IF = """
@@ -46,12 +48,12 @@ class RedisRaceBackend:
         self._channel_of = {name: channel for channel, name in self.channels.items()}
         self.requests = 0
 
-    async def _run(self, doing: str, call: Callable[[_Connection], Any]) -> Any:
+    async def _run(self, doing: str, call: Callable[[Connection], Any]) -> Any:
         self.requests += 1  # counted here, not in the store's requests
         return await self._store.run(doing, call, count=False)
 
     async def hgetall(self, hashes: tuple[Hash, ...]) -> dict[Hash, dict[str, str]]:
-        async def read(c: _Connection) -> list[dict[str, str]]:
+        async def read(c: Connection) -> list[dict[str, str]]:
             pipe = c.client.pipeline(transaction=False)
             for name in hashes:
                 pipe.hgetall(self.keys[name])
@@ -61,7 +63,7 @@ class RedisRaceBackend:
         return {name: dict(values) for name, values in zip(hashes, found, strict=True)}
 
     async def hget(self, name: Hash, field: str) -> str | None:
-        async def read(c: _Connection) -> str | None:
+        async def read(c: Connection) -> str | None:
             value = await c.client.hget(self.keys[name], field)
             return None if value is None else str(value)
 
@@ -69,13 +71,13 @@ class RedisRaceBackend:
         return result
 
     async def hset(self, name: Hash, field: str, value: str) -> None:
-        async def write(c: _Connection) -> None:
+        async def write(c: Connection) -> None:
             await c.client.hset(self.keys[name], field, value)
 
         await self._run(f"writing the race's {name} hash", write)
 
     async def hsetnx(self, name: Hash, field: str, value: str) -> str:
-        async def race(c: _Connection) -> str:
+        async def race(c: Connection) -> str:
             pipe = c.client.pipeline(transaction=True)  # MULTI: nobody writes between the two
             pipe.hsetnx(self.keys[name], field, value)
             pipe.hget(self.keys[name], field)
@@ -86,7 +88,7 @@ class RedisRaceBackend:
         return holder
 
     async def hdel(self, name: Hash, field: str, expect: str | None = None) -> bool:
-        async def delete(c: _Connection) -> int:
+        async def delete(c: Connection) -> int:
             if expect is None:
                 return int(await c.client.hdel(self.keys[name], field))
             script = c.script(DELETE_IF)
@@ -96,7 +98,7 @@ class RedisRaceBackend:
         return deleted > 0
 
     async def publish(self, channel: Channel, partition_id: str) -> None:
-        async def send(c: _Connection) -> None:
+        async def send(c: Connection) -> None:
             await c.client.publish(self.channels[channel], partition_id)
 
         await self._run(f"publishing a {channel} notification", send)

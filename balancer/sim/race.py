@@ -1,7 +1,7 @@
 """The simulator's run of the ``race`` strategy: real ``RaceCoordinator``s on simulated time.
 
-Everything of ``simulator._Run`` holds (scenarios, latency, ledger, processing, measures); what
-differs is the coordinator and one more store: the race's hashes and channels live in one
+Everything of ``balancer.sim.base.Run`` holds (scenarios, latency, ledger, processing, measures);
+what differs is the coordinator and one more store: the race's hashes and channels live in one
 ``MemoryRaceHub``, and each worker reaches it through its own ``MemoryRaceBackend`` with the
 same latency as the ownership store (a message reaches each subscriber after a one-way latency
 of its own). The workers' cycles (renewals, repairs, grab timers) run every ``interval`` as for
@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import cast
 
-from balancer.coordinator import Coordinator
 from balancer.model import partition_ids
 from balancer.race.backend import MemoryRaceBackend, MemoryRaceHub
 from balancer.race.coordinator import RaceCoordinator
 from balancer.race.times import RaceTimes
-from balancer.sim.run import EPOCH, REF, Outcome, Settings, _Run
-from balancer.sim.store import LatentStore, Ledger
-from balancer.stores.memory import MemoryStore
+from balancer.sim.base import Run
+from balancer.sim.scenarios import REF, Outcome, Settings
+from balancer.sim.store import LatentStore
+from balancer.strategies import Strategy
 
 
 def sim_times(settings: Settings) -> RaceTimes:
@@ -45,31 +44,31 @@ def sim_times(settings: Settings) -> RaceTimes:
     )
 
 
-class RaceRun(_Run):
+class RaceRun(Run):
     """One seeded run of one scenario with ``RaceCoordinator``s."""
 
-    def _build(self) -> None:
-        times = sim_times(self.s)
-        self.store = MemoryStore(clock=lambda: EPOCH + self._now())
-        self.ledger = Ledger(self.s.expiry, lambda w: w in self.alive)
+    def __init__(
+        self, strategy: Strategy, scenario: str, partitions: int, workers: int, seed: int, settings: Settings
+    ) -> None:
+        super().__init__(strategy, scenario, partitions, workers, seed, settings)
+        self.times = sim_times(settings)
         self.hub = MemoryRaceHub()
-        self.proxies: dict[str, LatentStore] = {}
         self.races: dict[str, RaceCoordinator] = {}
-        for w in self.names:
-            proxy = LatentStore(self.store, self.ledger, random.Random(self.env.random()), self.s.latency)
-            backend = MemoryRaceBackend(self.hub, REF, self.s.latency, random.Random(self.env.random()))
-            self.proxies[w] = proxy
-            self.races[w] = RaceCoordinator(
-                REF, w, proxy, backend, self._partition_ids, times,
-                controls=proxy, on_handoff=self._on_handoff(w), rng=random.Random(f"{self.seed}/{w}"),
-                clock=self._clock_of(w), monotonic=self._now,
-            )  # fmt: skip
-        # The base class uses only cycle, owned, holds, handing_off and release of its
-        # coordinators, which a RaceCoordinator has too; what else differs is overridden here.
-        self.coordinators = cast(dict[str, Coordinator], self.races)
+
+    def _coordinator(self, w: str, store: LatentStore) -> RaceCoordinator:
+        backend = MemoryRaceBackend(self.hub, REF, self.s.latency, random.Random(self.env.random()))
+        race = self.races[w] = RaceCoordinator(
+            REF, w, store, backend, self._partition_ids, self.times,
+            controls=store, on_handoff=self._on_handoff(w), rng=random.Random(f"{self.seed}/{w}"),
+            clock=self._clock_of(w), monotonic=self._now,
+        )  # fmt: skip
+        return race
+
+    def _spent(self, w: str) -> int:
+        return super()._spent(w) + self.races[w].backend.requests
 
     async def _adopt(self, workers: list[str]) -> None:
-        """Start from a balanced state: deal the partitions out; each worker adopts its deal."""
+        """Deal the partitions out; each worker adopts its deal."""
         pids = list(partition_ids(self.hub_size))
         self.env.shuffle(pids)
         for i, w in enumerate(workers):
@@ -78,18 +77,6 @@ class RaceRun(_Run):
             await self._cycle(w)
         for w in workers:
             self._launch(w, self._now() + self.env.uniform(0, self.s.interval))
-
-    async def _cycle(self, w: str) -> None:
-        proxy, race = self.proxies[w], self.races[w]
-        async with self.locks[w]:
-            proxy.first_claim_at = None
-            report = await race.cycle()
-        spent = proxy.requests + race.backend.requests
-        if self._now() >= self.disturbed_at:  # this cycle's requests, and the races' since the last
-            self.cycles[w] += 1
-            self.requests.append(spent - self.counted[w])
-        self.counted[w] = spent
-        self._after_cycle(w, report)
 
     def _crash(self, w: str) -> None:
         self.races[w].abort()

@@ -9,10 +9,11 @@ Keys (one hash per kind of record, so every listing is ONE ``HGETALL``)::
     leaseboard:{...}:etags                                       counter, part of every ETag
 
 The scope in braces is a Redis Cluster hash tag: every key of one hub and consumer group lives in
-one slot, so the scripts below (which touch two keys at once) would run on a cluster too. Scope
-parts are percent-encoded, so no name can contain a brace and widen or split the tag. Every
-script receives its keys in ``KEYS`` and touches nothing else; a test runs the store as an ACL
-user allowed only one scope's keys to prove it.
+one slot, so the scripts (some touch two keys at once) would run on a cluster too. Scope parts are
+percent-encoded, so no name can contain a brace and widen or split the tag. Every script receives
+its keys in ``KEYS`` and touches nothing else; a test runs the store as an ACL user allowed only
+one scope's keys to prove it. Keys and scripts are in ``redis_layout``, the reading of each
+record in ``redis_records``; this module sends them.
 
 Compare-and-set runs on the server, in Lua: a claim compares the stored ETag and writes in one
 atomic step, and a checkpoint is written only while the ownership record names the caller (the
@@ -37,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import threading
 import weakref
@@ -45,7 +45,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any, TypeVar
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -56,204 +56,32 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from balancer.errors import CorruptRecord, OwnershipLost, StoreError, StoreUnavailable
-from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord, check_partition_id
+from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.protocol import Snapshot
+from balancer.stores.redis_layout import CHECKPOINT, CLAIM, STAMPED, Keys, scope
+from balancer.stores.redis_records import (
+    Skipped,
+    parse_checkpoint,
+    parse_control,
+    parse_member,
+    parse_ownership,
+    server_time,
+    text,
+    texts,
+)
 
-log = logging.getLogger(__name__)
+__all__ = ["URL_ENV", "Connection", "Keys", "RedisStore", "describe_url", "scope"]
+
 T = TypeVar("T")
 
 URL_ENV = "REDIS_URL"
-_SAFE = "$.-_~"  # kept as they are in a scope; everything else (braces too) is percent-encoded
-
-
-# keys ----------------------------------------------------------------------------------------
-
-
-def scope(ref: HubRef) -> str:
-    """``leaseboard:{<namespace>/<hub>/<consumer group>}``: the prefix of every key of ``ref``."""
-    parts = "/".join(quote(part, safe=_SAFE) for part in (ref.namespace, ref.hub, ref.consumer_group))
-    return f"leaseboard:{{{parts}}}"
-
-
-@dataclass(frozen=True, slots=True)
-class Keys:
-    """The keys of one hub and consumer group."""
-
-    ownership: str
-    checkpoints: str
-    members: str
-    controls: str
-    etags: str
-
-    @classmethod
-    def of(cls, ref: HubRef) -> Keys:
-        prefix = scope(ref)
-        return cls(*(f"{prefix}:{name}" for name in ("ownership", "checkpoints", "members", "controls", "etags")))
-
-
-# scripts -------------------------------------------------------------------------------------
-
-# The server's clock as "<seconds>.<microseconds>" (a string: see the module docstring).
-_NOW = "local t = redis.call('TIME')\nlocal now = t[1] .. '.' .. string.format('%06d', tonumber(t[2]))\n"
-
-# The owner named by a stored ownership record, '' when released, nil when unreadable.
-_READ = """
-local function read(value)
-  if not value then return nil end
-  local ok, record = pcall(cjson.decode, value)
-  if ok and type(record) == 'table' and type(record.etag) == 'string' and type(record.owner) == 'string' then
-    return record
-  end
-  return nil
-end
-"""
-
-# KEYS: ownership, etags. ARGV: (partition, owner, ETag expected or '', owner level) per record.
-# Returns {now, {{n, new ETag}, ...}} for the records won, n counting records from 1.
-CLAIM = (
-    _NOW
-    + _READ
-    + """
-local won = {}
-local serial = 0
-for i = 1, #ARGV, 4 do
-  local pid, owner, expected, level = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local current = redis.call('HGET', KEYS[1], pid)
-  local record = read(current)
-  -- a first claim wins where there is no record, or only an unreadable one; any other claim
-  -- only while the stored ETag is still the one the caller saw
-  local wins
-  if expected == '' then wins = (record == nil) else wins = (record ~= nil and record.etag == expected) end
-  if wins then
-    serial = redis.call('INCR', KEYS[2])
-    local etag = now .. '-' .. serial
-    redis.call('HSET', KEYS[1], pid,
-      cjson.encode({owner = owner, etag = etag, modified = now, level = tonumber(level)}))
-    won[#won + 1] = {(i + 3) / 4, etag}
-  end
-end
-return {now, won}
-"""
-)
-
-# KEYS: ownership, checkpoints. ARGV: partition, owner, checkpoint JSON without "modified".
-# Returns {1, now} when written, {0, current owner or ''} when the caller does not own it.
-CHECKPOINT = (
-    _NOW
-    + _READ
-    + """
-local record = read(redis.call('HGET', KEYS[1], ARGV[1]))
-local holder = ''
-if record then holder = record.owner end
-if ARGV[2] == '' or holder ~= ARGV[2] then return {0, holder} end
-local checkpoint = cjson.decode(ARGV[3])
-checkpoint.modified = now
-redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(checkpoint))
-return {1, now}
-"""
-)
-
-# KEYS: one hash. ARGV: field, JSON object, name of the time field to add. Returns now.
-STAMPED = (
-    _NOW
-    + """
-local value = cjson.decode(ARGV[2])
-value[ARGV[3]] = now
-redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(value))
-return now
-"""
-)
-
-
-# parsing -------------------------------------------------------------------------------------
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
-
-
-def _texts(raw: Mapping[Any, Any]) -> dict[str, str]:
-    return {_text(k): _text(v) for k, v in raw.items()}
-
-
-def _seconds(seconds: Any, micros: Any) -> float:
-    """Redis ``TIME``'s pair as seconds, exactly as the scripts write ``now`` (see the module docstring)."""
-    return float(f"{int(seconds)}.{int(micros):06d}")
-
-
-def _object(raw: str) -> dict[str, Any]:
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        raise ValueError(f"{raw[:80]!r} is not JSON") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{raw[:80]!r} is not a JSON object")
-    return value
-
-
-def _string(value: Mapping[str, Any], key: str) -> str:
-    found = value.get(key)
-    if not isinstance(found, str):
-        raise ValueError(f"{key!r} is {found!r}, not a string")
-    return found
-
-
-def _time(value: Mapping[str, Any], key: str) -> float:
-    text = _string(value, key)
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"{key!r} is {text!r}, not a time") from None
-
-
-def parse_ownership(ref: HubRef, field: str, raw: str) -> OwnershipRecord:
-    value = _object(raw)
-    level = value.get("level", 0)
-    if not isinstance(level, int):
-        raise ValueError(f"'level' is {level!r}, not an integer")
-    return OwnershipRecord(
-        ref, check_partition_id(field), _string(value, "owner"), _string(value, "etag"), _time(value, "modified"), level
-    )
-
-
-def parse_checkpoint(ref: HubRef, field: str, raw: str) -> Checkpoint:
-    value = _object(raw)
-    sequence = _string(value, "sequence")
-    if not sequence.isdigit():
-        raise ValueError(f"'sequence' is {sequence!r}, not a sequence number")
-    offset = value.get("offset")
-    if offset is not None and not isinstance(offset, str):
-        raise ValueError(f"'offset' is {offset!r}, not a string")
-    return Checkpoint(ref, check_partition_id(field), int(sequence), offset, _time(value, "modified"))
-
-
-def parse_member(ref: HubRef, field: str, raw: str) -> Member:
-    value = _object(raw)
-    info = value.get("info", {})
-    if not isinstance(info, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in info.items()):
-        raise ValueError(f"'info' is {info!r}, not an object of strings")
-    if not field:
-        raise ValueError("empty owner id")
-    return Member(ref, field, _time(value, "seen"), info)
-
-
-def parse_control(ref: HubRef, field: str, raw: str) -> Control:
-    kind_text, _, target = field.partition("/")
-    try:
-        kind = ControlKind(kind_text)
-    except ValueError:
-        raise ValueError(f"unknown control kind {kind_text!r}") from None
-    if not target:
-        raise ValueError(f"{field!r} is not <kind>/<target>")
-    value = _object(raw)
-    return Control(ref, kind, target, _string(value, "value"), _time(value, "created"))
 
 
 # the store -----------------------------------------------------------------------------------
 
 
 @dataclass
-class _Connection:
+class Connection:
     """One event loop's client and its registered scripts."""
 
     client: Redis
@@ -307,10 +135,10 @@ class RedisStore:
         self._timeout = timeout
         self._client_name = client_name
         self._lock = threading.Lock()
-        self._connections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Connection] = (
+        self._connections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Connection] = (
             weakref.WeakKeyDictionary()
         )
-        self._corrupt: dict[tuple[str, str], CorruptRecord] = {}
+        self._skipped = Skipped()
         self.requests = 0
 
     def __repr__(self) -> str:
@@ -318,7 +146,7 @@ class RedisStore:
 
     @property
     def corrupt(self) -> list[CorruptRecord]:
-        return list(self._corrupt.values())
+        return self._skipped.records
 
     async def __aenter__(self) -> RedisStore:
         return self
@@ -355,13 +183,13 @@ class RedisStore:
             decode_responses=True,
         )
 
-    def _connection(self) -> _Connection:
+    def _connection(self) -> Connection:
         loop = asyncio.get_running_loop()
         with self._lock:
             connection = self._connections.get(loop)
             if connection is None:
                 client = self.new_client()
-                connection = _Connection(
+                connection = Connection(
                     client,
                     client.register_script(CLAIM),
                     client.register_script(CHECKPOINT),
@@ -370,9 +198,9 @@ class RedisStore:
                 self._connections[loop] = connection
         return connection
 
-    def scrub(self, text: str) -> str:
-        """``text`` without the password (for messages that quote the server or the client)."""
-        return text.replace(self._secret, "***") if self._secret else text
+    def scrub(self, message: str) -> str:
+        """``message`` without the password (for messages that quote the server or the client)."""
+        return message.replace(self._secret, "***") if self._secret else message
 
     def error(self, doing: str, exc: BaseException) -> StoreError:
         """The StoreError (or StoreUnavailable) that says why ``doing`` failed."""
@@ -385,7 +213,7 @@ class RedisStore:
             return StoreUnavailable(f"cannot reach Redis at {self.where} ({doing}): {reason}")
         return StoreError(f"Redis at {self.where} refused {doing}: {reason}")
 
-    async def run(self, doing: str, call: Callable[[_Connection], Awaitable[T]], count: bool = True) -> T:
+    async def run(self, doing: str, call: Callable[[Connection], Awaitable[T]], count: bool = True) -> T:
         """One round trip (counted in ``requests`` unless the caller counts it itself); Redis errors
         become StoreError/StoreUnavailable (see ``error``)."""
         self.requests += count
@@ -396,37 +224,18 @@ class RedisStore:
             raise self.error(doing, exc) from None
 
     async def _hash(self, doing: str, key: str) -> dict[str, str]:
-        async def hgetall(c: _Connection) -> dict[str, str]:
-            return _texts(await c.client.hgetall(key))
+        async def hgetall(c: Connection) -> dict[str, str]:
+            return texts(await c.client.hgetall(key))
 
         return await self.run(doing, hgetall)
-
-    def _parsed(self, key: str, raw: Mapping[str, str], parse: Callable[[str, str], T]) -> list[T]:
-        """Every field of ``raw`` that parses; the rest logged once each and remembered in ``corrupt``."""
-        out: list[T] = []
-        for field, value in raw.items():
-            where = (key, field)
-            try:
-                out.append(parse(field, value))
-            except ValueError as exc:
-                problem = CorruptRecord(f"{key} field {field!r}", str(exc))
-                known = self._corrupt.get(where)
-                if known is None or known.problem != problem.problem:
-                    log.warning("%s; skipped", problem)
-                self._corrupt[where] = problem
-                continue
-            self._corrupt.pop(where, None)
-        for where in [w for w in self._corrupt if w[0] == key and w[1] not in raw]:
-            del self._corrupt[where]
-        return out
 
     # clock ---------------------------------------------------------------------------------
 
     async def now(self) -> float:
         """Redis ``TIME``: the clock every ``modified``, ``seen`` and ``created`` is written with."""
 
-        async def time(c: _Connection) -> float:
-            return _seconds(*await c.client.time())
+        async def time(c: Connection) -> float:
+            return server_time(*await c.client.time())
 
         return await self.run("TIME", time)
 
@@ -437,7 +246,7 @@ class RedisStore:
         consistent view, as the cycle needs it), rather than four."""
         keys = Keys.of(ref)
 
-        async def read(c: _Connection) -> list[Any]:
+        async def read(c: Connection) -> list[Any]:
             async with c.client.pipeline(transaction=True) as pipe:
                 for key in (keys.ownership, keys.members, keys.controls):
                     pipe.hgetall(key)
@@ -447,7 +256,7 @@ class RedisStore:
         ownership, members, controls, (seconds, micros) = await self.run("reading a snapshot", read)
         return Snapshot(
             self._ownership(ref, ownership), self._members(ref, members), self._controls(ref, controls),
-            _seconds(seconds, micros),
+            server_time(seconds, micros),
         )  # fmt: skip
 
     # ownership -----------------------------------------------------------------------------
@@ -457,7 +266,7 @@ class RedisStore:
 
     def _ownership(self, ref: HubRef, raw: Mapping[Any, Any]) -> list[OwnershipRecord]:
         key = Keys.of(ref).ownership
-        return sorted(self._parsed(key, _texts(raw), lambda f, v: parse_ownership(ref, f, v)), key=_by_pid)
+        return sorted(self._skipped.parsed(key, texts(raw), lambda f, v: parse_ownership(ref, f, v)), key=_by_pid)
 
     async def claim_ownership(self, records: Sequence[OwnershipRecord]) -> list[OwnershipRecord]:
         """One script call per hub and consumer group among ``records`` (usually one)."""
@@ -468,7 +277,7 @@ class RedisStore:
             for r in group:
                 args += [r.partition_id, r.owner_id, r.etag or "", str(int(r.owner_level))]
 
-            async def claim(c: _Connection, keys: Keys = keys, args: list[str] = args) -> Any:
+            async def claim(c: Connection, keys: Keys = keys, args: list[str] = args) -> Any:
                 return await c.claim(keys=[keys.ownership, keys.etags], args=args)
 
             now_text, wins = await self.run("a claim", claim)
@@ -476,7 +285,7 @@ class RedisStore:
             for n, etag in wins:
                 r = group[int(n) - 1]
                 won[(ref, r.partition_id)] = OwnershipRecord(
-                    ref, r.partition_id, r.owner_id, _text(etag), now, r.owner_level
+                    ref, r.partition_id, r.owner_id, text(etag), now, r.owner_level
                 )
         return list(won.values()) if len(won) < 2 else [won[k] for k in _order(records) if k in won]
 
@@ -485,7 +294,7 @@ class RedisStore:
     async def list_checkpoints(self, ref: HubRef) -> list[Checkpoint]:
         key = Keys.of(ref).checkpoints
         raw = await self._hash("listing checkpoints", key)
-        return sorted(self._parsed(key, raw, lambda f, v: parse_checkpoint(ref, f, v)), key=_by_pid)
+        return sorted(self._skipped.parsed(key, raw, lambda f, v: parse_checkpoint(ref, f, v)), key=_by_pid)
 
     async def update_checkpoint(self, checkpoint: Checkpoint, owner_id: str) -> Checkpoint:
         """Written only while the ownership record names ``owner_id`` (checked in the same script).
@@ -495,14 +304,14 @@ class RedisStore:
         keys = Keys.of(checkpoint.ref)
         payload = json.dumps({"sequence": str(checkpoint.sequence_number), "offset": checkpoint.offset})
 
-        async def write(c: _Connection) -> Any:
+        async def write(c: Connection) -> Any:
             return await c.checkpoint(
                 keys=[keys.ownership, keys.checkpoints], args=[checkpoint.partition_id, owner_id, payload]
             )
 
         written, value = await self.run("a checkpoint", write)
         if int(written) != 1:
-            holder = _text(value)
+            holder = text(value)
             raise OwnershipLost(checkpoint.partition_id, owner_id, holder or None)
         return Checkpoint(
             checkpoint.ref, checkpoint.partition_id, checkpoint.sequence_number, checkpoint.offset, float(value)
@@ -511,7 +320,7 @@ class RedisStore:
     # members and controls ------------------------------------------------------------------
 
     async def _stamped(self, doing: str, key: str, field: str, value: dict[str, Any], stamp: str) -> None:
-        async def write(c: _Connection) -> Any:
+        async def write(c: Connection) -> Any:
             return await c.stamped(keys=[key], args=[field, json.dumps(value), stamp])
 
         await self.run(doing, write)
@@ -527,12 +336,13 @@ class RedisStore:
 
     def _members(self, ref: HubRef, raw: Mapping[Any, Any]) -> list[Member]:
         key = Keys.of(ref).members
-        return sorted(self._parsed(key, _texts(raw), lambda f, v: parse_member(ref, f, v)), key=lambda m: m.owner_id)
+        members = self._skipped.parsed(key, texts(raw), lambda f, v: parse_member(ref, f, v))
+        return sorted(members, key=lambda m: m.owner_id)
 
     async def remove_member(self, ref: HubRef, owner_id: str) -> None:
         key = Keys.of(ref).members
 
-        async def remove(c: _Connection) -> Any:
+        async def remove(c: Connection) -> Any:
             return await c.client.hdel(key, owner_id)
 
         await self.run("removing a member", remove)
@@ -542,7 +352,7 @@ class RedisStore:
 
     def _controls(self, ref: HubRef, raw: Mapping[Any, Any]) -> list[Control]:
         key = Keys.of(ref).controls
-        return self._parsed(key, _texts(raw), lambda f, v: parse_control(ref, f, v))
+        return self._skipped.parsed(key, texts(raw), lambda f, v: parse_control(ref, f, v))
 
     async def put_control(self, control: Control) -> None:
         if not control.target:
@@ -555,7 +365,7 @@ class RedisStore:
         key = Keys.of(ref).controls
         field = f"{ControlKind(kind).value}/{target}"
 
-        async def delete(c: _Connection) -> Any:
+        async def delete(c: Connection) -> Any:
             return await c.client.hdel(key, field)
 
         await self.run("deleting a control", delete)

@@ -1,7 +1,8 @@
 /* Operator actions (staff only: this script is not even sent to others). Any button with
  * data-action opens the dialog: the reason is asked for, Preview shows the dry run the server
- * computed with the real planning code, and only Confirm applies it. Changing an input after a
- * preview asks for a new one.
+ * computed with the fleet's own strategy, and only Confirm applies it. Changing an input after a
+ * preview asks for a new one. What each action is called and asks for comes from the server's
+ * registry (#action-catalogue, dashboard/control/registry.py): nothing here names an action.
  */
 (() => {
   "use strict";
@@ -20,37 +21,33 @@
   const previewButton = $("action-preview-button");
   const confirmButton = $("action-confirm");
 
-  const TITLES = {
-    drain: (t) => [`Drain ${t}`, "It hands its partitions off to the other workers and claims no more."],
-    undrain: (t) => [`Undrain ${t}`, "It takes its share of partitions again."],
-    purge: (t) => [`Purge ${t}`, "Forget this dead worker: its heartbeat (and drain record) are removed."],
-    pin: (t) => [`Pin partition ${t}`, "Only the chosen worker may own this partition."],
-    unpin: (t) => [`Unpin partition ${t}`, "Any worker may own this partition again."],
-    rebalance: () => ["Rebalance now", "Every worker runs a load-balancing cycle now instead of at its next interval."],
-    resetcheckpoint: (t) => [`Reset the checkpoint of partition ${t}`, "The next owner resumes after the new checkpoint."],
-  };
+  const CATALOGUE = new Map(JSON.parse($("action-catalogue").textContent).map((a) => [a.name, a]));
+  const asks = (spec, kind) => Boolean(spec.value && spec.value.kind === kind);
 
-  let current = null; // {action, target}
+  let current = null; // {action, target, spec}
   let previewed = null; // the request the preview was for
 
   function request() {
+    const { spec } = current;
     const wanted = { action: current.action, target: current.target, reason: reason.value.trim() };
-    if (current.action === "pin") wanted.value = worker.value;
-    if (current.action === "resetcheckpoint") { wanted.value = to.value.trim(); wanted.force = force.checked; }
+    if (asks(spec, "worker")) wanted.value = worker.value;
+    if (asks(spec, "position")) wanted.value = to.value.trim();
+    if (spec.force) wanted.force = force.checked;
     return wanted;
   }
   const same = (a, b) => a && b && JSON.stringify({ ...a, reason: "" }) === JSON.stringify({ ...b, reason: "" });
 
   function open(action, target) {
-    current = { action, target: target || (action === "rebalance" ? "*" : "") };
+    const spec = CATALOGUE.get(action);
+    if (!spec) { live.toast(`Unknown action ${action}`); return; }
+    current = { action, target: target || spec.fixed_target, spec };
     previewed = null;
-    const [title, intro] = TITLES[action](target);
-    setText($("action-title"), title);
-    setText($("action-intro"), intro);
+    setText($("action-title"), spec.title.replace("{target}", target));
+    setText($("action-intro"), spec.help);
     dialog.dataset.action = action;
-    $("field-worker").hidden = action !== "pin";
-    $("field-to").hidden = action !== "resetcheckpoint";
-    if (action === "pin") {
+    $("field-worker").hidden = !asks(spec, "worker");
+    $("field-to").hidden = !asks(spec, "position");
+    if (asks(spec, "worker")) {
       worker.replaceChildren();
       for (const id of live.workerOrder) {
         const w = live.workers.get(id);
@@ -60,19 +57,18 @@
         worker.append(option);
       }
     }
-    if (action === "resetcheckpoint") {
-      to.value = "";
-      force.checked = false;
-      const p = live.view.get(target);
-      $("field-force").hidden = !(p && p.owner);
-    }
+    to.value = "";
+    force.checked = false;
+    const p = live.view.get(target);
+    $("field-force").hidden = !(spec.force && p && p.owner); // only a partition a worker owns needs forcing
+    setText($("action-force-help"), spec.force);
     reason.value = "";
     confirmLast.checked = false;
     previewBox.hidden = true;
     errorBox.hidden = true;
     confirmButton.disabled = true;
     dialog.showModal();
-    (action === "resetcheckpoint" ? to : reason).focus();
+    (asks(spec, "position") ? to : reason).focus();
   }
 
   function showError(text) {
@@ -83,6 +79,10 @@
   function showPreview(data) {
     previewBox.hidden = false;
     setText($("preview-summary"), data.summary);
+    const strategy = $("preview-strategy");
+    strategy.hidden = !data.strategy;
+    strategy.dataset.strategy = data.strategy || "";
+    setText(strategy, data.strategy ? `Planned with ${data.strategy}: ${data.strategy_basis}.` : "");
     const moves = $("preview-moves");
     const tbody = moves.querySelector("tbody");
     tbody.replaceChildren();
@@ -92,7 +92,8 @@
       tr.dataset.caused = String(m.caused);
       const note = m.caused ? "" : "already on its way";
       const from = el("td"); from.append(who(m.before));
-      const target = el("td"); target.append(who(m.after));
+      const target = el("td");
+      target.append(m.after_known === false ? el("span", "muted", "whoever wins the race") : who(m.after));
       tr.append(el("td", "num", m.partition_id), from, el("td", "arrow", "→"), target, el("td", "muted", note));
       tbody.append(tr);
     }
@@ -122,7 +123,7 @@
   async function preview() {
     showError(null);
     const wanted = request();
-    if (current.action === "pin" && !wanted.value) { showError("no live worker to pin to"); return; }
+    if (asks(current.spec, "worker") && !wanted.value) { showError("no live worker to choose"); return; }
     previewButton.disabled = true;
     try {
       const { ok, data } = await live.post(live.cfg.previewUrl, wanted);

@@ -147,7 +147,6 @@
   }
 
   function renderWorkers() {
-    const counts = live.ownedCounts();
     const now = live.top ? live.top.generated_at : null;
     const ids = live.workerOrder.filter((id) => live.workers.has(id));
     for (const [id, row] of rows) if (!live.workers.has(id)) { row.tr.remove(); rows.delete(id); }
@@ -163,7 +162,7 @@
       setData(row.tr, "draining", w.draining);
       setData(row.tr, "purgeable", Boolean(w.purgeable));
       setHidden(row.cells.tag, !w.draining);
-      setText(row.cells.owned, String(counts.get(id) || 0));
+      setText(row.cells.owned, String(w.owned)); // the server's count, as of the last state
       setText(row.cells.rate, w.events_per_second === null || w.events_per_second === undefined ? "–" : fmt.n(w.events_per_second));
       const seen = w.last_seen === null || now === null ? "never" : fmt.ago(now - w.last_seen);
       setText(row.cells.seenText, w.alive ? seen : `gone · ${seen}`);
@@ -177,12 +176,12 @@
     setHidden($("no-workers"), ids.length > 0);
     const alive = ids.filter((id) => live.workers.get(id).alive).length;
     setText($("worker-count"), ids.length ? `(${alive} alive of ${ids.length})` : "");
-    renderLegend(counts);
+    renderLegend();
   }
 
   let legendKey = "";
-  function renderLegend(counts) {
-    const owners = [...new Set([...live.workers.keys(), ...counts.keys()])].sort();
+  function renderLegend() {
+    const owners = [...live.workers.keys()].sort(); // every owner of a lease is among the workers
     const key = owners.join("\u0000");
     if (key === legendKey) return;
     legendKey = key;
@@ -217,7 +216,7 @@
   }
   const feedLater = live.coalesced(flushFeed);
 
-  // Tiles are painted as events arrive; the worker table (owned counts over every partition) once a frame.
+  // Tiles are painted as events arrive; the worker table at most a few times a second.
   const workersLater = live.coalesced(renderWorkers, live.SUMMARY_EVERY_MS);
   live.listen({
     state(changed) {

@@ -6,7 +6,11 @@
  * them; `view` is what the page shows: base plus the events above the watermark, applied once each,
  * per partition in id order. A delta moves the watermark; the events it now covers are dropped and
  * the rest replayed, on the partitions they touch only, so a second of a busy hub with 1024
- * partitions touches only what moved. A reconnect loads /api/state and starts over.
+ * partitions touches only what moved. Every (re)connect starts over from the socket's snapshot: the
+ * page loads the state once per connect, and /api/state only when the socket never gave one.
+ *
+ * Counts (owned per worker, the header's totals, statuses) are the server's (`summary`, `owned`):
+ * the page shows them as the last state said, and only tiles move ahead of it with the events.
  */
 (() => {
   "use strict";
@@ -184,6 +188,8 @@
         return ev.owner_id ? { ...p, owner: ev.owner_id, status: "owned" } : null;
       case "pin":
         return { ...p, pinned_to: ev.owner_id || null };
+      case "unpin":
+        return { ...p, pinned_to: null };
       default:
         return null;
     }
@@ -283,10 +289,10 @@
     applyEvents(events, fresh) {
       const changed = new Set();
       for (const ev of events) {
-        if (ev.kind === "drain" && ev.partition_id === "*") {
-          const id = ev.previous_owner || ev.owner_id;
+        if ((ev.kind === "drain" || ev.kind === "undrain") && ev.partition_id === "*") {
+          const id = ev.kind === "drain" ? ev.previous_owner : ev.owner_id;
           const w = this.workers.get(id);
-          if (w) this.workers.set(id, { ...w, draining: Boolean(ev.previous_owner) });
+          if (w) this.workers.set(id, { ...w, draining: ev.kind === "drain" });
         }
         if (ev.id <= this.watermark || this.bufferedIds.has(ev.id)) continue;
         this.buffered.push(ev);
@@ -308,12 +314,6 @@
       }
     },
 
-    ownedCounts() {
-      const counts = new Map();
-      for (const p of this.view.values()) if (p.owner) counts.set(p.owner, (counts.get(p.owner) || 0) + 1);
-      return counts;
-    },
-
     timed(render) {
       const started = performance.now();
       render();
@@ -327,7 +327,7 @@
 
   function scalars(state) {
     const out = {};
-    for (const key of ["generated_at", "last_event_id", "expiry", "source", "version", "sampled_at", "lag_rules"]) {
+    for (const key of ["generated_at", "last_event_id", "expiry", "source", "version", "sampled_at", "lag_rules", "summary"]) {
       if (key in state) out[key] = state[key];
     }
     return out;
@@ -336,20 +336,13 @@
   // --- header summary -------------------------------------------------------------------------
 
   function summarise() {
-    if (!live.top) return;
-    let owned = 0;
-    let lag = 0;
-    let lagKnown = false;
-    const statuses = new Map();
-    for (const p of live.view.values()) {
-      if (p.owner) owned += 1;
-      if (p.lag !== null && p.lag !== undefined) { lag += p.lag; lagKnown = true; }
-      if (p.lag_status && p.lag_status !== "OK") statuses.set(p.lag_status, (statuses.get(p.lag_status) || 0) + 1);
-    }
-    setText($("owned-summary"), `${owned} / ${live.view.size} owned`);
-    const alive = [...live.workers.values()].filter((w) => w.alive).length;
+    const summary = live.top && live.top.summary;
+    if (!summary) return;
+    setText($("owned-summary"), `${summary.owned} / ${summary.partitions} owned`);
+    const alive = summary.workers_alive;
     setText($("workers-summary"), `${alive} worker${alive === 1 ? "" : "s"} alive`);
-    setText($("lag-summary"), `lag ${lagKnown ? fmt.n(lag) : "–"}`);
+    setText($("lag-summary"), `lag ${fmt.n(summary.lag)}`);
+    const statuses = new Map(Object.entries(summary.by_lag_status).filter(([s, n]) => s !== "OK" && n > 0));
     const box = $("status-summary");
     const key = STATUSES.map((s) => `${s}${statuses.get(s) || 0}`).join();
     if (box.dataset.key !== key) {
@@ -393,6 +386,7 @@
   let attempt = 0;
   let lastStateAt = 0;
   let sockError = null;
+  let snapshotted = false; // the current socket delivered its snapshot
 
   function setConn(state, text) {
     conn.dataset.state = state;
@@ -401,19 +395,17 @@
     live.emit("connection", state);
   }
 
+  /** Only while the page shows nothing and the socket could not give a snapshot (it never opened). */
   async function loadState() {
     try {
       const response = await fetch(`${cfg.stateUrl}?${query}`, { headers: { Accept: "application/json" } });
       const data = await response.json();
-      if (response.status === 401) { showAlert(`${data.error}.`); return false; }
-      if (!response.ok) { showAlert(data.error || `state request failed (${response.status})`); return true; }
+      if (!response.ok) { showAlert(data.error || `state request failed (${response.status})`); return; }
+      if (live.top) return; // a socket's snapshot came first
       live.timed(() => live.applySnapshot(data));
-      lastStateAt = Date.now();
       showAlert(data.source && data.source.error ? data.source.error : null);
-      return true;
     } catch (err) {
       showAlert(`dashboard unreachable: ${err}`);
-      return true;
     }
   }
 
@@ -422,12 +414,14 @@
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     const ws = new WebSocket(`${proto}//${location.host}${cfg.wsPath}?${query}`);
     socket = ws;
+    snapshotted = false;
     ws.onopen = () => { attempt = 0; };
     ws.onmessage = (msg) => {
       const data = JSON.parse(msg.data);
       switch (data.type) {
         case "snapshot":
           sockError = null;
+          snapshotted = true;
           live.timed(() => live.applySnapshot(data.state));
           lastStateAt = Date.now();
           setConn("live", "live");
@@ -456,10 +450,11 @@
       socket = null;
       if (e.code === 4400) { setConn("reconnecting", "bad request"); return; } // retrying will not help
       if (e.code === 4401) { setConn("reconnecting", "log in"); return; }
+      if (!snapshotted && !live.top && attempt === 0) loadState(); // something to look at while retrying
       const delay = Math.min(10000, 500 * 2 ** attempt) * (0.75 + Math.random() * 0.5);
       attempt += 1;
       setConn("reconnecting", `reconnecting in ${(delay / 1000).toFixed(1)}s`);
-      setTimeout(() => { loadState().then((go) => { if (go) connect(); }); }, delay);
+      setTimeout(connect, delay);
     };
   }
 
@@ -512,5 +507,5 @@
 
   window.Leaseboard = live;
   // The page's own script registers its listeners first (it runs right after this one).
-  setTimeout(() => { loadState().then((go) => { if (go) connect(); }); }, 0);
+  setTimeout(connect, 0);
 })();

@@ -2,7 +2,7 @@
 
 ``served`` is the module's server; its hub directory holds ``sensors`` (4 partitions). Tests that
 need a hub of their own create one under ``served.root`` with :func:`new_hub`, so they do not see
-each other's events. Waiting is always polling with a deadline (:func:`until`).
+each other's events. Waiting is always polling with a deadline (``tests.support.waiting``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import pytest
 from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient, PartitionContext
 
+from tests.support.waiting import until_sync
 from workers.hub.amqp.auth import SasKey
 from workers.hub.amqp.connection import Limits
 from workers.hub.amqp.server import HubServer
@@ -28,18 +29,6 @@ from workers.sources.base import Position
 
 T = TypeVar("T")
 _names = itertools.count()
-
-
-def until(predicate: Callable[[], T], what: str, timeout: float = 10.0) -> T:
-    """Polls ``predicate`` until it returns something truthy, and returns that; fails after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        threading.Event().wait(0.01)
 
 
 @dataclass
@@ -115,7 +104,9 @@ class Receiving:
     thread: threading.Thread | None = None
 
     def wait_for(self, count: int, timeout: float = 10.0) -> list[EventData]:
-        until(lambda: len(self.events) >= count, f"{count} events (got {len(self.events)})", timeout)
+        until_sync(
+            lambda: len(self.events) >= count, f"{count} events", timeout, detail=lambda: f"got {len(self.events)}"
+        )
         return self.events
 
     def close(self) -> None:

@@ -17,13 +17,14 @@ import pytest
 from azure.eventhub import EventData
 from proton import Message
 
+from tests.support.waiting import until_sync
 from workers.hub.amqp import frames
 from workers.hub.amqp.auth import SasKey
 from workers.hub.amqp.connection import Limits
 from workers.hub.embedded import EmbeddedHub
 from workers.sources.base import Position
 
-from .conftest import Receiving, Served, body, consumer, producer, serve, start_receiving, until
+from .conftest import Receiving, Served, body, consumer, producer, serve, start_receiving
 from .rawclient import RawClient, read_until_eof
 
 STORED = [b"first", b"second", b"third"]
@@ -191,7 +192,7 @@ def test_a_half_open_connection_is_closed_after_the_handshake_timeout(
         with socket.create_connection(("127.0.0.1", served.port), timeout=5) as sock:
             sock.sendall(first_bytes)
             read_until_eof(sock)
-        until(lambda: any("half-open" in r.getMessage() for r in caplog.records), "the half-open warning")
+        until_sync(lambda: any("half-open" in r.getMessage() for r in caplog.records), "the half-open warning")
 
 
 def test_a_connection_that_goes_silent_after_open_is_closed_by_the_idle_timeout(served: Served) -> None:
@@ -209,7 +210,9 @@ def test_an_idle_sdk_producer_reconnects_after_the_hub_closed_its_connection(ser
     before = hub.properties("0").last_enqueued_sequence_number
     with producer(served, "sensors") as client:
         client.send_event(EventData(b"before idling"), partition_id="0")
-        until(lambda: served.call(lambda: served.server.stats.open_connections) == 0, "the idle connection to close")
+        until_sync(
+            lambda: served.call(lambda: served.server.stats.open_connections) == 0, "the idle connection to close"
+        )
         client.send_event(EventData(b"after idling"), partition_id="0")
     reader = hub.reader("0", Position())
     assert [e.body for e in reader.receive(1000)][before + 1 :] == [b"before idling", b"after idling"]
@@ -221,11 +224,11 @@ def test_a_receiving_sdk_client_keeps_its_connection_with_heartbeats(
 ) -> None:
     receiving = start_receiving(consumer(served, "sensors"), partition_id="1", starting_position="@latest")
     receivers.append(receiving)
-    until(lambda: served.owner_levels("sensors", "1"), "the receiver to attach")
+    until_sync(lambda: served.owner_levels("sensors", "1"), "the receiver to attach")
     heartbeats = lambda: served.call(  # noqa: E731
         lambda: max((c.heartbeats for c in served.server.connections), default=0)
     )
-    until(lambda: heartbeats() >= 4, "four heartbeats (twice the idle timeout)")
+    until_sync(lambda: heartbeats() >= 4, "four heartbeats (twice the idle timeout)")
     hub.send(b"still there", partition_id="1")
     [event] = receiving.wait_for(1)
     assert body(event) == b"still there"

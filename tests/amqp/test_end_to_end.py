@@ -27,8 +27,8 @@ from azure.eventhub.extensions.checkpointstoreblobaio import BlobCheckpointStore
 
 from balancer.model import HubRef
 from balancer.stores.azure_blob import BlobStore
-from tests.azurite import Azurite, start_azurite
-from tests.processes import Processes, last_enqueued, manage, migrate, worker_env
+from tests.support.azurite import Azurite, start_azurite
+from tests.support.processes import Processes, last_enqueued, manage, migrate, worker_env
 from workers.hub.embedded import EmbeddedHub
 
 from .conftest import Served
@@ -164,7 +164,7 @@ async def test_runworkers_on_the_eventhubs_source_handles_every_event_over_amqp_
 
 async def dashboard_workers(fleet: Fleet) -> dict[str, dict[str, Any]]:
     """The workers of the dashboard's /api/state snapshot, assembled from the blob container."""
-    from dashboard.state import assemble
+    from dashboard.console import assemble
 
     store, ref = fleet.store, fleet.ref
     snapshot = assemble(
@@ -174,7 +174,7 @@ async def dashboard_workers(fleet: Fleet) -> dict[str, dict[str, Any]]:
         properties={p: fleet.hub.properties(p) for p in fleet.hub.partition_ids()}, source_name="eventhubs",
         source_error=None, last_event_id=0,
     )  # fmt: skip
-    return {w["id"]: {"owned": w["owned"], "alive": w["alive"]} for w in snapshot["workers"]}
+    return {w.id: {"owned": w.owned, "alive": w.alive} for w in snapshot.workers}
 
 
 class MicrosoftProcessor:

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
 
+from tests.support.waiting import until_sync
 from workers.hub.amqp.keys import KEY_FILE
 from workers.hub.embedded import EmbeddedHub
 from workers.sources.base import Position
 
-from .conftest import Receiving, bodies, start_receiving, until
+from .conftest import Receiving, bodies, start_receiving
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,7 +64,7 @@ def runhub(tmp_path: Path) -> Iterator[RunHub]:
         found = re.match(r"EVENTHUB_CONNECTION_STRING=(\S+)", line)
         return found.group(1) if found else None
 
-    found = until(connection_string, "the connection string", 30)
+    found = until_sync(connection_string, "the connection string", 30)
     namespace = process.stdout.readline()
     out.append(namespace)
     assert namespace.startswith("LEASEBOARD_NAMESPACE="), namespace
@@ -108,7 +109,7 @@ def test_runhub_serves_the_log_the_embedded_hub_reads_and_partitions_added_while
 
     hub.add_partitions(5)
     with EventHubProducerClient.from_connection_string(runhub.connection_string, eventhub_name="homes") as client:
-        until(lambda: client.get_partition_ids() == ["0", "1", "2", "3", "4"], "the new partitions to be served")
+        until_sync(lambda: client.get_partition_ids() == ["0", "1", "2", "3", "4"], "the new partitions to be served")
         client.send_event(EventData(b"sent over AMQP"), partition_id="4")
         client.send_event(EventData(b"and to an old one"), partition_id="1")
     reader = hub.reader("4", Position())

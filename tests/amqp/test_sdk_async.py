@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -12,6 +11,7 @@ from azure.eventhub import EventData, PartitionContext
 from azure.eventhub.aio import EventHubConsumerClient, EventHubProducerClient
 from azure.eventhub.exceptions import AuthenticationError
 
+from tests.support.waiting import until
 from workers.hub.embedded import EmbeddedHub
 from workers.sources.base import Position
 from workers.sources.eventhubs import is_stolen
@@ -27,15 +27,6 @@ def aconsumer(served: Served, hub: str, **kwargs: Any) -> EventHubConsumerClient
     return EventHubConsumerClient.from_connection_string(
         served.connection_string, consumer_group="$Default", eventhub_name=hub, **kwargs
     )
-
-
-async def until(predicate: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
-    return result
 
 
 class Collector:

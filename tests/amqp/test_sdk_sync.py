@@ -12,6 +12,7 @@ import pytest
 from azure.eventhub import EventData, EventHubProducerClient
 from azure.eventhub.exceptions import AuthenticationError, ConnectError, EventHubError
 
+from tests.support.waiting import until_sync
 from workers.hub.embedded import EmbeddedHub
 from workers.sources.base import Position
 from workers.sources.eventhubs import is_stolen
@@ -26,7 +27,6 @@ from .conftest import (
     new_hub,
     producer,
     start_receiving,
-    until,
 )
 
 
@@ -105,7 +105,7 @@ def test_a_receiver_at_latest_gets_only_what_is_sent_after_it_attached(
 ) -> None:
     receiving = start_receiving(consumer(served, timed_hub.name), partition_id="0", starting_position="@latest")
     receivers.append(receiving)
-    until(lambda: served.owner_levels(timed_hub.name, "0"), "the receiver to attach")
+    until_sync(lambda: served.owner_levels(timed_hub.name, "0"), "the receiver to attach")
     with producer(served, timed_hub.name) as client:
         client.send_event(EventData(b"fresh"), partition_id="0")
     [event] = receiving.wait_for(1)
@@ -119,10 +119,10 @@ def test_a_higher_owner_level_takes_the_partition_and_the_old_receiver_is_told_i
     hub = new_hub(served, partitions=1)
     old = start_receiving(consumer(served, hub.name), partition_id="0", owner_level=1, starting_position="-1")
     receivers.append(old)
-    until(lambda: served.owner_levels(hub.name, "0") == [1], "the first receiver to attach")
+    until_sync(lambda: served.owner_levels(hub.name, "0") == [1], "the first receiver to attach")
     new = start_receiving(consumer(served, hub.name), partition_id="0", owner_level=2, starting_position="-1")
     receivers.append(new)
-    until(lambda: old.errors, "the first receiver to be cut off")
+    until_sync(lambda: old.errors, "the first receiver to be cut off")
     assert is_stolen(old.errors[0]), old.errors
     assert "amqp:link:stolen" in str(old.errors[0]) or "stolen" in repr(old.errors[0])
     assert served.owner_levels(hub.name, "0") == [2]
@@ -135,10 +135,10 @@ def test_equal_owner_levels_the_newest_receiver_wins(served: Served, receivers: 
     hub = new_hub(served, partitions=1)
     first = start_receiving(consumer(served, hub.name), partition_id="0", owner_level=0)
     receivers.append(first)
-    until(lambda: served.owner_levels(hub.name, "0") == [0], "the first receiver to attach")
+    until_sync(lambda: served.owner_levels(hub.name, "0") == [0], "the first receiver to attach")
     second = start_receiving(consumer(served, hub.name), partition_id="0", owner_level=0)
     receivers.append(second)
-    until(lambda: first.errors, "the first receiver to be cut off")
+    until_sync(lambda: first.errors, "the first receiver to be cut off")
     assert is_stolen(first.errors[0])
     hub.send(b"x", partition_id="0")
     assert bodies(second.wait_for(1)) == [b"x"]
@@ -150,14 +150,14 @@ def test_a_lower_owner_level_is_refused_and_the_holder_keeps_reading(
     hub = new_hub(served, partitions=1)
     holder = start_receiving(consumer(served, hub.name), partition_id="0", owner_level=5)
     receivers.append(holder)
-    until(lambda: served.owner_levels(hub.name, "0") == [5], "the holder to attach")
+    until_sync(lambda: served.owner_levels(hub.name, "0") == [5], "the holder to attach")
     lower = start_receiving(consumer(served, hub.name, retry_total=0), partition_id="0", owner_level=4)
     receivers.append(lower)
-    until(lambda: lower.errors, "the lower receiver to be refused")
+    until_sync(lambda: lower.errors, "the lower receiver to be refused")
     assert is_stolen(lower.errors[0]) and "epoch" in str(lower.errors[0])
     non_exclusive = start_receiving(consumer(served, hub.name, retry_total=0), partition_id="0")
     receivers.append(non_exclusive)
-    until(lambda: non_exclusive.errors, "the receiver without owner level to be refused")
+    until_sync(lambda: non_exclusive.errors, "the receiver without owner level to be refused")
     assert served.owner_levels(hub.name, "0") == [5] and holder.errors == []
     hub.send(b"still mine", partition_id="0")
     assert bodies(holder.wait_for(1)) == [b"still mine"]

@@ -10,7 +10,7 @@ from azure.storage.blob.aio import ContainerClient
 
 from balancer.model import HubRef
 from balancer.stores.azure_blob import BlobStore
-from tests.azurite import Azurite, start_azurite
+from tests.support.azurite import Azurite, start_azurite
 
 # An Event Hubs namespace as Microsoft's processors name it, and the default consumer group with
 # its capital D: the blob names lowercase it.

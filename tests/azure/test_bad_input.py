@@ -15,8 +15,8 @@ from balancer.errors import StoreError, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, Member, OwnershipRecord, partition_ids
 from balancer.stores.azure_blob import BlobStore
 from balancer.strategies import get_strategy
-from tests.azurite import KEY, Azurite, connection_string
-from tests.servers import free_port
+from tests.support.azurite import KEY, Azurite, connection_string
+from tests.support.servers import free_port
 
 from .conftest import REF
 

@@ -21,7 +21,7 @@ from balancer.errors import OwnershipLost
 from balancer.model import Checkpoint, Control, ControlKind, Member, OwnershipRecord, partition_ids
 from balancer.stores.azure_blob import BlobStore
 from balancer.strategies import get_strategy
-from tests.azurite import Azurite
+from tests.support.azurite import Azurite
 from workers.sources.base import Position
 
 from .conftest import REF
@@ -177,7 +177,7 @@ async def test_a_checkpoint_written_by_microsoft_is_where_leaseboard_resumes(
     [checkpoint] = await store.list_checkpoints(REF)
     assert (checkpoint.partition_id, checkpoint.sequence_number, checkpoint.offset) == ("3", 88, "8800")
     assert checkpoint.last_modified is not None
-    # the position Leaseboard's pump resumes at (workers/pump.py): after this event
+    # the position Leaseboard's pump resumes at (workers/runtime/pump.py): after this event
     assert Position.after(checkpoint.sequence_number, checkpoint.offset) == Position(offset="8800", sequence_number=88)
 
     # and back: Leaseboard moves it on, Microsoft's processor would resume there

@@ -10,7 +10,7 @@ import pytest
 from balancer.errors import StoreUnavailable
 from balancer.model import Checkpoint, OwnershipRecord
 from balancer.stores.azure_blob import BlobStore
-from tests.azurite import start_azurite
+from tests.support.azurite import start_azurite
 
 from .conftest import REF
 

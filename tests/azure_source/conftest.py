@@ -1,4 +1,4 @@
-"""Fixtures: a scripted "service" (Hub), the fake client factory, a source on them, a fake clock."""
+"""Fixtures: a scripted "service" (Hub), the fake client factory, a source on them, the fake clock."""
 
 from __future__ import annotations
 
@@ -6,22 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.clock import FakeClock
 from workers.sources.eventhubs import EventHubsSource
 
 from .fake import CONNECTION_STRING, Clients, Hub
-
-
-class FakeClock:
-    """Monotonic seconds that move only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -256,12 +255,3 @@ class Clients:
     @property
     def last(self) -> FakeConsumerClient:
         return self.made[-1]
-
-
-def until(predicate: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
-    """Polls ``predicate`` until true; fails after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        threading.Event().wait(0.002)

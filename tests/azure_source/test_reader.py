@@ -11,10 +11,11 @@ from azure.eventhub import EventHubConsumerClient
 from azure.eventhub._pyamqp.error import ErrorCondition
 from azure.eventhub.exceptions import ConnectError, ConnectionLostError, EventHubError
 
+from tests.support.clock import FakeClock
+from tests.support.waiting import until_sync
 from workers.sources.base import Position, ReceivedEvent
 from workers.sources.eventhubs import EventHubsReader, EventHubsSource, PartitionStolen, ReaderFailed, is_stolen
 
-from .conftest import FakeClock
 from .fake import (
     CONNECTION_STRING,
     T0_MS,
@@ -25,7 +26,6 @@ from .fake import (
     sdk_event,
     sdk_properties,
     stolen_error,
-    until,
     utc,
 )
 
@@ -241,7 +241,7 @@ def test_an_sdk_receive_that_raises_or_returns_by_itself_fails_the_reader(
     monkeypatch.setattr(FakeConsumerClient, "receive_batch", refuse)
     other = source.reader("1", Position.earliest())
     opened.append(other)
-    until(lambda: not other.receiving, "the reader's thread to end")
+    until_sync(lambda: not other.receiving, "the reader's thread to end")
     with pytest.raises(ReaderFailed, match="already receiving") as caught:
         other.receive(1)
     assert isinstance(caught.value.__cause__, ValueError)

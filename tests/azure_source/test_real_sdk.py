@@ -18,10 +18,11 @@ import pytest
 from azure.eventhub import EventHubConsumerClient
 from azure.eventhub.exceptions import ConnectError
 
+from tests.support.waiting import until_sync
 from workers.sources.base import Position
 from workers.sources.eventhubs import ClientFactory, ConsumerClient, EventHubsConfigError, EventHubsSource, ReaderFailed
 
-from .fake import CONNECTION_STRING, KEY, NAMESPACE, until
+from .fake import CONNECTION_STRING, KEY, NAMESPACE
 
 
 def real_client_on(port: int) -> ClientFactory:
@@ -92,10 +93,10 @@ def test_the_real_sdk_takes_the_readers_arguments_and_its_receive_error_ends_the
             errors.append(exc)
         return bool(errors)
 
-    until(failed, "the reader to fail", timeout=30)
+    until_sync(failed, "the reader to fail", timeout=30)
     assert isinstance(errors[0].__cause__, ConnectError), errors[0].__cause__  # not a TypeError for an argument
     assert "Connection refused" in str(errors[0])
-    until(lambda: not reader.receiving, "the SDK's receive to end")
+    until_sync(lambda: not reader.receiving, "the SDK's receive to end")
     source.close()
 
 
@@ -106,7 +107,7 @@ def test_close_ends_a_real_receive_that_waits_on_a_silent_service_promptly(
     client = real_client_on(port)(CONNECTION_STRING, "sensors", "$Default")
     source = EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=_ListingOnly(client))
     reader = source.reader("0", Position.earliest())
-    until(lambda: len(accepted) >= 1, "the SDK to connect")
+    until_sync(lambda: len(accepted) >= 1, "the SDK to connect")
     assert reader.receive(10) == [] and reader.receiving  # connected, waiting, nothing yet
     started = time.monotonic()
     reader.close()

@@ -9,10 +9,10 @@ from azure.eventhub import EventHubConsumerClient
 from azure.eventhub._pyamqp.error import ErrorCondition
 from azure.eventhub.exceptions import AuthenticationError, ConnectError
 
+from tests.support.clock import FakeClock
 from workers.sources.base import PartitionProperties
 from workers.sources.eventhubs import EventHubsConfigError, EventHubsSource, sdk_client
 
-from .conftest import FakeClock
 from .fake import (
     CONNECTION_STRING,
     KEY,

@@ -53,6 +53,7 @@ async def test_scale_out_moves_the_minimum_by_handoff_never_by_steal() -> None:
     releases = [e for e in cluster.events if e.kind is EventKind.RELEASE]
     taken = [e for e in cluster.events if e.kind is EventKind.CLAIM]
     assert len(releases) == len(taken) == 6  # the minimum: 32 = 7+7+6+6+6 from 8+8+8+8
+    assert all(e.handoff for e in releases)  # planned: in the cycle's request, no hook
     assert all(e.owner_id == "e" and e.reason == "released" for e in taken)
     assert not [e for e in cluster.events if e.kind in (EventKind.STEAL, EventKind.LOST)]
 

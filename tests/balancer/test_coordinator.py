@@ -114,6 +114,7 @@ async def test_release_all_lets_another_worker_claim_at_once_not_after_expiry() 
     await cluster.cycle(4)
     events = await a.release_all()
     assert {e.kind for e in events} == {EventKind.RELEASE} and a.owned == frozenset()
+    assert not any(e.handoff for e in events)  # a shutdown, not a planned handoff
     cluster.crash("a")
     b = cluster.add("b")
     await cluster.cycle(4)  # 40 s, far below the 300 s expiry
@@ -181,7 +182,7 @@ async def test_with_a_handoff_hook_the_lease_is_kept_until_the_runtime_releases_
     [record] = await cluster.store.list_ownership(REF)
     assert record.owner_id == "a" and not record.expired(cluster.now, 30.0)
     event = await a.release("0")
-    assert event is not None and event.kind is EventKind.RELEASE
+    assert event is not None and event.kind is EventKind.RELEASE and event.handoff
     assert not a.handing_off("0") and a.owned == frozenset()
     [record] = await cluster.store.list_ownership(REF)
     assert record.owner_id == ""

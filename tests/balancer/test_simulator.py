@@ -15,8 +15,10 @@ from django.core.management import CommandError, call_command
 
 from balancer.sim import loop as sim_loop
 from balancer.sim.measures import Processing, longest_unprocessed, min_moves, overlap_seconds
-from balancer.sim.run import SCENARIOS, Settings, simulate
-from balancer.strategies import DEFAULT, STRATEGIES
+from balancer.sim.race import RaceRun
+from balancer.sim.run import SCENARIOS, Settings, run_of, simulate
+from balancer.sim.table import TableRun
+from balancer.strategies import DEFAULT, STRATEGIES, get_strategy
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {
@@ -111,6 +113,11 @@ def test_every_strategy_runs_every_scenario(scenario: str) -> None:
         assert result["store_requests_per_worker_cycle"]["median"] >= 2  # type: ignore[index]
     if scenario in ("single-partition", "more-workers-than-partitions"):
         assert result["partitions"] < result["workers"]  # type: ignore[operator]
+
+
+def test_the_race_has_a_run_of_its_own_and_every_plan_strategy_the_lease_table_run() -> None:
+    assert run_of(get_strategy("race")) is RaceRun
+    assert {run_of(strategy) for strategy in STRATEGIES.values()} == {TableRun}
 
 
 def test_cold_start_one_claim_per_cycle_against_all_at_once() -> None:

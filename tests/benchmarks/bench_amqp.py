@@ -295,7 +295,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from tests.azurite import start_azurite
+    from tests.support.azurite import start_azurite
 
     events = args.events - args.events % args.partitions
     with tempfile.TemporaryDirectory(prefix="bench-amqp-") as tmp:

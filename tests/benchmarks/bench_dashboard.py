@@ -30,6 +30,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.support.redis_server import RedisServer, start_redis
+from tests.support.servers import ServerError, free_port
+from tests.support.waiting import until_sync
+
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -38,14 +42,6 @@ CHROMIUM_ARGS = [
 ]  # fmt: skip
 WARMUP = 2.0
 NAMESPACE, HUB, GROUP = "bench.example", "sensors", "$Default"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -163,38 +159,23 @@ def _environment(var: Path, redis_url: str, partitions: int) -> dict[str, str]:
 
 
 def _wait_for(url: str, process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def answers() -> bool:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+
+    def running() -> None:
         if process.poll() is not None:
             raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} not answering after {timeout}s")
+
+    until_sync(answers, f"{url} to answer", timeout, step=0.1, check=running, ignoring=(OSError,))
 
 
-def _start_redis(var: Path) -> tuple[subprocess.Popen[bytes] | None, str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        return None, ""
-    port = free_port()
-    process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(var)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 10
-    import socket
-
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return process, f"redis://127.0.0.1:{port}/0"
-        except OSError:
-            time.sleep(0.05)
-    process.terminate()
-    return None, ""
+def _start_redis() -> RedisServer | None:
+    """A redis-server for the channel layer, or None without one (the in-memory layer is used)."""
+    try:
+        return start_redis()
+    except ServerError:
+        return None
 
 
 def _stop(process: subprocess.Popen[bytes] | None) -> None:
@@ -213,24 +194,21 @@ def _metrics_render(partitions: int, workers: int, rounds: int = 40) -> list[flo
     _django()
     from balancer.model import HubRef
     from dashboard import metrics
+    from dashboard.console import ConsoleState, Lease, PartitionRow, SourceStatus, WorkerRow
+    from dashboard.lag import STATUSES
 
     now = time.time()
     names = [f"worker-{w:02d}" for w in range(workers)]
-    statuses = ["OK", "WARN", "STALL", "STOP", "REWIND"]
-    state = {
-        "generated_at": now, "source": {"available": True, "error": None},
-        "partitions": [
-            {"id": str(p), "owner": names[p % workers], "status": "owned", "lag": p % 97, "lag_seconds": (p % 97) / 10,
-             "sequence_number": 1000 + p, "last_enqueued_sequence_number": 1097 + p, "lag_status": statuses[p % 5]}
-            for p in range(partitions)
-        ],
-        "workers": [
-            {"id": n, "owned": partitions // workers, "alive": True, "draining": False, "last_seen": now,
-             "events_per_second": 12.5}
-            for n in names
-        ],
-    }  # fmt: skip
     ref = HubRef(NAMESPACE, HUB, GROUP)
+    state = ConsoleState(
+        ref, now, 30.0, 0, SourceStatus("embedded"),
+        tuple(
+            PartitionRow(str(p), names[p % workers], Lease.OWNED, now, 1000 + p, 1097 + p, now, now, p % 97, None,
+                         lag_seconds=(p % 97) / 10, lag_status=STATUSES[p % 5])
+            for p in range(partitions)
+        ),
+        tuple(WorkerRow(n, partitions // workers, False, now, True, events_per_second=12.5) for n in names),
+    )  # fmt: skip
     logged = {"claim": 1024, "steal": 5000, "release": 100, "expire": 3, "lost": 1}
     took = []
     for _ in range(rounds):
@@ -292,7 +270,8 @@ def run(
     from workers.hub.embedded import EmbeddedHub
 
     var = Path(tempfile.mkdtemp(prefix="bench-dashboard-"))
-    redis, redis_url = _start_redis(var)
+    redis = _start_redis()
+    redis_url = redis.url if redis else ""
     environ = _environment(var, redis_url, partitions)
     if keep:
         environ["LEASEBOARD_LOG_LEVEL"] = "DEBUG"
@@ -341,7 +320,8 @@ def run(
         http_ms, size = _metrics_http(f"{url}/metrics")
     finally:
         _stop(daphne)
-        _stop(redis)
+        if redis:
+            redis.stop()
         if keep:
             print(f"kept {var} (daphne.log has the server's DEBUG log)")
         else:

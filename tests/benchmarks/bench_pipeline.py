@@ -118,7 +118,7 @@ def pyarrow_aggregate(folder: Path) -> tuple[int, float]:
 
 def database(root: Path) -> str:
     """A migrated throw-away SQLite database for the summary; its alias."""
-    from tests.servers import add_django_database
+    from tests.support.databases import add_django_database
 
     alias = f"bench_pipeline_{os.getpid()}_{time.monotonic_ns()}"
     add_django_database(
@@ -151,7 +151,7 @@ def spark_run(root: Path, run: int, alias: str) -> tuple[int, float, float, floa
 
 def demo_latency(seconds: float) -> list[tuple[float, float]]:
     """(newest event's, oldest event's) seconds from enqueued to committed, per batch of a demo-like run."""
-    from tests.servers import add_django_database, remove_django_database
+    from tests.support.databases import add_django_database, remove_django_database
     from workers.models import PipelineBatch
     from workers.pipeline.launcher import start_pipeline, stop_pipeline
 

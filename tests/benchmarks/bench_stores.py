@@ -83,7 +83,8 @@ def main() -> None:
 
         from balancer.stores.memory import MemoryStore
         from dashboard.sqlstore import SqlStore
-        from tests.servers import add_django_database, start_postgres
+        from tests.support.databases import add_django_database
+        from tests.support.postgres import start_postgres
 
         shared_memory = MemoryStore()
         backends: list[tuple[str, str, Callable[[], Awaitable[Any]]]] = []
@@ -111,7 +112,7 @@ def main() -> None:
             print(f"PostgreSQL not measured: {exc}")
         try:
             from balancer.stores.azure_blob import BlobStore
-            from tests.azurite import start_azurite
+            from tests.support.azurite import start_azurite
 
             azurite = start_azurite()
             stack.callback(azurite.stop)
@@ -124,7 +125,7 @@ def main() -> None:
             print(f"Blob not measured: {exc}")
         try:
             from balancer.stores.redis import RedisStore
-            from tests.redis_server import start_redis
+            from tests.support.redis_server import start_redis
 
             redis_server = start_redis()
             stack.callback(redis_server.stop)

@@ -45,8 +45,8 @@ from balancer.stores.memory import MemoryStore  # noqa: E402
 from balancer.strategies import get_strategy  # noqa: E402
 from workers.handlers import PartitionContext, batch_handler  # noqa: E402
 from workers.hub.embedded import EmbeddedHub  # noqa: E402
+from workers.runtime.config import PumpConfig  # noqa: E402
 from workers.runtime.processor import EventProcessor  # noqa: E402
-from workers.runtime.pump import PumpConfig  # noqa: E402
 from workers.runtime.sink import EventSink  # noqa: E402
 from workers.sources.base import Position, ReceivedEvent  # noqa: E402
 
@@ -101,7 +101,7 @@ def processor(hub: EmbeddedHub, handler: Callable[..., Any], max_events: int = 1
 
     coordinator = Coordinator(
         REF, "bench-0", store, partition_ids, get_strategy(None), expiry=30.0,
-        on_event=EventSink(broadcast=False), rng=random.Random(0),
+        on_event=EventSink(), rng=random.Random(0),
     )  # fmt: skip
     config = PumpConfig(checkpoint_events=CHECKPOINT_EVENTS, checkpoint_seconds=1.0, max_events=max_events)
     return EventProcessor(coordinator, checkpoints=store, source=hub, handler=handler, interval=0.1, pump_config=config)

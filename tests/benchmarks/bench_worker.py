@@ -34,8 +34,8 @@ from balancer.stores.memory import MemoryStore  # noqa: E402
 from balancer.strategies import get_strategy  # noqa: E402
 from workers.handlers import PartitionContext, batch_handler  # noqa: E402
 from workers.hub.embedded import EmbeddedHub  # noqa: E402
+from workers.runtime.config import PumpConfig  # noqa: E402
 from workers.runtime.processor import EventProcessor  # noqa: E402
-from workers.runtime.pump import PumpConfig  # noqa: E402
 from workers.runtime.sink import EventSink  # noqa: E402
 from workers.sources.base import ReceivedEvent  # noqa: E402
 
@@ -59,7 +59,7 @@ def trivial_batch(events: list[ReceivedEvent], ctx: PartitionContext) -> None:
 def sql_store(root: Path) -> Any:
     """A SqlStore on a fresh, migrated SQLite file (WAL, as in the demo)."""
     from dashboard.sqlstore import SqlStore
-    from tests.servers import add_django_database
+    from tests.support.databases import add_django_database
 
     alias = f"bench_{os.getpid()}_{time.monotonic_ns()}"
     add_django_database(
@@ -88,7 +88,7 @@ async def run(
 
         coordinator = Coordinator(
             REF, "bench-0", store, partition_ids, get_strategy(None), expiry=30.0,
-            on_event=EventSink(broadcast=False), rng=random.Random(0),
+            on_event=EventSink(), rng=random.Random(0),
         )  # fmt: skip
         config = PumpConfig(checkpoint_events=checkpoint_events, checkpoint_seconds=1.0, max_events=500)
         processor = EventProcessor(

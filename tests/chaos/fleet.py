@@ -27,7 +27,8 @@ from balancer.model import HubRef
 from tests.chaos.invariants import CheckpointSample, Evidence, Fault, Lease, OwnershipSample, Phase
 from tests.chaos.recording import read_handlings
 from tests.chaos.stores import Kit
-from tests.processes import kill, manage, poll_until, start_logged, worker_env
+from tests.support import waiting
+from tests.support.processes import kill, manage, start_logged, worker_env
 from workers.hub.embedded import EmbeddedHub
 
 SETTLE_SECONDS = 45.0
@@ -224,13 +225,13 @@ class Fleet:
                         f"{worker.owner} exited by itself with {worker.process.returncode}\n{self.log_tail()}"
                     )
 
-        def timed_out() -> str:
+        def state() -> str:
             return (
-                f"[{self.kit.name}] timed out after {timeout:g}s waiting for {what}; owners {self.owners()}, "
-                f"checkpoints {self.checkpoints()}, produced up to {self.last()}\n{self.log_tail()}"
+                f"owners {self.owners()}, checkpoints {self.checkpoints()}, produced up to {self.last()}\n"
+                f"{self.log_tail()}"
             )
 
-        await poll_until(condition, timeout, check=check, timed_out=timed_out)
+        await waiting.until(condition, f"[{self.kit.name}] {what}", timeout, step=0.05, check=check, detail=state)
 
     def balanced(self) -> bool:
         owners = self.owners()

@@ -11,19 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import os
-import pwd
 import random
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from balancer.model import HubRef
-from tests.servers import ServerError, add_django_database, free_port, postgres_bin_dir
+from tests.support.databases import add_django_database
+from tests.support.postgres import Postgres, start_postgres
 
 DASHBOARD_ALIAS = "chaos"
 
@@ -50,81 +46,32 @@ class Kit(Protocol):
 # PostgreSQL ----------------------------------------------------------------------------------------
 
 
-@dataclass
-class PostgresCluster:
-    """A throwaway cluster that can be stopped and started again on its port with its data.
-
-    (``tests.servers.start_postgres`` deletes its cluster on stop; an outage needs it back.)
-    """
-
-    base: Path
-    port: int = 0
-    user: tuple[int, int] | None = None
-
-    @classmethod
-    def create(cls) -> PostgresCluster:
-        base = Path(tempfile.mkdtemp(prefix="leaseboard-chaos-pg-"))
-        user = None
-        if os.geteuid() == 0:  # initdb and postgres refuse to run as root
-            account = pwd.getpwnam("postgres")
-            user = (account.pw_uid, account.pw_gid)
-            os.chown(base, *user)
-        cluster = cls(base, free_port(), user)
-        cluster._run("initdb", "-D", str(cluster.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "-N")
-        cluster.start()
-        return cluster
-
-    @property
-    def data(self) -> Path:
-        return self.base / "data"
-
-    def url(self, database: str = "postgres") -> str:
-        return f"postgres://postgres@127.0.0.1:{self.port}/{database}"
-
-    def _run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        uid, gid = self.user if self.user else (None, None)
-        result = subprocess.run(
-            [str(postgres_bin_dir() / tool), *args], cwd=self.base, capture_output=True, text=True, timeout=60,
-            env={**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}, user=uid, group=gid, check=False,
-        )  # fmt: skip
-        if check and result.returncode != 0:
-            raise ServerError(f"{tool} failed: {result.stderr.strip() or result.stdout.strip()}")
-        return result
-
-    def start(self) -> None:
-        # fsync may be off (the machine does not crash, only the server does), but commits must
-        # reach the WAL before they return: with synchronous_commit=off an immediate stop loses
-        # the last commits, and the suite rightly reports checkpoints going backwards.
-        options = (
-            f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=on -c full_page_writes=off -c max_connections=200"
-        )
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.base / "server.log"), "-o", options, "-w", "start")
-
-    def kill(self) -> None:
-        """Stop at once (``immediate``: no clean shutdown, as if the server died); data stays."""
-        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)
-
-    def stop(self) -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop", check=False)
-        shutil.rmtree(self.base, ignore_errors=True)
+# fsync may be off (the machine does not crash, only the server does), but commits must reach the
+# WAL before they return: with synchronous_commit=off a crash loses the last commits, and the suite
+# rightly reports checkpoints going backwards.
+CHAOS_POSTGRES = {"synchronous_commit": "on", "max_connections": "200"}
 
 
-def migrated_database(cluster: PostgresCluster, name: str = DASHBOARD_ALIAS) -> str:
+def start_cluster() -> Postgres:
+    """The module's PostgreSQL; an outage (``kill()``, a crash) keeps its data for ``start()``."""
+    return start_postgres(CHAOS_POSTGRES)
+
+
+def migrated_database(cluster: Postgres, name: str = DASHBOARD_ALIAS) -> str:
     """Create database ``name`` on ``cluster``, migrate it, and make it Django alias ``name``."""
     from django.core.management import call_command
 
-    cluster._run("createdb", "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres", name)
-    add_django_database(name, cluster.url(name), connect_timeout=3)
+    cluster.create_database(name)
+    add_django_database(name, cluster.database_url(name), connect_timeout=3)
     call_command("migrate", database=name, verbosity=0)
-    return cluster.url(name)
+    return cluster.database_url(name)
 
 
 @dataclass
 class SqlKit:
     """The SQL store on PostgreSQL; the dashboard's tables live in the same database."""
 
-    cluster: PostgresCluster
+    cluster: Postgres
     database_url: str
     name: str = "postgresql"
     store: str = "sql"
@@ -170,7 +117,7 @@ class BlobKit:
     store: str = "blob"
 
     def __post_init__(self) -> None:
-        from tests.azurite import start_azurite
+        from tests.support.azurite import start_azurite
 
         self.azurite = start_azurite()
 
@@ -219,7 +166,7 @@ class RedisKit:
     store: str = "redis"
 
     def __post_init__(self) -> None:
-        from tests.redis_server import start_redis
+        from tests.support.redis_server import start_redis
 
         self.server = start_redis()
 
@@ -237,7 +184,7 @@ class RedisKit:
     def down(self) -> None:
         """``SHUTDOWN SAVE``: the data goes to ``dump.rdb`` in the server's directory, which the
         restarted server loads (the test server runs without automatic persistence)."""
-        from tests.redis_server import redis_binary
+        from tests.support.redis_server import redis_binary
 
         command = [redis_binary("redis-cli"), "-h", self.server.host, "-p", str(self.server.port), "shutdown", "save"]
         subprocess.run(command, capture_output=True, timeout=20, check=False)
@@ -282,7 +229,7 @@ def available_kits() -> Kits:
     return kits
 
 
-def make_kit(name: str, cluster: PostgresCluster, database_url: str) -> Kit:
+def make_kit(name: str, cluster: Postgres, database_url: str) -> Kit:
     builders: dict[str, Callable[[], Kit]] = {
         "postgresql": lambda: SqlKit(cluster, database_url),
         "blob": lambda: BlobKit(database_url),

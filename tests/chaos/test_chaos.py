@@ -27,8 +27,9 @@ from tests.chaos.faults import FAULTS, PostCheck, new_name, outage_of
 from tests.chaos.fleet import Fleet
 from tests.chaos.invariants import Report, check
 from tests.chaos.recording import read_handlings
-from tests.chaos.stores import DASHBOARD_ALIAS, PostgresCluster, available_kits, make_kit, migrated_database
-from tests.servers import remove_django_database
+from tests.chaos.stores import DASHBOARD_ALIAS, available_kits, make_kit, migrated_database, start_cluster
+from tests.support.databases import remove_django_database
+from tests.support.postgres import Postgres
 
 pytestmark = pytest.mark.slow
 
@@ -44,11 +45,11 @@ MAX_PARTITIONS = 24
 
 
 @pytest.fixture(scope="module")
-def cluster(django_db_blocker: Any) -> Iterator[tuple[PostgresCluster, str]]:
+def cluster(django_db_blocker: Any) -> Iterator[tuple[Postgres, str]]:
     """One PostgreSQL cluster for the module: the SQL store's database, and the dashboard tables
     (event log) of the workers on the other stores."""
     with django_db_blocker.unblock():
-        server = PostgresCluster.create()
+        server = start_cluster()
         try:
             yield server, migrated_database(server)
         finally:
@@ -83,7 +84,7 @@ def plan(store: str, fleet: Fleet, started: float) -> Iterator[str]:
 @pytest.mark.timeout(600 + 3 * CHAOS_SECONDS)
 @pytest.mark.parametrize("store", KITS.names)
 async def test_no_event_is_lost_and_no_invariant_breaks_under_faults(
-    store: str, cluster: tuple[PostgresCluster, str], tmp_path: Path, django_db_blocker: Any,
+    store: str, cluster: tuple[Postgres, str], tmp_path: Path, django_db_blocker: Any,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     kit = make_kit(store, *cluster)

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,9 @@ from balancer.coordinator import Coordinator
 from balancer.model import HubRef
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy
-from tests.azurite import Azurite
-from tests.servers import free_port
+from tests.support.azurite import Azurite
+from tests.support.servers import free_port
+from tests.support.waiting import until
 from workers.hub.embedded import EmbeddedHub
 from workers.runtime.processor import EventProcessor
 from workers.runtime.sink import EventSink
@@ -90,12 +91,9 @@ def start(tmp_path: Path, env: dict[str, str]) -> Iterator[Any]:
             process.wait(10)
 
 
-async def until(condition: Any, timeout: float, what: str, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}:\n{log.read_text(errors='replace')}")
-        await asyncio.sleep(0.05)
+def logged(log: Path) -> Callable[[], str]:
+    """What a failed wait adds: the worker's log."""
+    return lambda: log.read_text(errors="replace")
 
 
 def handled(tmp_path: Path) -> int:
@@ -111,7 +109,7 @@ async def test_a_signal_drains_every_partition_to_a_final_checkpoint_and_exits_0
     signum: signal.Signals, start: Any, tmp_path: Path
 ) -> None:
     process, log = start("--store", "memory", "--handler", "tests.chaos.recording.Recorder")
-    await until(lambda: handled(tmp_path) == 80, 30, "the 80 events to be handled", log)
+    await until(lambda: handled(tmp_path) == 80, "the 80 events to be handled", 30, detail=logged(log))
     sent = time.monotonic()
     process.send_signal(signum)
     assert await asyncio.to_thread(process.wait, 15) == 0
@@ -128,7 +126,7 @@ async def test_a_handler_that_never_returns_does_not_hold_up_sigterm_beyond_the_
     start: Any, tmp_path: Path
 ) -> None:
     process, log = start("--store", "memory", "--handler", "tests.chaos.recording.stuck", "--shutdown-timeout", "1")
-    await until(lambda: (tmp_path / "records" / "stuck").exists(), 30, "the handler to get stuck", log)
+    await until(lambda: (tmp_path / "records" / "stuck").exists(), "the handler to get stuck", 30, detail=logged(log))
     sent = time.monotonic()
     process.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(process.wait, 15) == 0
@@ -150,11 +148,13 @@ async def test_a_store_that_is_down_at_start_is_retried_with_backoff_and_a_clear
         extra={"AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string, "LEASEBOARD_BLOB_CONTAINER": "edges"},
     )  # fmt: skip
     try:
-        await until(lambda: "is not reachable" in log.read_text(), 30, "the first failed try", log)
+        await until(lambda: "is not reachable" in log.read_text(), "the first failed try", 30, detail=logged(log))
         down_since = time.monotonic()
         await asyncio.sleep(4.0)
         await asyncio.to_thread(azurite.start)
-        await until(lambda: handled(tmp_path) == 80, 40, "the worker to recover and handle every event", log)
+        await until(
+            lambda: handled(tmp_path) == 80, "the worker to recover and handle every event", 40, detail=logged(log)
+        )
         down = time.monotonic() - down_since
         lines = log.read_text().splitlines()
         tries = [line for line in lines if "is not reachable" in line]
@@ -196,7 +196,7 @@ async def test_before_its_first_cycle_a_worker_backs_off_and_once_it_holds_lease
         return hub.partition_ids()
 
     coordinator = Coordinator(
-        ref, "w", store, partitions, get_strategy("balanced"), expiry=3.0, on_event=EventSink(broadcast=False),
+        ref, "w", store, partitions, get_strategy("balanced"), expiry=3.0, on_event=EventSink(),
         rng=random.Random(0),
     )  # fmt: skip
     processor = EventProcessor(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Any
@@ -24,6 +24,7 @@ import pytest
 from balancer.errors import OwnershipLost
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.protocol import CheckpointStore, ControlStore, OwnershipStore, SnapshotStore, by_partition, snapshot
+from tests.support.waiting import until
 
 Store = Any  # one object serving OwnershipStore, CheckpointStore and ControlStore
 
@@ -35,14 +36,6 @@ NEIGHBOURS = (
     HubRef("other.example", "sensors", "$Default"),
 )
 RACE_ROUNDS = 30
-
-
-async def until(condition: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
-    """Wait until ``condition()`` holds; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not await condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.001)
 
 
 class StoreContract:
@@ -219,7 +212,7 @@ class StoreContract:
         async def clock_moved() -> bool:
             return bool(await store.now() > first.last_modified)
 
-        await until(clock_moved)
+        await until(clock_moved, "the store's clock to pass the first checkpoint's last_modified", 5)
         second = await store.update_checkpoint(Checkpoint(REF, "3", 42, None), "a")
         assert second.last_modified is not None and second.last_modified > first.last_modified
         assert await store.list_checkpoints(REF) == [second]
@@ -302,7 +295,7 @@ class StoreContract:
         async def clock_moved() -> bool:
             return bool(await store.now() > members["w1"].last_seen)
 
-        await until(clock_moved)
+        await until(clock_moved, "the store's clock to pass w1's last_seen", 5)
         await store.heartbeat(Member(REF, "w1", last_seen=0.0, info={"host": "h2"}))
         [w1] = [m for m in await store.list_members(REF) if m.owner_id == "w1"]
         assert w1.last_seen > members["w1"].last_seen and w1.info == {"host": "h2"}

@@ -15,7 +15,7 @@ from azure.storage.blob.aio import ContainerClient
 
 from balancer.model import Checkpoint, Control, ControlKind, Member, OwnershipRecord
 from balancer.stores.azure_blob import BlobStore
-from tests.azurite import Azurite, start_azurite
+from tests.support.azurite import Azurite, start_azurite
 
 from .base import REF, StoreContract
 

@@ -17,8 +17,8 @@ from redis.crc import key_slot
 from balancer.errors import StoreError, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.stores.redis import Keys, RedisStore, scope
-from tests.redis_server import RedisServer, start_redis
-from tests.servers import free_port
+from tests.support.redis_server import RedisServer, start_redis
+from tests.support.servers import free_port
 
 from .base import NEIGHBOURS, REF, StoreContract
 

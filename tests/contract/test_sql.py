@@ -18,10 +18,11 @@ from balancer.coordinator import Coordinator
 from balancer.errors import StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord, partition_ids
 from balancer.strategies import get_strategy
-from dashboard import sqlstore
+from dashboard import sqlclock
 from dashboard.models import CheckpointRow, ControlRow, MemberRow, Ownership
 from dashboard.sqlstore import SqlStore
-from tests.servers import add_django_database, free_port, remove_django_database
+from tests.support.databases import add_django_database, remove_django_database
+from tests.support.servers import free_port
 
 from .base import REF, StoreContract
 
@@ -138,8 +139,8 @@ class TestSqlStoreOnSqlite(SqlContract):
     async def test_on_sqlite_the_store_clock_is_this_machines_clock(
         self, store: SqlStore, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        skewed = sqlstore.local_clock() + 180
-        monkeypatch.setattr(sqlstore, "local_clock", lambda: skewed)
+        skewed = sqlclock.local_clock() + 180
+        monkeypatch.setattr(sqlclock, "local_clock", lambda: skewed)
         assert await store.now() == skewed
         [held] = await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
         assert held.last_modified == skewed
@@ -153,8 +154,8 @@ class TestSqlStoreOnPostgres(SqlContract):
         self, store: SqlStore, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         # A worker whose own clock is 3 minutes ahead still reads and writes the server's time.
-        real = sqlstore.local_clock()
-        monkeypatch.setattr(sqlstore, "local_clock", lambda: real + 180)
+        real = sqlclock.local_clock()
+        monkeypatch.setattr(sqlclock, "local_clock", lambda: real + 180)
         now = await store.now()
         assert abs(now - real) < 30
         [held] = await store.claim_ownership([OwnershipRecord(REF, "0", "a")])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from balancer.coordinator import Coordinator
 from balancer.model import BalancerEvent, EventKind, HubRef
 from balancer.strategies import get_strategy
 from dashboard import state
-from dashboard.monitor import host
+from dashboard.host import Host, host
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores, hub_ref
 
@@ -65,9 +65,32 @@ async def stores(settings: LazySettings, transactional_db: None, ref: HubRef) ->
         await state.forget_stores()
 
 
+def _in_a_transaction(item: pytest.Item) -> bool:
+    """Whether pytest-django runs ``item`` inside a transaction (``django_db`` without ``transaction=True``)."""
+    marker = item.get_closest_marker("django_db")
+    fixtures = getattr(item, "fixturenames", ())
+    if "transactional_db" in fixtures or "live_server" in fixtures:
+        return False
+    return marker is not None and not marker.kwargs.get("transaction", False)
+
+
 @pytest.fixture(autouse=True)
-def _no_monitor_left() -> Iterator[None]:
-    """A monitor a test started (a page, a socket, /metrics) stops with the test."""
+def _no_monitor_left(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A monitor a test started (a page, a socket, /metrics) stops with the test.
+
+    A test inside a transaction may not start one: on SQLite the transaction holds the write lock
+    until after this teardown, so the monitor's first sample write would wait for it while
+    ``host.stop()`` waits for that write (see ``dashboard/host.py``).
+    """
+    if _in_a_transaction(request.node):
+
+        def refuse(self: Host, ref: HubRef) -> None:
+            raise AssertionError(
+                f"{request.node.name} would start a monitor inside a test transaction, whose write lock its "
+                "samples would wait for (dashboard/host.py): mark it django_db(transaction=True)"
+            )
+
+        monkeypatch.setattr(Host, "monitor", refuse)
     yield
     host.stop()
 
@@ -90,10 +113,9 @@ def event(
     return BalancerEvent(kind, ref, partition_id, owner, None, owner or "w0", "never owned", time.time())
 
 
-async def until(condition: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll ``condition`` until it holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
+def timed_events(settings: LazySettings, ref: HubRef, pid: str, times: list[float]) -> None:
+    """Events on partition ``pid`` of the configured embedded hub, enqueued at ``times`` (sequence numbers from 0)."""
+    clock = iter(times)
+    with EmbeddedHub(settings.LEASEBOARD_HUB_DIR, ref.hub, clock=lambda: next(clock)) as timed:
+        for _ in times:
+            timed.send(b"{}", partition_id=pid)

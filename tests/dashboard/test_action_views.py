@@ -13,6 +13,7 @@ from django.contrib.auth.models import User
 from django.test import AsyncClient
 
 from balancer.model import ControlKind, HubRef, Member, OwnershipRecord
+from dashboard.control.registry import REGISTRY
 from dashboard.models import AuditEntry
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
@@ -58,6 +59,7 @@ async def test_staff_previews_then_applies_a_drain(fleet: Stores, ref: HubRef) -
     applied = await post(client, "/api/actions/apply", {**DRAIN, "confirmed": True})
 
     assert preview.status_code == 200, preview.content
+    assert preview.json()["strategy"] == "cooperative" and preview.json()["strategy_source"] == "default"
     assert {(m["partition_id"], m["before"], m["after"]) for m in preview.json()["moves"]} == {
         ("0", "w1", "w2"), ("1", "w1", "w2"),
     }  # fmt: skip
@@ -83,10 +85,54 @@ async def test_refusals_come_back_with_a_code_and_a_sentence(fleet: Stores) -> N
     owned = await post(client, "/api/actions/preview", {"action": "resetcheckpoint", "target": "0", "value": "latest"})
     bad = await post(client, "/api/actions/preview", {"action": "explode"})
 
-    assert (unknown.status_code, unknown.json()["code"]) == (404, "unknown_worker")
+    assert (unknown.status_code, unknown.json()["code"]) == (400, "unknown_worker")
     assert (owned.status_code, owned.json()["code"]) == (409, "owned")
     assert "owned by w1" in owned.json()["error"]
     assert (bad.status_code, bad.json()["code"]) == (400, "bad_request")
+
+
+async def test_an_unknown_worker_or_partition_or_a_bad_position_is_a_400_that_says_what_is_wrong(fleet: Stores) -> None:
+    client = await logged_in()
+    asked = {
+        "pin to an unknown worker": {"action": "pin", "target": "0", "value": "w9"},
+        "pin an unknown partition": {"action": "pin", "target": "99", "value": "w1"},
+        "unpin a partition that is no id": {"action": "unpin", "target": "abc"},
+        "purge nobody": {"action": "purge", "target": ""},
+        "reset to no position": {"action": "resetcheckpoint", "target": "0", "value": "yesterday", "force": True},
+        "reset to nowhere": {"action": "resetcheckpoint", "target": "0", "value": ""},
+    }  # fmt: skip
+
+    answers = {what: await post(client, "/api/actions/preview", body) for what, body in asked.items()}
+
+    assert {what: (r.status_code, r.json()["code"]) for what, r in answers.items()} == {
+        "pin to an unknown worker": (400, "unknown_worker"),
+        "pin an unknown partition": (400, "unknown_partition"),
+        "unpin a partition that is no id": (400, "unknown_partition"),
+        "purge nobody": (400, "bad_request"),
+        "reset to no position": (400, "bad_request"),
+        "reset to nowhere": (400, "bad_request"),
+    }
+    assert answers["pin to an unknown worker"].json()["error"] == "unknown worker 'w9'; known workers: w1, w2"
+    assert "the hub's partitions are 0..3" in answers["pin an unknown partition"].json()["error"]
+
+
+async def test_every_registered_action_is_served_and_offered_by_the_page(fleet: Stores) -> None:
+    client = await logged_in()
+    page = (await client.get("/")).content.decode()
+    opening = '<script id="action-catalogue" type="application/json">'
+    catalogue = json.loads(page.split(opening)[1].split("</script>")[0])
+
+    assert [a["name"] for a in catalogue] == list(REGISTRY)
+    for name, action in REGISTRY.items():
+        response = await post(client, "/api/actions/preview", {"action": name, "target": "", "reason": "x"})
+        # no target: refused for that, by the action's own argument check, never as an unknown action
+        assert response.status_code in (200, 400, 409), (name, response.content)
+        assert "unknown action" not in response.json().get("error", ""), name
+        if action.target is not None:
+            assert (response.status_code, response.json()["code"]) == (400, "bad_request"), name
+    scraped = (await client.get("/metrics")).content.decode()
+    for name in REGISTRY:  # counted from the start, so a rate over it is defined before the first use
+        assert f'leaseboard_admin_actions_total{{action="{name}",outcome="applied"}}' in scraped, name
 
 
 async def test_anonymous_and_non_staff_users_cannot_act(fleet: Stores, ref: HubRef) -> None:

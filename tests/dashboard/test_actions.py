@@ -1,22 +1,26 @@
-"""``dashboard.actions``: refusals, dry runs computed with the real planner, and what applying writes."""
+"""``dashboard.control.actions``: refusals, dry runs computed with the real planner, and what applying writes."""
 
 from __future__ import annotations
 
+import importlib
 import random
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 import pytest
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+from django.apps import apps as django_apps
 from django.conf import LazySettings
+from django.db import connection
 from django.db.models import F
 
 from balancer.coordinator import Coordinator
 from balancer.errors import OwnershipLost
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.strategies import get_strategy
-from dashboard import actions
-from dashboard.actions import Refused, Request
+from dashboard.control import actions
+from dashboard.control.actions import Refused, Request
 from dashboard.models import AuditEntry, EventLog, MemberRow
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
@@ -257,8 +261,27 @@ async def test_a_dead_worker_can_be_purged_and_a_live_one_cannot(stores: Stores,
 
 def test_a_request_is_parsed_strictly() -> None:
     with pytest.raises(Refused, match="unknown action 'explode'"):
-        Request.parse({"action": "explode"})
+        actions.parse({"action": "explode"})
 
-    parsed = Request.parse({"action": "resetcheckpoint", "target": " 3 ", "value": "latest", "force": "true"})
+    parsed = actions.parse({"action": "resetcheckpoint", "target": " 3 ", "value": "latest", "force": "true"})
 
     assert parsed == Request("resetcheckpoint", "3", "latest", "", True, False)
+
+
+def test_undrains_and_unpins_logged_before_they_had_kinds_of_their_own_are_rewritten_as_such() -> None:
+    migration = importlib.import_module("dashboard.migrations.0004_operator_event_kinds")
+    scope = EventLog.scope(HubRef("ns", "sensors", "$Default"))
+    old = [("drain", "*", None, "w1"), ("drain", "*", "w1", None), ("pin", "0", "w2", None), ("pin", "0", None, None)]
+    for kind, pid, owner, previous in old:
+        EventLog.objects.create(**scope, kind=kind, partition_id=pid, owner_id=owner, previous_owner=previous,
+                                reporter="dashboard:alice", reason="why", at=1.0)  # fmt: skip
+
+    editor = SimpleNamespace(connection=connection)  # the migration writes through the database it migrates
+    migration.name_the_direction(django_apps, editor)
+    named = list(EventLog.objects.order_by("id").values_list("kind", flat=True))
+    migration.fold_the_direction(django_apps, editor)
+
+    assert named == ["drain", "undrain", "pin", "unpin"]
+    assert list(EventLog.objects.order_by("id").values_list("kind", "owner_id", "previous_owner")) == [
+        (kind, owner, previous) for kind, _, owner, previous in old
+    ]

@@ -13,7 +13,7 @@ from channels.layers import get_channel_layer
 from balancer.model import HubRef
 from dashboard.broadcast import GROUP, apublish, publish
 from dashboard.models import EventLog
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 from .conftest import event
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.servers import free_port
+from tests.support.servers import free_port
 from workers.hub.embedded import EmbeddedHub
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,6 +165,8 @@ class Worker:
 
 
 def test_an_ownership_change_appears_live_without_a_reload(site: Site, page: Page) -> None:
+    fetched: list[str] = []
+    page.on("request", lambda request: fetched.append(request.url) if "/api/state" in request.url else None)
     page.goto(site.url + "/")
     expect(page.locator("#connection")).to_have_attribute("data-state", "live", timeout=10_000)
     tiles = page.locator("#partitions [data-partition]")
@@ -180,6 +182,7 @@ def test_an_ownership_change_appears_live_without_a_reload(site: Site, page: Pag
         expect(tile).to_have_attribute("data-status", "owned")
         expect(page.locator(f'#feed li[data-kind="claim"][data-partition="{claimed}"]')).to_have_count(1)
         expect(page.locator('#workers tr[data-worker="w-browser"] .owned')).to_have_text("1", timeout=10_000)
+        expect(page.locator("#owned-summary")).to_have_text("1 / 4 owned", timeout=10_000)  # the server's counts
 
         assert worker.command("release") == []
         expect(tile).to_have_attribute("data-status", "unowned", timeout=10_000)
@@ -189,6 +192,7 @@ def test_an_ownership_change_appears_live_without_a_reload(site: Site, page: Pag
         worker.stop()
 
     assert page.evaluate("window.__sameDocument") is True, "the page was reloaded"
+    assert fetched == [], "the socket's snapshot is the page's one load of the state"
     assert tiles.count() == 4
     p0 = page.locator('#partitions [data-partition="0"]')
     expect(p0).to_have_attribute("data-lag", "12")  # 12 events, no checkpoint
@@ -269,6 +273,9 @@ def test_staff_drains_a_worker_by_clicking_and_watches_its_partitions_move(busy_
     expect(page.locator("#action-confirm")).to_be_disabled()  # nothing to confirm before the dry run
     page.click("#action-preview-button")
     expect(page.locator("#preview-summary")).to_have_text("drain bw-0: 2 partitions move (bw-0 → bw-1: 2)")
+    # runworkers runs the default strategy, and its heartbeats say so
+    expect(page.locator("#preview-strategy")).to_have_attribute("data-strategy", "cooperative")
+    expect(page.locator("#preview-strategy")).to_contain_text("Planned with cooperative: the strategy the live workers")
     rows = page.locator('#preview-moves tbody tr[data-caused="true"]')
     assert sorted(r.get_attribute("data-partition") or "" for r in rows.all()) == moving
     page.click("#action-confirm")
@@ -289,6 +296,8 @@ def test_staff_drains_a_worker_by_clicking_and_watches_its_partitions_move(busy_
     page.click("#action-preview-button")
     expect(page.locator("#action-preview")).to_be_visible()
     page.click("#action-confirm")
+    expect(page.locator('#workers tr[data-worker="bw-0"]')).to_have_attribute("data-draining", "false")
+    expect(page.locator('#feed li[data-kind="undrain"]')).to_have_count(1)
     balanced(page)
 
 

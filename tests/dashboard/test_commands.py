@@ -1,4 +1,5 @@
-"""The admin-action commands: thin over ``dashboard.actions``, landing in the same audit log."""
+"""The admin-action commands: built from the registry, thin over ``dashboard.control.actions``, landing in the same
+audit log."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from pathlib import Path
 
 import pytest
 from django.conf import LazySettings
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError, call_command, get_commands, load_command_class
 
 from balancer.model import HubRef
-from dashboard.models import AuditEntry, CheckpointRow, ControlRow, MemberRow, Ownership
+from dashboard.control.command import ActionCommand
+from dashboard.control.registry import REGISTRY
+from dashboard.models import AuditEntry, CheckpointRow, ControlRow, EventLog, MemberRow, Ownership
 from workers.hub.embedded import EmbeddedHub
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -42,6 +45,7 @@ def test_drain_shows_the_moves_and_applies_with_yes(fleet: EmbeddedHub) -> None:
     output = run("drain", "w1", "--reason", "deploy", "--yes")
 
     assert "drain w1: 2 partitions move (w1 → w2: 2)" in output
+    assert "planned with cooperative (the default strategy" in output
     assert "partition 0: w1 -> w2" in output and "Applied (audit #" in output
     assert list(ControlRow.objects.values_list("kind", "target")) == [("drain", "w1")]
     entry = AuditEntry.objects.get()
@@ -103,3 +107,36 @@ def test_rebalance_needs_no_argument(fleet: EmbeddedHub) -> None:
 
     assert "rebalance now: no partition moves" in output
     assert list(ControlRow.objects.values_list("kind", flat=True)) == ["rebalance"]
+
+
+def test_an_unknown_partition_ends_the_command_with_the_reason(fleet: EmbeddedHub) -> None:
+    with pytest.raises(CommandError, match=r"unknown partition '9'; the hub's partitions are 0\.\.3"):
+        run("pin", "9", "w1", "--reason", "x", "--yes")
+    with pytest.raises(CommandError, match="unknown worker 'w9'; known workers: w1, w2"):
+        run("pin", "0", "w9", "--reason", "x", "--yes")
+    assert not ControlRow.objects.exists()
+
+
+def test_every_registered_action_has_its_command_built_from_its_declaration() -> None:
+    for name, action in REGISTRY.items():
+        assert get_commands()[name] == "dashboard", name
+        command = load_command_class("dashboard", name)
+        assert isinstance(command, ActionCommand) and command.action is action
+        assert command.help.startswith(action.help)
+        parser = command.create_parser("manage.py", name)
+        dests = {a.dest for a in parser._actions}
+        assert ("target" in dests) == (action.target is not None), name
+        assert ("value" in dests) == (action.value is not None), name
+        assert ("force" in dests) == bool(action.force), name
+
+
+def test_undrain_is_recorded_as_an_undrain_not_as_a_drain_with_its_fields_swapped(fleet: EmbeddedHub) -> None:
+    run("drain", "w1", "--reason", "deploy", "--yes")
+    run("undrain", "w1", "--reason", "deployed", "--yes")
+    run("pin", "0", "w2", "--reason", "hot", "--yes")
+    run("unpin", "0", "--reason", "cooled down", "--yes")
+
+    logged = list(EventLog.objects.order_by("id").values_list("kind", "partition_id", "owner_id", "previous_owner"))
+    assert logged == [
+        ("drain", "*", None, "w1"), ("undrain", "*", "w1", None), ("pin", "0", "w2", None), ("unpin", "0", None, "w2"),
+    ]  # fmt: skip

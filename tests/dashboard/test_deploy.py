@@ -25,7 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from balancer.model import HubRef, Member
 from dashboard.models import EventLog, LagSample
-from tests.servers import free_port
+from tests.support.servers import free_port
+from tests.support.waiting import until, until_sync
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
 
@@ -123,20 +124,6 @@ def workers(settings: LazySettings, stores: Stores, hub: EmbeddedHub, ref: HubRe
         running.stop()
 
 
-def until(condition: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            found = condition()
-        except OSError:
-            found = None
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
-
-
 async def test_every_metric_of_the_alerts_and_the_grafana_dashboard_is_exposed(
     async_client: AsyncClient, workers: Workers, stores: Stores, ref: HubRef
 ) -> None:
@@ -152,11 +139,11 @@ async def test_every_metric_of_the_alerts_and_the_grafana_dashboard_is_exposed(
         assert response.status_code == 200
         return names(response.content.decode())
 
-    exposed = await dashboard_names()
-    deadline = time.monotonic() + 20
-    while "leaseboard_worker_checkpointed_events_per_second" not in exposed:  # once the monitor has a state
-        assert time.monotonic() < deadline, "the dashboard's monitor never served its state to /metrics"
+    async def with_state() -> set[str]:  # once the monitor has a state
         exposed = await dashboard_names()
+        return exposed if "leaseboard_worker_checkpointed_events_per_second" in exposed else set()
+
+    exposed = await until(with_state, "the dashboard's monitor to serve its state to /metrics", 20)
     used = {name for expr in alert_expressions() + dashboard_expressions() for name in METRIC.findall(expr)}
     assert len(used) >= 20
 
@@ -167,7 +154,7 @@ async def test_every_metric_of_the_alerts_and_the_grafana_dashboard_is_exposed(
         return found if used <= exposed | found else set()
 
     with contextlib.suppress(AssertionError):
-        exposed |= until(worker_names, 30, "runworkers metrics")
+        exposed |= until_sync(worker_names, "runworkers metrics", 30, step=0.1, ignoring=(OSError,))
     exposed |= names(scrape(f"http://127.0.0.1:{workers.port}/metrics"))
     assert sorted(used - exposed) == []
 
@@ -221,8 +208,11 @@ def test_several_runworkers_processes_are_summed_in_multi_process_mode(workers: 
 
     # The port is served by the first process only: its figure equals every claim either process made
     # (as their event log rows say) only if the second process's counters are added in.
-    until(claims_by_both, 40, "claims by both processes")
-    until(lambda: scraped_claims() == EventLog.objects.filter(kind="claim").count(), 10, "every claim on the port")
+    until_sync(claims_by_both, "claims by both processes", 40, step=0.1, ignoring=(OSError,))
+    until_sync(
+        lambda: scraped_claims() == EventLog.objects.filter(kind="claim").count(), "every claim on the port", 10,
+        step=0.1, ignoring=(OSError,),
+    )  # fmt: skip
     samples = workers.samples()
     assert samples[("leaseboard_store_requests_total", (("operation", "claim_ownership"), ("outcome", "ok")))] > 0
     assert samples[("leaseboard_cycle_duration_seconds_count", ())] >= 2

@@ -11,10 +11,11 @@ ids = itertools.count(1)
 
 
 def ev(kind: str, pid: str, at: float, owner: str | None = None, previous: str | None = None,
-       reason: str = "") -> dict[str, Any]:  # fmt: skip
-    category = "handoff" if kind == "release" and reason.startswith("handed off") else kind
+       reason: str = "", handoff: bool = False) -> dict[str, Any]:  # fmt: skip
+    category = "handoff" if kind == "release" and handoff else kind
     return {"id": next(ids), "kind": kind, "partition_id": pid, "owner_id": owner, "previous_owner": previous,
-            "reporter": owner or previous, "reason": reason, "at": at, "category": category}  # fmt: skip
+            "reporter": owner or previous, "reason": reason, "at": at, "handoff": handoff,
+            "category": category}  # fmt: skip
 
 
 def cold_start(at: float) -> list[dict[str, Any]]:
@@ -33,7 +34,7 @@ def test_a_cold_start_is_one_balanced_episode_of_first_claims() -> None:
 def test_a_drain_is_an_episode_of_handoffs_set_off_by_the_operator() -> None:
     log = cold_start(100.0)
     log.append(ev("drain", "*", 200.0, None, "w1", reason="drain w1: deploy"))
-    log += [ev("release", p, 201.0, None, "w1", reason="handed off") for p in "01"]
+    log += [ev("release", p, 201.0, None, "w1", reason="handed off", handoff=True) for p in "01"]
     log += [ev("claim", p, 202.5, "w2", reason="released") for p in "01"]
 
     _, second = episodes(log, quiet=10.0, partitions=4)
@@ -65,7 +66,7 @@ def test_changes_further_apart_than_quiet_are_separate_episodes() -> None:
 def test_the_timeline_says_who_held_a_partition_from_when_and_why_it_moved() -> None:
     log = [
         ev("claim", "3", 100.0, "w1", reason="never owned"),
-        ev("release", "3", 150.0, None, "w1", reason="handed off"),
+        ev("release", "3", 150.0, None, "w1", reason="handed off", handoff=True),
         ev("claim", "3", 151.0, "w2", reason="released"),
         ev("steal", "3", 200.0, "w3", "w2", reason="w2 did not hand over within 30s"),
     ]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from django.conf import LazySettings
 from django.test import AsyncClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -18,7 +19,7 @@ from dashboard.models import LagSample
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
 
-from .conftest import coordinator, event
+from .conftest import coordinator, event, timed_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,16 +63,18 @@ async def test_metrics_has_owned_partitions_per_worker_and_lag_per_partition(
 
 
 async def test_metrics_has_lag_in_seconds_and_one_status_series_per_partition_and_status(
-    async_client: AsyncClient, stores: Stores, hub: EmbeddedHub, ref: HubRef
+    async_client: AsyncClient, stores: Stores, hub: EmbeddedHub, ref: HubRef, settings: LazySettings
 ) -> None:
-    hub.send_batch([b"{}"] * 3, partition_id="1")
-    rows = [
-        LagSample(**LagSample.scope(ref), partition_id=pid, at=1000.0, lag=lag, lag_seconds=seconds, status=status)
-        for pid, lag, seconds, status in (("0", 0, 0.0, "OK"), ("1", 3, 2.5, "STALL"))
-    ]
-    await database_sync_to_async(LagSample.objects.bulk_create)(rows)  # the latest sampling round
+    settings.LEASEBOARD_LAG_WINDOW = 3
+    settings.LEASEBOARD_LAG_SAMPLE_SECONDS = 0.001  # the monitor samples on every round
+    timed_events(settings, ref, "1", [2000.0, 2002.5])  # lag 2, no checkpoint: 2.5 s behind its first event
+    # Two earlier sampling rounds saw the same lag, read back by the monitor /metrics starts: its first
+    # round fills the window of 3, the checkpoint never moved, so partition 1 stalls.
+    now = time.time()
+    rows = [LagSample(**LagSample.scope(ref), partition_id="1", at=now - age, lag=2, status="OK") for age in (2, 1)]
+    await database_sync_to_async(LagSample.objects.bulk_create)(rows)
 
-    samples = await scrape(async_client)
+    samples = await scrape(async_client)  # the first scrape waits for the monitor's first round
 
     seconds = labelled(samples, "leaseboard_checkpoint_lag_seconds", "partition")
     assert seconds == {"0": 0.0, "1": 2.5, "2": 0.0, "3": 0.0}
@@ -80,7 +83,7 @@ async def test_metrics_has_lag_in_seconds_and_one_status_series_per_partition_an
         for (n, k), v in samples.items()
         if n == "leaseboard_partition_status"
     }
-    assert status == {("0", "OK"): 1.0, ("1", "STALL"): 1.0, ("2", "OK"): 1.0, ("3", "OK"): 1.0}  # 2, 3: no lag
+    assert status == {("0", "OK"): 1.0, ("1", "STALL"): 1.0, ("2", "OK"): 1.0, ("3", "OK"): 1.0}  # 0, 2, 3: no lag
     assert labelled(samples, "leaseboard_partitions_by_lag_status", "status")["STALL"] == 1.0
 
 

@@ -18,10 +18,14 @@ from prometheus_client import REGISTRY
 
 from balancer.model import BalancerEvent, Checkpoint, EventKind, HubRef, Member, OwnershipRecord
 from dashboard.broadcast import apublish
+from dashboard.console import ConsoleState
+from dashboard.host import Host
 from dashboard.models import LagSample
-from dashboard.monitor import Host, Monitor
+from dashboard.monitor import Monitor
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
+
+from .conftest import timed_events
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,21 +40,15 @@ async def host(settings: LazySettings, stores: Stores) -> AsyncIterator[Host]:
     await asyncio.to_thread(made.stop)
 
 
-def partition(state: dict[str, Any], pid: str) -> dict[str, Any]:
-    found: dict[str, Any] = next(p for p in state["partitions"] if p["id"] == pid)
-    return found
+def partition(state: ConsoleState, pid: str) -> dict[str, Any]:
+    row = state.partition(pid)
+    assert row is not None
+    return row.as_json()
 
 
 async def own(stores: Stores, ref: HubRef, worker: str, *partitions: str) -> None:
     await stores.controls.heartbeat(Member(ref, worker, 0.0))
     await stores.ownership.claim_ownership([OwnershipRecord(ref, p, worker) for p in partitions])
-
-
-def timed_events(settings: LazySettings, ref: HubRef, pid: str, times: list[float]) -> None:
-    clock = iter(times)
-    with EmbeddedHub(settings.LEASEBOARD_HUB_DIR, ref.hub, clock=lambda: next(clock)) as timed:
-        for _ in times:
-            timed.send(b"{}", partition_id=pid)
 
 
 async def test_lag_in_seconds_is_the_newest_event_minus_the_checkpointed_one(
@@ -60,7 +58,7 @@ async def test_lag_in_seconds_is_the_newest_event_minus_the_checkpointed_one(
     timed_events(settings, ref, "1", [2000.0, 2004.5])
     await own(stores, ref, "w1", "0")
     await stores.checkpoints.update_checkpoint(Checkpoint(ref, "0", 3, None), "w1")
-    monitor = Monitor(ref, host)
+    monitor = Monitor(ref, host.db)
 
     await monitor.round(stores)
 
@@ -77,7 +75,7 @@ async def test_a_frozen_checkpoint_becomes_stall_and_a_new_monitor_remembers_it(
     hub.send_batch([b"{}"] * 5, partition_id="2")
     await own(stores, ref, "w1", "2")
     await stores.checkpoints.update_checkpoint(Checkpoint(ref, "2", 1, None), "w1")
-    monitor = Monitor(ref, host)
+    monitor = Monitor(ref, host.db)
 
     statuses = []
     for _ in range(3):  # a full window of samples, the checkpoint never moving
@@ -92,7 +90,7 @@ async def test_a_frozen_checkpoint_becomes_stall_and_a_new_monitor_remembers_it(
         (1, 3, "STALL", "w1")
     ]
 
-    restarted = Monitor(ref, host)
+    restarted = Monitor(ref, host.db)
     await restarted.round(stores)
     assert restarted.state is not None and partition(restarted.state, "2")["lag_status"] == "STALL"
 
@@ -104,7 +102,7 @@ async def test_no_checkpoint_for_the_stop_period_is_stop(
     hub.send_batch([b"{}"] * 4, partition_id="3")
     await own(stores, ref, "w1", "3")
     await stores.checkpoints.update_checkpoint(Checkpoint(ref, "3", 0, None), "w1")
-    monitor = Monitor(ref, host)
+    monitor = Monitor(ref, host.db)
 
     await monitor.round(stores)
 
@@ -115,7 +113,7 @@ async def test_checkpointed_rates_add_up_per_worker(host: Host, stores: Stores, 
     hub.send_batch([b"{}"] * 100, partition_id="0")
     hub.send_batch([b"{}"] * 100, partition_id="1")
     await own(stores, ref, "w1", "0", "1")
-    monitor = Monitor(ref, host)
+    monitor = Monitor(ref, host.db)
     for sequence in (9, 49):
         for pid in "01":
             await stores.checkpoints.update_checkpoint(Checkpoint(ref, pid, sequence, None), "w1")
@@ -123,9 +121,9 @@ async def test_checkpointed_rates_add_up_per_worker(host: Host, stores: Stores, 
 
     assert monitor.state is not None
     rates = [partition(monitor.state, p)["events_per_second"] for p in "01"]
-    (w1,) = monitor.state["workers"]
+    (w1,) = monitor.state.workers
     assert rates[0] > 0 and rates[0] == rates[1]
-    assert w1["events_per_second"] == pytest.approx(sum(rates), abs=0.2)
+    assert w1.events_per_second == pytest.approx(sum(rates), abs=0.2)
 
 
 async def test_a_handoff_is_timed_from_the_release_to_the_next_claim(
@@ -137,11 +135,11 @@ async def test_a_handoff_is_timed_from_the_release_to_the_next_claim(
     def total() -> float:
         return REGISTRY.get_sample_value("leaseboard_handoff_duration_seconds_sum") or 0.0
 
-    monitor = Monitor(ref, host)
+    monitor = Monitor(ref, host.db)
     await monitor.round(stores)  # the tail starts at the end of the log
     before, summed = count(), total()
     now = time.time()
-    await apublish(BalancerEvent(EventKind.RELEASE, ref, "1", None, "w1", "w1", "handed off", now))
+    await apublish(BalancerEvent(EventKind.RELEASE, ref, "1", None, "w1", "w1", "handed off", now, handoff=True))
     await apublish(BalancerEvent(EventKind.CLAIM, ref, "1", "w2", None, "w2", "released", now + 1.25))
     await monitor.round(stores)
 
@@ -155,7 +153,7 @@ async def test_samples_older_than_the_retention_are_pruned(
     settings.LEASEBOARD_LAG_RETENTION_SECONDS = 600.0
     old = LagSample(**LagSample.scope(ref), partition_id="0", at=time.time() - 3600, lag=1)
     await database_sync_to_async(old.save)()
-    monitor = Monitor(ref, host)
+    monitor = Monitor(ref, host.db)
 
     await monitor.round(stores)
 
@@ -181,5 +179,5 @@ async def test_a_running_monitor_wakes_its_subscribers_and_serves_a_fresh_state(
     await asyncio.wait_for(woken.wait(), 10)
 
     state = monitor.fresh(max_age=5.0)
-    assert state is not None and len(state["partitions"]) == 4
+    assert state is not None and len(state.partitions) == 4
     assert host.monitor(ref) is monitor  # one per hub and consumer group

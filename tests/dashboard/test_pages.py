@@ -6,7 +6,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-pytestmark = pytest.mark.django_db
+# Outside a transaction: a page starts its hub's monitor, whose sample writes would otherwise wait
+# for the test transaction's write lock while its teardown waits for them (dashboard/host.py).
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_the_fleet_page_names_the_hub_and_loads_its_local_assets(client: Client) -> None:

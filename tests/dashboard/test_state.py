@@ -12,7 +12,7 @@ from django.test import AsyncClient
 
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, OwnershipRecord
 from dashboard.broadcast import apublish
-from dashboard.models import Ownership
+from dashboard.models import LagSample, Ownership
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
 
@@ -154,6 +154,30 @@ async def test_an_unreachable_source_still_renders_with_nulls_and_says_why(
         ("0", "w1", None, None)
     ]
     assert not (tmp_path / "nowhere").exists(), "a page view must not create a hub"
+
+
+async def test_without_a_running_monitor_the_newest_stored_round_gives_lag_seconds_and_status(
+    async_client: AsyncClient, stores: Stores, hub: EmbeddedHub, ref: HubRef
+) -> None:
+    hub.send_batch([b"{}"] * 3, partition_id="1")
+    rows = [
+        LagSample(**LagSample.scope(ref), partition_id=pid, at=at, lag=lag, lag_seconds=seconds, status=status)
+        for pid, at, lag, seconds, status in (
+            ("1", 900.0, 3, 9.0, "OK"), ("1", 1000.0, 3, 2.5, "STALL"), ("2", 1000.0, 4, 7.0, "REWIND"),
+        )
+    ]  # fmt: skip
+    await database_sync_to_async(LagSample.objects.bulk_create)(rows)
+
+    state = await get_state(async_client)  # /api/state starts no monitor
+
+    partitions = by_id(state["partitions"])
+    assert [partitions["1"][k] for k in ("lag", "lag_seconds", "lag_status", "events_per_second")] == [
+        3, 2.5, "STALL", None
+    ]
+    assert (partitions["2"]["lag"], partitions["2"]["lag_seconds"], partitions["2"]["lag_status"]) == (0, 0.0, "REWIND")
+    assert (partitions["0"]["lag_seconds"], partitions["0"]["lag_status"]) == (0.0, "OK")  # no lag now: OK
+    assert state["sampled_at"] == 1000.0
+    assert state["summary"]["by_lag_status"] == {"OK": 2, "WARN": 0, "STALL": 1, "STOP": 0, "REWIND": 1}
 
 
 async def test_another_hub_and_consumer_group_can_be_asked_for(

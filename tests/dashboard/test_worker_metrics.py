@@ -11,7 +11,7 @@ from balancer.errors import OwnershipLost, StoreUnavailable
 from balancer.model import BalancerEvent, Checkpoint, EventKind, HubRef, OwnershipRecord
 from balancer.stores.memory import MemoryStore
 from workers import metrics
-from workers.wiring import Stores
+from workers.wiring import Stores, instrument
 
 REF = HubRef("metrics.example", "sensors", "$Default")
 
@@ -20,8 +20,8 @@ def value(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-def event(kind: EventKind, reason: str) -> BalancerEvent:
-    return BalancerEvent(kind, REF, "0", "w2", "w1", "w2", reason, time.time())
+def event(kind: EventKind, reason: str, handoff: bool = False) -> BalancerEvent:
+    return BalancerEvent(kind, REF, "0", "w2", "w1", "w2", reason, time.time(), handoff)
 
 
 @pytest.mark.parametrize(
@@ -32,7 +32,6 @@ def event(kind: EventKind, reason: str) -> BalancerEvent:
         (EventKind.EXPIRE, "lease of w1 not renewed for 31.2s (expiry 30s)", "lease_expired"),
         (EventKind.STEAL, "w1 did not hand over within 30s", "handoff_timeout"),
         (EventKind.STEAL, "w1 holds 6, above its share", "over_share"),
-        (EventKind.RELEASE, "handed off", "handoff"),
         (EventKind.RELEASE, "shutting down", "shutdown"),
         (EventKind.LOST, "now held by w3", "taken"),
         (EventKind.LOST, "a reason nobody wrote a rule for", "other"),
@@ -40,6 +39,12 @@ def event(kind: EventKind, reason: str) -> BalancerEvent:
 )
 def test_a_reason_becomes_one_of_a_fixed_set_of_labels(kind: EventKind, reason: str, label: str) -> None:
     assert metrics.reason_label(event(kind, reason)) == label
+
+
+def test_a_release_is_labelled_a_handoff_by_its_typed_field_not_by_its_reason() -> None:
+    assert metrics.reason_label(event(EventKind.RELEASE, "handed off", handoff=True)) == "handoff"
+    assert metrics.reason_label(event(EventKind.RELEASE, "lost the race for it to w2", handoff=True)) == "handoff"
+    assert metrics.reason_label(event(EventKind.RELEASE, "handed off")) == "other"  # a reason alone is no handoff
 
 
 def test_an_event_counts_by_kind_by_reason_and_as_a_steal_or_an_expiry() -> None:
@@ -57,7 +62,7 @@ def test_an_event_counts_by_kind_by_reason_and_as_a_steal_or_an_expiry() -> None
 
 async def test_an_instrumented_store_counts_each_call_by_operation_and_outcome() -> None:
     memory = MemoryStore()
-    stores = metrics.instrument(Stores(memory, memory, memory))
+    stores = instrument(Stores(memory, memory, memory))
     assert stores.ownership is stores.checkpoints is stores.controls  # one wrapper per store
 
     def count(operation: str, outcome: str) -> float:

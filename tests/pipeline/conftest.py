@@ -17,7 +17,7 @@ from workers.handlers import PartitionContext
 from workers.landing import LandingHandler
 from workers.pipeline.job import Paths
 from workers.pipeline.spark import build_session
-from workers.runtime.pump import DeadLetters
+from workers.runtime.deadletters import DeadLetters
 from workers.sensors import SensorEvent, SensorFleet
 from workers.sources.base import ReceivedEvent
 

@@ -27,7 +27,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from balancer.model import HubRef
-from tests.processes import SqlSite, manage, migrated_sqlite
+from tests.support.processes import SqlSite, manage, migrated_sqlite
 from workers.hub.embedded import EmbeddedHub
 from workers.models import Alert, MinuteSummary, PipelineBatch
 from workers.pipeline.audit import batch_files, local_path

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -14,10 +13,13 @@ from prometheus_client import REGISTRY
 
 from balancer.model import Checkpoint, OwnershipRecord
 from balancer.stores.memory import MemoryStore
+from tests.support.waiting import until
 from workers.handlers import PartitionContext, batch_size
 from workers.hub.embedded import EmbeddedHub
 from workers.landing import MAX_EVENTS, LandingHandler, file_name, read_markers, sequence_range
-from workers.runtime.pump import DeadLetters, PartitionPump, PumpConfig
+from workers.runtime.config import PumpConfig
+from workers.runtime.deadletters import DeadLetters
+from workers.runtime.pump import PartitionPump
 
 from .conftest import HUB, REF, T0, Landing, fleet_events, received
 
@@ -146,10 +148,14 @@ async def test_the_pump_checkpoints_only_events_whose_landing_file_is_on_disk(la
             dead_letters=DeadLetters(landing.dead),
         )  # fmt: skip
         task = asyncio.create_task(pump.run())
-        deadline = time.monotonic() + 30
-        while pump.stats.checkpointed != 11_999:
-            assert time.monotonic() < deadline and not task.done(), pump.stats
-            await asyncio.sleep(0.01)
+
+        def pumping() -> None:
+            assert not task.done(), pump.stats
+
+        await until(
+            lambda: pump.stats.checkpointed == 11_999, "the checkpoint at the last event", 30, check=pumping,
+            detail=lambda: str(pump.stats),
+        )  # fmt: skip
         pump.stop()
         await task
     finally:

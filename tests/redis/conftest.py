@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.redis_server import RedisServer, start_redis
+from tests.support.redis_server import RedisServer, start_redis
 
 ROOT = Path(__file__).resolve().parents[2]
 

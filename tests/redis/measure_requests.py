@@ -13,14 +13,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import time
 
 from balancer.model import HubRef, partition_ids
 from balancer.race.coordinator import RaceCoordinator
 from balancer.race.redis import RedisRaceBackend
 from balancer.race.times import RaceTimes
 from balancer.stores.redis import RedisStore
-from tests.redis_server import start_redis
+from tests.support.redis_server import start_redis
+from tests.support.waiting import until
 
 REF = HubRef("measure.example", "sensors", "$Default")
 
@@ -51,13 +51,15 @@ async def measure(partitions: int, workers: int, scale: float, leases: int) -> d
                     await asyncio.sleep(interval)
 
             tasks = [asyncio.create_task(run(n)) for n in nodes]
-            deadline = time.monotonic() + 10 * times.normal_lease
-            while True:
+
+            def balanced() -> bool:
                 counts = [len(n.owned) for n in nodes]
-                if sum(counts) == partitions and max(counts) - min(counts) <= 1:
-                    break
-                assert time.monotonic() < deadline, counts
-                await asyncio.sleep(0.05)
+                return sum(counts) == partitions and max(counts) - min(counts) <= 1
+
+            await until(
+                balanced, "a balanced share", 10 * times.normal_lease, step=0.05,
+                detail=lambda: f"owned {[len(n.owned) for n in nodes]}",
+            )  # fmt: skip
             before = [n.requests for n in nodes]
             await asyncio.sleep(leases * times.normal_lease)
             per_lease = [(n.requests - b) / leases for n, b in zip(nodes, before, strict=True)]

@@ -20,8 +20,8 @@ import redis
 
 from balancer.model import HubRef
 from balancer.stores.redis import Keys, scope
-from tests.processes import Processes, last_enqueued, manage, worker_env
-from tests.redis_server import RedisServer
+from tests.support.processes import Processes, last_enqueued, manage, worker_env
+from tests.support.redis_server import RedisServer
 from workers.hub.embedded import EmbeddedHub
 
 REF = HubRef("localhost", "race-e2e", "$Default")

@@ -20,6 +20,7 @@ from balancer.race.backend import MemoryRaceBackend, MemoryRaceHub
 from balancer.race.coordinator import RaceCoordinator
 from balancer.race.times import LoadWeights, RaceTimes
 from balancer.stores.memory import MemoryStore
+from tests.support import waiting
 
 REF = HubRef("race.example", "sensors", "$Default")
 EPOCH = 1_700_000_000.0
@@ -117,12 +118,13 @@ class RaceCluster:
         counts = self.counts(names)
         return sum(counts) == self.partitions and max(counts) - min(counts) <= 1
 
-    async def until(self, condition: Callable[[], bool], within: float, step: float = 0.1) -> float:
-        """Simulated seconds until ``condition`` holds; fails after ``within``."""
+    async def until(
+        self, condition: Callable[[], bool], within: float, step: float = 0.1, what: str = "the condition"
+    ) -> float:
+        """Simulated seconds until ``condition`` holds (``tests.support.waiting.until`` on the
+        loop's clock); fails after ``within``, saying who processes what."""
         started = now()
-        while not condition():
-            assert now() - started <= within, f"not reached within {within}s: {self.owners()}"
-            await asyncio.sleep(step)
+        await waiting.until(condition, what, within, step=step, clock=now, detail=lambda: f"owners {self.owners()}")
         return now() - started
 
     def moves(self, since: float = 0.0) -> list[BalancerEvent]:

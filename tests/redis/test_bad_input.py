@@ -15,8 +15,8 @@ import redis
 
 from balancer.model import HubRef
 from balancer.stores.redis import Keys, scope
-from tests.redis_server import RedisServer
-from tests.servers import free_port
+from tests.support.redis_server import RedisServer
+from tests.support.servers import free_port
 
 from .processes import REF, Site
 

@@ -25,8 +25,9 @@ import websockets
 from channels_redis.core import RedisChannelLayer
 
 from dashboard.broadcast import GROUP, MESSAGE_TYPE
-from tests.redis_server import RedisServer
-from tests.servers import free_port
+from tests.support.redis_server import RedisServer
+from tests.support.servers import free_port
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -87,11 +88,14 @@ async def test_both_workers_balancer_events_reach_one_websocket_through_the_redi
         "daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "dashboard.asgi:application"],
         environment, tmp_path,
     )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while not await asyncio.to_thread(answering, f"http://127.0.0.1:{port}/api/state"):
+
+    def daphne_runs() -> None:
         assert processes["daphne"].poll() is None, (tmp_path / "daphne.log").read_text()[-3000:]
-        assert time.monotonic() < deadline, "daphne did not answer"
-        await asyncio.sleep(0.1)
+
+    await until(
+        lambda: asyncio.to_thread(answering, f"http://127.0.0.1:{port}/api/state"), "daphne to answer", 30,
+        step=0.1, check=daphne_runs,
+    )  # fmt: skip
 
     # the layer the settings configure for REDIS_URL
     layer = RedisChannelLayer(hosts=[{"address": environment["REDIS_URL"], "socket_timeout": 15}], prefix="leaseboard")

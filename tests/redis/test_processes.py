@@ -20,7 +20,7 @@ import pytest
 from redis.asyncio import Redis
 
 from balancer.stores.redis import scope
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
 
 from .processes import INTERVAL, REF, SPANS, Site, handled_by, start_producing
 

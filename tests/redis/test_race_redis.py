@@ -19,7 +19,8 @@ from balancer.race.redis import RedisRaceBackend
 from balancer.race.times import RaceTimes
 from balancer.stores.memory import MemoryStore
 from balancer.stores.redis import RedisStore, scope
-from tests.redis_server import RedisServer
+from tests.support.redis_server import RedisServer
+from tests.support.waiting import until
 
 REF = HubRef("race.example", "sensors", "$Default")
 NEIGHBOUR = HubRef("race.example", "sensors", "analytics")
@@ -92,11 +93,15 @@ async def test_the_race_touches_only_its_scopes_keys_and_channels(redis_server: 
         assert await race.hdel("grab", "0", expect="a") and await race.hdel("allocation", "0")
         await race.publish("grab", "0")
         listening = asyncio.create_task(race.listen(lambda c, p: None, lambda: None))
-        deadline = time.monotonic() + 10
         async with Redis.from_url(redis_server.url) as admin:  # the server says it subscribed: allowed
-            while [n for _, n in await admin.pubsub_numsub(*race.channels.values())] != [1, 1]:
-                assert time.monotonic() < deadline and not listening.done()
-                await asyncio.sleep(0.01)
+
+            async def subscribed() -> bool:
+                return [n for _, n in await admin.pubsub_numsub(*race.channels.values())] == [1, 1]
+
+            def still_listening() -> None:
+                assert not listening.done(), listening
+
+            await until(subscribed, "the server to report both subscriptions", 10, check=still_listening)
         assert not listening.done()
         listening.cancel()
         other = RedisRaceBackend(scoped, NEIGHBOUR)
@@ -123,11 +128,17 @@ async def test_two_coordinators_share_the_partitions_over_real_pub_sub(store: Re
 
     running = [asyncio.create_task(cycles(n)) for n in nodes]
     try:
-        deadline = time.monotonic() + 3 * times.normal_lease
-        while sorted(len(n.owned) for n in nodes) != [2, 2] or nodes[0].owned & nodes[1].owned:
-            assert time.monotonic() < deadline, [n.owned for n in nodes]
-            assert not any(t.done() for t in running)
-            await asyncio.sleep(0.05)
+
+        def shared() -> bool:
+            return sorted(len(n.owned) for n in nodes) == [2, 2] and not nodes[0].owned & nodes[1].owned
+
+        def cycling() -> None:
+            assert not any(t.done() for t in running), running
+
+        await until(
+            shared, "a and b to own two partitions each", 3 * times.normal_lease, step=0.05, check=cycling,
+            detail=lambda: f"owned {[n.owned for n in nodes]}",
+        )  # fmt: skip
         allocation = (await nodes[0].backend.hgetall(("allocation",)))["allocation"]
         assert allocation == {p: n.owner_id for n in nodes for p in n.owned}
     finally:

@@ -12,32 +12,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from balancer.coordinator import Coordinator
 from balancer.model import HubRef
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy
+from tests.support.clock import FakeClock
 from workers.handlers import PartitionContext
 from workers.hub.embedded import EmbeddedHub
+from workers.runtime.config import PumpConfig
+from workers.runtime.deadletters import DeadLetters
 from workers.runtime.processor import EventProcessor
-from workers.runtime.pump import DeadLetters, PumpConfig
 from workers.runtime.sink import EventSink
 from workers.sources.base import ReceivedEvent
 
 REF = HubRef("test.example", "sensors", "$Default")
-
-
-class FakeClock:
-    """Time that moves only when a test says so."""
-
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 async def quick_sleep(seconds: float) -> None:
@@ -65,15 +55,6 @@ class Recorder:
             return len(self.seen)
 
 
-async def until(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll ``condition`` (yielding to the loop) until it holds; fail after ``timeout`` real seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.005)
-
-
 @dataclass
 class Rig:
     """One store, one hub, one fake clock, and workers built on them."""
@@ -97,7 +78,7 @@ class Rig:
         **config: Any,
     ) -> EventProcessor:
         hub = self.hub
-        sink = self.sinks[owner_id] = EventSink(broadcast=False)
+        sink = self.sinks[owner_id] = EventSink()
 
         async def partitions() -> tuple[str, ...]:
             return hub.partition_ids()
@@ -162,6 +143,16 @@ async def any_rig(store_kind: str, tmp_path: Path) -> AsyncIterator[Rig]:
         hub.close()
         if store_kind == "sql":
             await store.aclose()
+
+
+def metric(name: str, **labels: str) -> float:
+    """The value of one series of the default registry (0 when it was never written)."""
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def checkpoints(rig: Rig) -> dict[str, int]:
+    """Partition -> checkpointed sequence number, as the rig's store has them."""
+    return {c.partition_id: c.sequence_number for c in await rig.store.list_checkpoints(REF)}
 
 
 async def own_all(processor: EventProcessor, partitions: int, steps: int = 20) -> None:

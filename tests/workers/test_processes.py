@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from balancer.model import HubRef
-from tests.processes import SqlSite, manage, migrated_sqlite
+from tests.support.processes import SqlSite, manage, migrated_sqlite
 
 pytestmark = pytest.mark.slow
 

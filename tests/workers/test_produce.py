@@ -9,12 +9,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
 
+from tests.support.waiting import until_sync
 from workers.hub.embedded import EmbeddedHub
 from workers.sensors import SENSORS, Producer, SensorEvent, SensorFleet, run_producer
 from workers.sources.base import Position, ReceivedEvent
@@ -88,10 +88,10 @@ def test_run_producer_stops_when_told_and_reports_what_it_wrote(tmp_path: Path) 
     result: list[object] = []
     thread = threading.Thread(target=lambda: result.append(run_producer(hub, 2000, stop, random.Random(1))))
     thread.start()
-    deadline = time.monotonic() + 20
-    while sum(hub.properties(p).last_enqueued_sequence_number + 1 for p in hub.partition_ids()) < 50:
-        assert time.monotonic() < deadline, "the producer wrote nothing"
-        time.sleep(0.01)
+    until_sync(
+        lambda: sum(hub.properties(p).last_enqueued_sequence_number + 1 for p in hub.partition_ids()) >= 50,
+        "the producer to write 50 events", 20,
+    )  # fmt: skip
     stop.set()
     thread.join(timeout=10)
     assert not thread.is_alive()
@@ -144,10 +144,14 @@ def test_produce_stops_cleanly_on_sigterm_and_says_what_it_wrote(tmp_path: Path)
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while not EmbeddedHub.exists(tmp_path, "sensors") or not everything(EmbeddedHub(tmp_path, "sensors")):
-            assert child.poll() is None and time.monotonic() < deadline, "produce wrote nothing"
-            time.sleep(0.05)
+
+        def producing() -> None:
+            assert child.poll() is None, "produce exited"
+
+        until_sync(
+            lambda: EmbeddedHub.exists(tmp_path, "sensors") and everything(EmbeddedHub(tmp_path, "sensors")),
+            "produce to write an event", 30, step=0.05, check=producing,
+        )  # fmt: skip
         child.send_signal(signal.SIGTERM)
         out, err = child.communicate(timeout=30)
     finally:

@@ -11,12 +11,16 @@ import pytest
 
 from balancer.model import Checkpoint, OwnershipRecord
 from balancer.stores.memory import MemoryStore
+from tests.support.clock import FakeClock
 from workers.hub import log as hublog
 from workers.hub.log import event_factory, make_event
-from workers.runtime.pump import DeadLetters, PartitionPump, PumpConfig, ThreadLane
+from workers.runtime.config import PumpConfig
+from workers.runtime.deadletters import DeadLetters
+from workers.runtime.lane import ThreadLane
+from workers.runtime.pump import PartitionPump
 from workers.sources.base import PartitionReader, Position, ReceivedEvent
 
-from .conftest import REF, FakeClock
+from .conftest import REF
 
 
 class ListReader:
@@ -167,7 +171,7 @@ def test_a_checkpoint_store_outage_is_logged_once_per_worker_not_once_per_partit
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from balancer.errors import StoreUnavailable
-    from workers.runtime.pump import CheckpointOutage
+    from workers.runtime.checkpoints import CheckpointOutage
 
     outage = CheckpointOutage("w")
     down = StoreUnavailable("cannot reach the service")

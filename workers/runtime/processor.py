@@ -4,7 +4,7 @@ owned partition, and the graceful stop.
 Lease renewal never waits behind event processing (the failure mode of ``001_552f7490fd2b6e08.txt``):
 the cycle loop is its own task and awaits nothing but the store; pumps run beside it, their
 reads and sync handlers in threads of their own. When a cycle fails (store down), the worker
-keeps its pumps running for as long as its local lease deadline (``Coordinator.holds``) allows and
+keeps its pumps running for as long as its local lease deadline (``Balancer.holds``) allows and
 tries again next interval; the outage is logged once, not once per cycle.
 
 Stopping (SIGTERM, SIGINT, or ``stop()``): the cycle loop ends, every pump finishes the event in
@@ -23,10 +23,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import workers.metrics as metrics
-from balancer.coordinator import Coordinator, CycleReport
-from balancer.protocol import CheckpointStore
+from balancer.protocol import Balancer, CheckpointStore, CycleReport
 from workers.handlers import Handler
-from workers.runtime.pump import CheckpointOutage, DeadLetters, PartitionPump, PumpConfig, PumpStats, Sleep
+from workers.runtime.checkpoints import CheckpointOutage
+from workers.runtime.config import PumpConfig, PumpStats
+from workers.runtime.deadletters import DeadLetters
+from workers.runtime.pump import PartitionPump, Sleep
 from workers.runtime.sink import EventSink, OutageLog
 from workers.sources.base import EventSource
 
@@ -39,7 +41,7 @@ class EventProcessor:
 
     def __init__(
         self,
-        coordinator: Coordinator,
+        coordinator: Balancer,
         *,
         checkpoints: CheckpointStore,
         source: EventSource,
@@ -231,20 +233,11 @@ class EventProcessor:
 
     def _start(self, pid: str) -> None:
         pump = PartitionPump(
-            ref=self.coordinator.ref,
-            partition_id=pid,
-            owner_id=self.owner_id,
-            holds=self.coordinator.holds,
-            checkpoints=self._checkpoints,
-            source=self._source,
-            handler=self._handler,
-            config=self._config,
-            dead_letters=self.dead_letters,
-            monotonic=self.coordinator.monotonic,
-            sleep=self._sleep,
-            deadline=self.coordinator.deadline,
-            outage=self._checkpoint_outage,
-        )
+            ref=self.coordinator.ref, partition_id=pid, owner_id=self.owner_id, holds=self.coordinator.holds,
+            checkpoints=self._checkpoints, source=self._source, handler=self._handler, config=self._config,
+            dead_letters=self.dead_letters, monotonic=self.coordinator.monotonic, sleep=self._sleep,
+            deadline=self.coordinator.deadline, outage=self._checkpoint_outage,
+        )  # fmt: skip
         task = asyncio.get_running_loop().create_task(pump.run(), name=f"pump {self.owner_id} {pid}")
         self._pumps[pid] = (pump, task)
 

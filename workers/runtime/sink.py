@@ -2,7 +2,8 @@
 
 ``EventSink`` is the ``on_event`` callback of the coordinator. The coordinator calls it inside its
 cycle, on the event loop, so it must never block: the event is logged and counted at once, and
-handed to ``dashboard.broadcast`` (event log row + channel-layer message) in a background task.
+handed to the publisher the settings name (``LEASEBOARD_EVENT_PUBLISHER``: by default the dashboard's
+event log row + channel-layer message) in a background task.
 Broadcasting is best effort: a failure is logged and counted, never raised into the cycle, so a
 dashboard database that is locked or down cannot cost a worker its leases.
 """
@@ -13,7 +14,6 @@ import asyncio
 import logging
 import threading
 from collections.abc import Awaitable, Callable
-from importlib import import_module
 from typing import Any
 
 import workers.metrics as metrics
@@ -60,29 +60,16 @@ class OutageLog:
         self.failures = 0
 
 
-def _find_publisher() -> tuple[Publish | None, bool]:
-    """``dashboard.broadcast``'s async ``apublish`` (preferred: the in-memory channel layer must be
-    used from the loop that serves the websockets) or its sync ``publish``; (None, False) when the
-    module is not there (a worker process without the dashboard app)."""
-    try:
-        module = import_module("dashboard.broadcast")
-    except ImportError as exc:
-        log.warning("balancer events are not broadcast to the dashboard: %s", exc)
-        return None, False
-    apublish = getattr(module, "apublish", None)
-    if apublish is not None:
-        return apublish, True
-    return getattr(module, "publish", None), False
-
-
 class EventSink:
-    """Logs, counts and broadcasts balancer events; one per process, shared by its workers."""
+    """Logs, counts and broadcasts balancer events; one per process, shared by its workers.
 
-    def __init__(self, broadcast: bool = True, publish: Publish | None = None, is_async: bool = False) -> None:
-        self._broadcast = broadcast
+    ``publish`` receives every event (``is_async``: it returns an awaitable); None broadcasts
+    nothing. ``workers.wiring.build_sink`` gives it the publisher the settings name.
+    """
+
+    def __init__(self, publish: Publish | None = None, is_async: bool = False) -> None:
         self._publish = publish
         self._is_async = is_async
-        self._resolved = publish is not None
         self._last: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
         self._outage = OutageLog(log, "broadcasting balancer events to the dashboard")
@@ -99,13 +86,10 @@ class EventSink:
         metrics.observe_event(event)
         self.seen.append(event)
         del self.seen[: -self.keep]
-        if self._broadcast:
+        if self._publish is not None:
             self._schedule(event)
 
     def _schedule(self, event: BalancerEvent) -> None:
-        if not self._resolved:
-            self._publish, self._is_async = _find_publisher()
-            self._resolved = True
         if self._publish is None:
             return
         try:

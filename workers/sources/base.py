@@ -60,6 +60,14 @@ class Position:
     def after(cls, sequence_number: int, offset: str | None = None) -> Position:
         return cls(offset=offset, sequence_number=sequence_number)
 
+    def describe(self) -> str:
+        """Where a reader at this position starts, in words (for logs)."""
+        if self.offset is not None:
+            return f"the event after offset {self.offset}"
+        if self.sequence_number is not None:
+            return f"the event after sequence number {self.sequence_number}"
+        return "the end (new events only)" if self.latest else "the earliest event"
+
 
 class PartitionReader(Protocol):
     def receive(self, max_events: int) -> list[ReceivedEvent]:

@@ -1,16 +1,5 @@
-"""``manage.py pin``: Pins a partition to a worker: only that worker may own it.
+"""``manage.py pin``, built from its declaration in ``dashboard.control.registry`` (see ``--help``)."""
 
-Thin: the work is ``dashboard.actions`` (see ``dashboard.actioncommand``).
-"""
+from dashboard.control.command import command_for
 
-from __future__ import annotations
-
-from dashboard.actioncommand import ActionCommand
-
-
-class Command(ActionCommand):
-    help = "Pins a partition to a worker: only that worker may own it."
-    help += " Shows what moves first; recorded in the audit log."
-    action = "pin"
-    target_help = "PARTITION: the partition id"
-    value_help = "WORKER: the only worker allowed to own it"
+Command = command_for("pin")

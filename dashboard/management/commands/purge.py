@@ -1,16 +1,5 @@
-"""``manage.py purge``: Forgets a dead worker (its heartbeat and drain record).
+"""``manage.py purge``, built from its declaration in ``dashboard.control.registry`` (see ``--help``)."""
 
-Thin: the work is ``dashboard.actions`` (see ``dashboard.actioncommand``).
-"""
+from dashboard.control.command import command_for
 
-from __future__ import annotations
-
-from dashboard.actioncommand import ActionCommand
-
-
-class Command(ActionCommand):
-    help = "Forgets a dead worker (its heartbeat and drain record)."
-    help += " Shows what moves first; recorded in the audit log."
-    action = "purge"
-    target_help = "WORKER: the worker's owner id"
-    value_help = ""
+Command = command_for("purge")

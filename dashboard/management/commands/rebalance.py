@@ -1,16 +1,5 @@
-"""``manage.py rebalance``: Asks every worker to run a load-balancing cycle now.
+"""``manage.py rebalance``, built from its declaration in ``dashboard.control.registry`` (see ``--help``)."""
 
-Thin: the work is ``dashboard.actions`` (see ``dashboard.actioncommand``).
-"""
+from dashboard.control.command import command_for
 
-from __future__ import annotations
-
-from dashboard.actioncommand import ActionCommand
-
-
-class Command(ActionCommand):
-    help = "Asks every worker to run a load-balancing cycle now."
-    help += " Shows what moves first; recorded in the audit log."
-    action = "rebalance"
-    target_help = ""
-    value_help = ""
+Command = command_for("rebalance")

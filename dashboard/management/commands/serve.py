@@ -25,11 +25,12 @@ from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
 from workers.management.commands.produce import Command as Produce
-from workers.management.commands.runworkers import Built, close_stores
+from workers.management.commands.runworkers import Built
 from workers.management.commands.runworkers import Command as RunWorkers
 from workers.pipeline.launcher import start_pipeline, stop_pipeline
 from workers.runtime.processor import run_workers
 from workers.sensors import run_producer
+from workers.wiring import close_stores
 
 log = logging.getLogger("leaseboard.serve")
 

@@ -1,16 +1,5 @@
-"""``manage.py undrain``: Ends a drain: the worker claims partitions again.
+"""``manage.py undrain``, built from its declaration in ``dashboard.control.registry`` (see ``--help``)."""
 
-Thin: the work is ``dashboard.actions`` (see ``dashboard.actioncommand``).
-"""
+from dashboard.control.command import command_for
 
-from __future__ import annotations
-
-from dashboard.actioncommand import ActionCommand
-
-
-class Command(ActionCommand):
-    help = "Ends a drain: the worker claims partitions again."
-    help += " Shows what moves first; recorded in the audit log."
-    action = "undrain"
-    target_help = "WORKER: the worker's owner id"
-    value_help = ""
+Command = command_for("undrain")

@@ -1,16 +1,5 @@
-"""``manage.py unpin``: Removes a partition's pin.
+"""``manage.py unpin``, built from its declaration in ``dashboard.control.registry`` (see ``--help``)."""
 
-Thin: the work is ``dashboard.actions`` (see ``dashboard.actioncommand``).
-"""
+from dashboard.control.command import command_for
 
-from __future__ import annotations
-
-from dashboard.actioncommand import ActionCommand
-
-
-class Command(ActionCommand):
-    help = "Removes a partition's pin."
-    help += " Shows what moves first; recorded in the audit log."
-    action = "unpin"
-    target_help = "PARTITION: the partition id"
-    value_help = ""
+Command = command_for("unpin")

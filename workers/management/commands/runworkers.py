@@ -25,6 +25,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from balancer.coordinator import Coordinator
+from balancer.protocol import Balancer
 from balancer.race.build import (
     add_race_options,
     build_race_coordinator,
@@ -34,15 +35,28 @@ from balancer.race.build import (
     races_in_process,
     wait_until_reachable,
 )
+from balancer.race.coordinator import RaceCoordinator
 from balancer.race.times import LoadWeights
 from balancer.strategies import DEFAULT, NAMES, RACE, get_strategy
 from workers import metrics
 from workers.handlers import DEFAULT_HANDLER, HandlerNotFound, resolve_handler
+from workers.runtime.config import PumpConfig
+from workers.runtime.deadletters import DeadLetters
 from workers.runtime.processor import EventProcessor, run_workers
-from workers.runtime.pump import DeadLetters, PumpConfig
 from workers.runtime.sink import EventSink
 from workers.sources.base import EventSource, Position
-from workers.wiring import SOURCES, STORES, Stores, build_source, build_stores, hub_ref
+from workers.wiring import (
+    SOURCES,
+    Stores,
+    build_sink,
+    build_source,
+    build_stores,
+    close_stores,
+    hub_ref,
+    instrument,
+    is_process_wide,
+    store_names,
+)
 
 log = logging.getLogger("leaseboard.worker")
 
@@ -57,7 +71,7 @@ class Command(BaseCommand):
         add(self.count_option, type=int, default=self.default_count, dest="count",
             help=f"workers in this process (default {self.default_count})")
         add("--strategy", help=f"planning strategy: {', '.join(sorted(NAMES))} (default: {DEFAULT})")
-        add("--store", choices=sorted(STORES), help="ownership and checkpoint store (default: LEASEBOARD_STORE)")
+        add("--store", choices=sorted(store_names()), help="ownership and checkpoint store (default: LEASEBOARD_STORE)")
         add("--source", choices=sorted(SOURCES), help="event source (default: LEASEBOARD_SOURCE)")
         add("--hub", help="hub name (default: LEASEBOARD_HUB)")
         add("--consumer-group", help="consumer group (default: LEASEBOARD_CONSUMER_GROUP)")
@@ -113,15 +127,16 @@ class Command(BaseCommand):
                 seconds = config.checkpoint_seconds
                 raise ValueError(f"LEASEBOARD_CHECKPOINT_SECONDS must be more than 0, got {seconds:g}")
             times = race_times(options, interval) if strategy.name == RACE.name else None
-            stores = metrics.instrument(build_stores(options["store"]))
+            stores = instrument(build_stores(options["store"]))
             source = source or build_source(options["source"], ref.hub)
         except (ValueError, TypeError, HandlerNotFound, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from exc
-        if (options["store"] or settings.LEASEBOARD_STORE) == "memory" and self.count_option == "--count":
-            log.warning("--store memory is not shared with other processes: use it for one process only")
+        store_name = options["store"] or settings.LEASEBOARD_STORE
+        if is_process_wide(store_name) and self.count_option == "--count":
+            log.warning("--store %s is not shared with other processes: use it for one process only", store_name)
 
         prefix = options["owner_prefix"] or f"{socket.gethostname()}-{os.getpid()}"
-        sink = EventSink()
+        sink = build_sink()
         dead_letters = DeadLetters(config.dead_letter_dir)
         opened = source
 
@@ -130,13 +145,14 @@ class Command(BaseCommand):
 
         processors = []
         for i in range(count):
-            coordinator: Any
+            coordinator: Balancer
+            race: RaceCoordinator | None = None
             if times is not None:  # 001's lease race (balancer.race.coordinator), not a lease-table plan
-                coordinator = build_race_coordinator(
+                coordinator = race = build_race_coordinator(
                     ref, f"{prefix}-{i}", stores.ownership, partitions, times=times, controls=stores.controls,
                     redis_url=settings.REDIS_URL or None, on_event=sink, rng=random.Random(),
                 )
-                if i == 0 and races_in_process(coordinator.backend):
+                if i == 0 and races_in_process(race.backend):
                     log.warning("--strategy race without REDIS_URL races in this process only")
             else:
                 coordinator = Coordinator(
@@ -148,8 +164,8 @@ class Command(BaseCommand):
                 coordinator, checkpoints=stores.checkpoints, source=source, handler=handler, interval=interval,
                 pump_config=config, dead_letters=dead_letters, shutdown_timeout=options["shutdown_timeout"],
             ))
-            if times is not None and options["load_weighted"]:
-                coordinator.load = LoadWeights(processed_by(processors[-1]), unit=options["load_unit"])
+            if race is not None and options["load_weighted"]:
+                race.load = LoadWeights(processed_by(processors[-1]), unit=options["load_unit"])
         log.info(
             "%d worker(s) %s-0..%d on %s/%s/%s: strategy %s, store %s, interval %gs, expiry %gs, handler %s",
             count, prefix, count - 1, ref.namespace, ref.hub, ref.consumer_group, strategy.name,
@@ -255,11 +271,3 @@ class Built:
     source: EventSource
 
 
-async def close_stores(stores: Stores) -> None:
-    """Close the stores that hold connections (each object once)."""
-    seen: set[int] = set()
-    for store in (stores.ownership, stores.checkpoints, stores.controls):
-        aclose = getattr(store, "aclose", None)
-        if aclose is not None and id(store) not in seen:
-            seen.add(id(store))
-            await aclose()

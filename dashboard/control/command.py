@@ -1,10 +1,12 @@
-"""The shared shape of the admin-action commands (``drain``, ``pin``, ...): parse, show the dry run, ask, apply.
+"""The admin-action management commands (``drain``, ``pin``, ...), each built from its registry entry:
+parse, show the dry run, ask, apply.
 
-Each command names its action and positional arguments; the work is ``dashboard.actions``, the
-same code behind the page's buttons, so both land in the same audit log. The user recorded is
-``cli:<login name>`` (``--user`` overrides it). Without ``--yes`` the command asks before applying;
-``--dry-run`` only shows what would move. A refusal ends the command with exit status 1 and the
-reason on stderr.
+``dashboard/management/commands/<name>.py`` is one line, ``Command = command_for("<name>")``: the
+arguments, their help and the command's help come from the action's declaration, and the work is
+``actions.preview``/``actions.apply``, the same code behind the page's buttons, so both land in the
+same audit log. The user recorded is ``cli:<login name>`` (``--user`` overrides it). Without
+``--yes`` the command asks before applying; ``--dry-run`` only shows what would move. A refusal
+(an unknown worker or partition included) ends the command with exit status 1 and the reason on stderr.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import sys
+from dataclasses import replace
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -19,33 +22,40 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from balancer.errors import StoreError
 from balancer.model import HubRef
 
+from ..state import forget_stores, parse_ref
 from . import actions
-from .state import forget_stores, parse_ref
+from .action import Action
+from .registry import REGISTRY
 
 
 class ActionCommand(BaseCommand):
     stealth_options = ("stdin",)  # tests (and scripts calling call_command) hand the answers in
-    action = ""
-    target_help = ""  # the positional argument's help; empty: no positional argument
-    value_help = ""
+    action: Action
 
     def add_arguments(self, parser: CommandParser) -> None:
-        if self.target_help:
-            parser.add_argument("target", help=self.target_help)
-        if self.value_help:
-            parser.add_argument("value", help=self.value_help)
+        for name, argument in (("target", self.action.target), ("value", self.action.value)):
+            if argument is None:
+                continue
+            if argument.option:
+                parser.add_argument(
+                    argument.option, dest=name, required=True, metavar=argument.metavar, help=argument.help
+                )
+            else:
+                parser.add_argument(name, metavar=argument.metavar, help=argument.help)
+        if self.action.force:
+            parser.add_argument("--force", action="store_true", help=self.action.force)
         parser.add_argument("--reason", default="", help="why (kept in the audit log); asked for when left out")
         parser.add_argument("--yes", action="store_true", help="apply without asking")
-        parser.add_argument("--dry-run", action="store_true", help="only show what would move")
+        parser.add_argument("--dry-run", action="store_true", help="only show what would change")
         parser.add_argument("--user", default="", help="who to record in the audit log (default: cli:<login>)")
         parser.add_argument("--hub", help="hub (default: LEASEBOARD_HUB)")
         parser.add_argument("--consumer-group", help="consumer group (default: LEASEBOARD_CONSUMER_GROUP)")
 
     def request(self, options: dict[str, Any]) -> actions.Request:
-        return actions.Request(
-            self.action, options.get("target") or ("*" if self.action == "rebalance" else ""),
-            options.get("value") or "", options["reason"],
-        )  # fmt: skip
+        try:
+            return actions.parse({**options, "action": self.action.name})
+        except actions.Refused as refusal:
+            raise CommandError(refusal.message) from None
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.stdin = options.get("stdin") or sys.stdin
@@ -84,18 +94,18 @@ class ActionCommand(BaseCommand):
         elif not options["yes"] and self._ask("Apply? [y/N] ").lower() not in ("y", "yes"):
             self.stdout.write("Nothing was changed.")
             return
-        final = actions.Request(
-            wanted.action, wanted.target, wanted.value, reason, getattr(wanted, "force", False), confirm_last
-        )
         user = options["user"] or f"cli:{getpass.getuser()}"
-        entry = await actions.apply(ref, final, user)
+        entry = await actions.apply(ref, replace(wanted, reason=reason, confirm_last=confirm_last), user)
         self.stdout.write(self.style.SUCCESS(f"Applied (audit #{entry['id']}): {entry['message']}"))
 
     def _show(self, shown: actions.Preview) -> None:
         self.stdout.write(shown.summary)
+        if shown.strategy is not None:
+            self.stdout.write(f"  planned with {shown.strategy} ({shown.strategy_basis})")
         for move in shown.moves:
             why = "" if move.caused else "  (already on its way)"
-            before, after = move.before or "nobody", move.after or "nobody"
+            before = move.before or "nobody"
+            after = (move.after or "nobody") if move.after_known else "whichever live worker wins the race"
             self.stdout.write(f"  partition {move.partition_id}: {before} -> {after}{why}")
         if shown.checkpoint is not None:
             c = shown.checkpoint
@@ -111,3 +121,10 @@ class ActionCommand(BaseCommand):
             self.stdout.write(prompt, ending="")
             self.stdout.flush()
         return str(self.stdin.readline()).strip()
+
+
+def command_for(name: str) -> type[ActionCommand]:
+    """The management command of the registered action ``name``."""
+    action = REGISTRY[name]
+    helptext = f"{action.help} Shows what would change first; recorded in the audit log."
+    return type("Command", (ActionCommand,), {"action": action, "help": helptext, "__module__": __name__})

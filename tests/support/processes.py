@@ -2,21 +2,18 @@
 starting, reading, waiting on and killing them.
 
 ``Processes`` keeps the processes a test started by name, each writing to ``<root>/<name>.log``;
-``until`` polls a condition with a deadline and fails early, with the log, when a process exits
+its ``until`` is ``tests.support.waiting.until`` failing early, with the logs, when a process exits
 unexpectedly. A suite subclasses it with its own commands and what it reads back; ``SqlSite`` is
 one for processes on a SQLite file (the SQL store) and an embedded hub.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import itertools
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -25,11 +22,12 @@ from typing import Any, ClassVar, Self
 
 from balancer.model import HubRef
 from dashboard.sqlstore import SqlStore
-from tests.servers import add_django_database, remove_django_database
+from tests.support import waiting
+from tests.support.databases import add_django_database, remove_django_database
 from tests.workers.recording import read_records
 from workers.hub.embedded import EmbeddedHub
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _aliases = itertools.count()
 
 
@@ -96,30 +94,6 @@ def last_enqueued(hub: EmbeddedHub) -> dict[str, int]:
     return {p: hub.properties(p).last_enqueued_sequence_number for p in hub.partition_ids()}
 
 
-async def poll_until(
-    condition: Callable[[], Any],
-    timeout: float,
-    *,
-    check: Callable[[], None],
-    timed_out: Callable[[], str],
-    step: float = 0.05,
-) -> Any:
-    """Poll ``condition`` (sync or async) every ``step`` s until it is truthy, and return its value.
-    Between polls ``check()`` may raise (a process died); after ``timeout`` s this raises an
-    AssertionError saying ``timed_out()``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return result
-        check()
-        if time.monotonic() > deadline:
-            raise AssertionError(timed_out())
-        await asyncio.sleep(step)
-
-
 @dataclass
 class Processes:
     """The processes a test started under ``root``, by name, each logging to ``<root>/<name>.log``."""
@@ -154,14 +128,13 @@ class Processes:
                 raise AssertionError(f"{name} exited with {process.returncode}:\n{self.log(name)[-4000:]}")
 
     async def until(self, condition: Callable[[], Any], timeout: float, what: str) -> Any:
-        """Poll ``condition`` (sync or async) until truthy and return its value; fail as soon as a
-        process exits unexpectedly, or after ``timeout`` s, with the logs."""
+        """``tests.support.waiting.until`` polling every ``poll`` seconds, failing as soon as a process
+        exits unexpectedly, and with the logs."""
 
-        def timed_out() -> str:
-            logs = "\n".join(f"--- {name}\n{self.log(name)[-3000:]}" for name in self.processes)
-            return f"timed out after {timeout}s waiting for {what}\n{logs}"
+        def logs() -> str:
+            return "\n".join(f"--- {name}\n{self.log(name)[-3000:]}" for name in self.processes)
 
-        return await poll_until(condition, timeout, check=self.check_exits, timed_out=timed_out, step=self.poll)
+        return await waiting.until(condition, what, timeout, step=self.poll, check=self.check_exits, detail=logs)
 
 
 @dataclass

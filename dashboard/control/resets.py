@@ -1,5 +1,5 @@
-"""Checkpoint resets: where earliest, latest, a sequence number or a time puts a partition's checkpoint,
-and writing it through the lease.
+"""The ``resetcheckpoint`` action: where earliest, latest, a sequence number or a time puts a partition's
+checkpoint, and writing it through the lease.
 
 The dashboard claims the partition as ``ADMIN_OWNER`` with the ETag it read (so no worker is
 between two checkpoints of it), writes the checkpoint fenced by that ownership, and releases it;
@@ -17,17 +17,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from channels.db import database_sync_to_async
 from django.db import transaction
 
 from balancer.model import Checkpoint, HubRef, OwnershipRecord
 from workers.sources.base import EventSource, Position
 from workers.wiring import Stores
 
-from .enqueued import EnqueuedTimes
-from .fleet import Fleet, Preview, Refused, Request, check_partition
-from .models import CheckpointRow, Ownership
-from .state import with_source
+from ..dbthread import DatabaseThread
+from ..enqueued import EnqueuedTimes
+from ..models import CheckpointRow, Ownership
+from ..state import with_source
+from .action import Action, Argument, Context, Done, Kind
+from .request import Preview, Refused
+
+_db = DatabaseThread("leaseboard-resets")  # the dashboard's one way off the event loop: dbthread.py
 
 ADMIN_OWNER = "leaseboard-admin"  # the owner id the dashboard claims a partition under to reset it
 TIME_SCAN_LIMIT = 5_000_000  # events read at most to find a time
@@ -81,7 +84,7 @@ def _resolve(source: EventSource, pid: str, spec: str) -> Target:
     when = parse_time(spec)
     if when is None:
         raise Refused(
-            "bad_request", f"--to must be earliest, latest, a sequence number or an ISO 8601 time, got {spec!r}"
+            "bad_request", f"reset to earliest, latest, a sequence number or an ISO 8601 time, not {spec!r}"
         )
     return _at_time(source, pid, when, spec, last, earliest)
 
@@ -116,16 +119,16 @@ def _at_time(source: EventSource, pid: str, when: float, spec: str, last: int, e
 
 
 def _can_remove(stores: Stores) -> bool:
-    from .sqlstore import SqlStore
+    from ..sqlstore import SqlStore
 
     store = getattr(stores.checkpoints, "_store", stores.checkpoints)  # under workers.metrics.InstrumentedStore
     return hasattr(store, "delete_checkpoint") or isinstance(store, SqlStore)
 
 
-async def reset_preview(fleet: Fleet, request: Request, stores: Stores) -> tuple[Preview, Target]:
-    pid = check_partition(fleet, request.target)
-    if not request.value:
-        raise Refused("bad_request", "say where to reset to: earliest, latest, a sequence number or an ISO 8601 time")
+async def reset_preview(ctx: Context) -> Preview:
+    """The checkpoint's move and what it means for lag; Refused when the source cannot say or a worker owns it."""
+    fleet, request, stores = ctx.fleet, ctx.request, ctx.stores
+    pid = request.target
     holder = fleet.active.get(pid)
     if holder is not None and not request.force:
         raise Refused(
@@ -159,7 +162,7 @@ async def reset_preview(fleet: Fleet, request: Request, stores: Stores) -> tuple
         summary = f"{verb}: {checkpoint['again']} events are handled again"
     else:
         summary = f"{verb}: {checkpoint['skipped']} events are skipped"
-    preview = Preview(request, summary, checkpoint=checkpoint)
+    preview = Preview(request, summary, checkpoint=checkpoint, effect=target)
     preview.notes.append(target.description)
     if holder is not None:
         preview.notes.append(
@@ -167,10 +170,13 @@ async def reset_preview(fleet: Fleet, request: Request, stores: Stores) -> tuple
         )
     if after is None:
         preview.notes.append("workers started with --initial-position latest would start at the end instead")
-    return preview, target
+    return preview
 
 
-async def write_reset(fleet: Fleet, pid: str, target: Target, stores: Stores) -> str:
+async def reset_write(ctx: Context, shown: Preview) -> Done:
+    """Claim the partition, write (or remove) its checkpoint fenced by that claim, release it."""
+    fleet, stores, pid, target = ctx.fleet, ctx.stores, ctx.request.target, shown.effect
+    assert isinstance(target, Target)
     seen = fleet.records.get(pid)
     claim = OwnershipRecord(fleet.ref, pid, ADMIN_OWNER) if seen is None else seen.claimed_by(ADMIN_OWNER)
     won = await stores.ownership.claim_ownership([claim])
@@ -180,10 +186,10 @@ async def write_reset(fleet: Fleet, pid: str, target: Target, stores: Stores) ->
     try:
         if target.sequence_number is None:
             await _remove_checkpoint(stores, fleet.ref, pid)
-            return f"partition {pid}: checkpoint removed"
+            return Done(f"partition {pid}: checkpoint removed", wake=False)
         checkpoint = Checkpoint(fleet.ref, pid, target.sequence_number, target.offset)
         await stores.checkpoints.update_checkpoint(checkpoint, ADMIN_OWNER)
-        return f"partition {pid}: checkpoint set to {target.sequence_number}"
+        return Done(f"partition {pid}: checkpoint set to {target.sequence_number}", wake=False)
     finally:
         # Released at once, so the planned owner takes it at its next cycle rather than after expiry.
         await stores.ownership.claim_ownership([held.claimed_by("")])
@@ -205,4 +211,14 @@ async def _remove_checkpoint(stores: Stores, ref: HubRef, pid: str) -> None:
                 raise Refused("conflict", f"partition {pid} changed hands during the reset; nothing was removed")
             CheckpointRow.objects.using(using).filter(**CheckpointRow.scope(ref), partition_id=pid).delete()
 
-    await database_sync_to_async(remove)()
+    await _db.acall(remove)
+
+
+RESETCHECKPOINT = Action(
+    "resetcheckpoint", "Resets a partition's checkpoint: the next owner resumes after the new one.",
+    "Reset the checkpoint of partition {target}", reset_preview, reset_write,
+    target=Argument(Kind.PARTITION, "the partition id"),
+    value=Argument(Kind.POSITION, "where to reset to: earliest, latest, a sequence number or an ISO 8601 time",
+                   option="--to"),
+    force="reset even while a worker owns the partition (it loses it)",
+)  # fmt: skip

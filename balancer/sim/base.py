@@ -1,0 +1,296 @@
+"""One seeded run of one scenario, whatever coordinator the workers run: ``Run``.
+
+A run drives N workers' ``Balancer``s on a ``sim_loop`` loop: each cycles every interval with the
+runtime's jitter, reaches the one ``MemoryStore`` through its own ``LatentStore``, processes what
+it owns and hands over what it is told to, as the runtime does. ``Run`` plays the scenario (the
+disturbance), judges balance and measures; a subclass builds the coordinators
+(``balancer.sim.table`` for the lease-table strategies, ``balancer.sim.race`` for 001's race) and
+deals out the balanced start. ``balancer.sim.run`` explains what is measured and how.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import functools
+import random
+from collections.abc import Callable
+
+from balancer.errors import OwnershipLost
+from balancer.model import Checkpoint, Control, ControlKind, partition_ids
+from balancer.protocol import Balancer, CycleReport
+from balancer.sim.measures import Processing, longest_unprocessed, min_moves, overlap_seconds
+from balancer.sim.scenarios import COLD, EPOCH, REF, Outcome, Settings
+from balancer.sim.store import LatentStore, Ledger
+from balancer.stores.memory import MemoryStore
+from balancer.strategies import Strategy
+
+_ids = functools.lru_cache(maxsize=8)(partition_ids)
+
+
+class Run(abc.ABC):
+    """One seeded run of one scenario. ``main()`` must run on a ``sim_loop`` loop."""
+
+    store: MemoryStore  # the one store every worker reaches through its own LatentStore (built by main)
+    ledger: Ledger
+
+    def __init__(
+        self, strategy: Strategy, scenario: str, partitions: int, workers: int, seed: int, settings: Settings
+    ) -> None:
+        self.strategy, self.scenario, self.s = strategy, scenario, settings
+        self.env = random.Random(f"{scenario}/{partitions}/{workers}/{seed}")  # timing, victims
+        self.seed = seed
+        self.names = [f"w{i}" for i in range(workers)]
+        self.partitions = partitions
+        self.hub_size = max(1, 2 * partitions // 3) if scenario == "add-partitions" else partitions
+        self.plan_ms: list[float] = []  # wall time of each plan (strategies that plan), measured only
+        self.alive: set[str] = set()
+        self.drained: set[str] = set()
+        self.pins: dict[str, str] = {}
+        self.skew: dict[str, float] = {}
+        self.blocked: dict[tuple[str, str], float] = {}  # (worker, pid) -> loop time its handler returns
+        self.processing = Processing()
+        self.cycles: dict[str, int] = dict.fromkeys(self.names, 0)
+        self.requests: list[int] = []
+        self.disturbed_at = float("inf")  # set when the scenario's disturbance happens
+        self.quiet_at = float("inf")  # when the disturbance is over (skew reverted, handler unblocked)
+        self.balanced_since: float | None = None
+        self.balance_cycles = 0
+        self.done = asyncio.Event()
+        self.tasks: dict[str, list[asyncio.Task[None]]] = {w: [] for w in self.names}
+        self.locks = {w: asyncio.Lock() for w in self.names}
+        self.checkpoints: dict[str, int] = {}
+        self.counted: dict[str, int] = dict.fromkeys(self.names, 0)  # requests already attributed
+        self.proxies: dict[str, LatentStore] = {}
+        self.coordinators: dict[str, Balancer] = {}
+
+    # set-up --------------------------------------------------------------------------------
+
+    def _now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def _build(self) -> None:
+        self.store = MemoryStore(clock=lambda: EPOCH + self._now())
+        self.ledger = Ledger(self.s.expiry, lambda w: w in self.alive)
+        for w in self.names:
+            proxy = LatentStore(self.store, self.ledger, random.Random(self.env.random()), self.s.latency)
+            self.proxies[w] = proxy
+            self.coordinators[w] = self._coordinator(w, proxy)
+
+    @abc.abstractmethod
+    def _coordinator(self, w: str, store: LatentStore) -> Balancer:
+        """Worker ``w``'s coordinator, on ``store`` (called in worker order, once each)."""
+
+    @abc.abstractmethod
+    async def _adopt(self, workers: list[str]) -> None:
+        """Start from a balanced state: deal the partitions out to ``workers``, have each take its
+        deal and cycle once, then ``_launch`` them."""
+
+    def _spent(self, w: str) -> int:
+        """Round trips worker ``w`` made so far (its store's, and any other its coordinator uses)."""
+        return self.proxies[w].requests
+
+    def _clock_of(self, worker: str) -> Callable[[], float]:
+        return lambda: EPOCH + self._now() + self.skew.get(worker, 0.0)
+
+    async def _partition_ids(self) -> tuple[str, ...]:
+        return _ids(self.hub_size)
+
+    def _launch(self, worker: str, first_at: float) -> None:
+        self.alive.add(worker)
+        self.tasks[worker].append(asyncio.get_running_loop().create_task(self._worker(worker, first_at)))
+
+    # workers -------------------------------------------------------------------------------
+
+    async def _sleep_until(self, at: float) -> None:
+        await asyncio.sleep(max(0.0, at - self._now()))
+
+    async def _worker(self, w: str, first_at: float) -> None:
+        rng = random.Random(self.env.random())
+        await self._sleep_until(first_at)
+        while True:
+            await self._cycle(w)
+            next_at = self._now() + self.s.interval * (1 + self.s.jitter * (2 * rng.random() - 1))
+            claimed_at = self.proxies[w].first_claim_at
+            if claimed_at is not None and claimed_at + self.s.expiry < next_at:
+                await self._sleep_until(claimed_at + self.s.expiry)  # the local lease deadline passes first
+                for pid in self.processing.of(w):
+                    if not self.coordinators[w].holds(pid):
+                        self._stop(w, pid)
+            await self._sleep_until(next_at)
+
+    async def _cycle(self, w: str) -> None:
+        async with self.locks[w]:
+            self.proxies[w].first_claim_at = None
+            report = await self.coordinators[w].cycle()
+        spent = self._spent(w)
+        if self._now() >= self.disturbed_at:  # this cycle's requests, and any handoff's (or race's) since
+            self.cycles[w] += 1
+            self.requests.append(spent - self.counted[w])
+        self.counted[w] = spent
+        self._after_cycle(w, report)
+
+    def _after_cycle(self, w: str, report: CycleReport) -> None:
+        for pid in self.processing.of(w):
+            if pid not in report.owned:
+                self._stop(w, pid)
+        for pid in sorted(report.owned, key=int):
+            self.processing.start(w, pid, self._now())
+        self._judge()
+
+    def _stop(self, w: str, pid: str) -> None:
+        """Stop processing ``pid`` now, or when its blocked handler returns."""
+        until = self.blocked.get((w, pid), 0.0)
+        if until <= self._now():
+            self.processing.stop(w, pid, self._now())
+            return
+
+        async def later() -> None:
+            await self._sleep_until(until)
+            if pid not in self.coordinators[w].owned:
+                self.processing.stop(w, pid, self._now())
+
+        self.tasks[w].append(asyncio.get_running_loop().create_task(later()))
+
+    def _on_handoff(self, w: str) -> Callable[[str], None]:
+        def start(pid: str) -> None:
+            self.tasks[w].append(asyncio.get_running_loop().create_task(self._hand_off(w, pid)))
+
+        return start
+
+    async def _hand_off(self, w: str, pid: str) -> None:
+        """The runtime's part of a planned move: finish the event in hand, checkpoint, release."""
+        await self._sleep_until(max(self._now() + self.s.handoff_seconds, self.blocked.get((w, pid), 0.0)))
+        coordinator = self.coordinators[w]
+        # The runtime must not release while a cycle of the same worker is in flight: a renewal
+        # sent by that cycle could land first, move the ETag and make the release fail.
+        async with self.locks[w]:
+            if not coordinator.handing_off(pid):
+                return
+            self.processing.stop(w, pid, self._now())
+            self.checkpoints[pid] = self.checkpoints.get(pid, 0) + 1
+            # OwnershipLost: taken after the handoff timeout; the new owner resumes from the last checkpoint
+            with contextlib.suppress(OwnershipLost):
+                await self.proxies[w].update_checkpoint(Checkpoint(REF, pid, self.checkpoints[pid]), w)
+            await coordinator.release(pid)
+        self._judge()
+
+    def _crash(self, w: str) -> None:
+        for task in self.tasks[w]:
+            task.cancel()
+        self.alive.discard(w)
+        for pid in self.processing.of(w):
+            self.processing.stop(w, pid, self._now())
+
+    # balance -------------------------------------------------------------------------------
+
+    def _eligible(self) -> list[str]:
+        return [w for w in self.names if w in self.alive and w not in self.drained]
+
+    def _balanced(self) -> bool:
+        """Every partition owned by a live, undrained worker; counts within one; pins respected."""
+        eligible = self._eligible()
+        counts = [self.ledger.held[w] for w in eligible]
+        if not counts or sum(counts) != self.hub_size or max(counts) - min(counts) > 1:
+            return False
+        oldest = EPOCH + self._now() - self.s.expiry
+        ok, owner, modified = set(eligible), self.ledger.owner, self.ledger.modified
+        if not all(owner.get(p) in ok and modified[p] >= oldest for p in _ids(self.hub_size)):
+            return False
+        return all(owner.get(p) == w for p, w in self.pins.items())
+
+    def _judge(self) -> None:
+        now = self._now()
+        if now < self.disturbed_at:
+            return
+        if not self._balanced():
+            self.balanced_since = None
+            return
+        if self.balanced_since is None:
+            self.balanced_since = now
+            self.balance_cycles = max((self.cycles[w] for w in self._eligible()), default=0)
+        observe = self.s.single_partition_cycles if self.scenario == "single-partition" else self.s.observe_cycles
+        if now >= self.quiet_at and now - self.balanced_since >= observe * self.s.interval:
+            self.done.set()
+
+    # the scenario --------------------------------------------------------------------------
+
+    async def _disturb(self) -> None:
+        s, names, env = self.s, self.names, self.env
+        kind = self.scenario
+        if kind in COLD:
+            self.disturbed_at = self.quiet_at = self._now()
+            self.ledger.counting = True
+            for w in names:
+                self._launch(w, self._now() + env.uniform(0, s.start_spread))
+            return
+        settled = names[:-1] if kind == "scale-out" else names
+        await self._adopt(settled)
+        await self._sleep_until(self._now() + 2 * s.interval)  # a little steady state first
+        self.disturbed_at = self.quiet_at = self._now()
+        self.ledger.counting = True
+        victim = env.choice(settled) if settled else names[0]
+        if kind == "scale-out":
+            self._launch(names[-1], self._now() + env.uniform(0, s.start_spread))
+        elif kind == "crash":
+            self._crash(victim)
+        elif kind == "add-partitions":
+            self.hub_size = self.partitions
+        elif kind == "clock-skew":
+            self.skew[victim] = s.skew_seconds
+            self.quiet_at = self._now() + s.skew_cycles * s.interval
+            asyncio.get_running_loop().call_at(self.quiet_at, self.skew.pop, victim, 0.0)
+        elif kind == "slow-worker":
+            mine = sorted(self.coordinators[victim].owned, key=int)
+            if mine:
+                self.quiet_at = self._now() + s.block_cycles * s.interval
+                self.blocked[(victim, env.choice(mine))] = self.quiet_at
+        elif kind == "drain":
+            self.drained.add(victim)
+            await self.store.put_control(Control(REF, ControlKind.DRAIN, victim))
+        elif kind == "pin":
+            others = [p for p in _ids(self.hub_size) if p not in self.coordinators[victim].owned]
+            pid = env.choice(others) if others else "0"
+            self.pins[pid] = victim
+            await self.store.put_control(Control(REF, ControlKind.PIN, pid, victim))
+
+    def _min_moves(self) -> int:
+        now = EPOCH + self._now()
+        holders: dict[str, str | None] = {}
+        for p in _ids(self.hub_size):
+            holder = self.ledger.holder(p, now)
+            holders[p] = holder if holder in self.alive else None
+        return min_moves(holders, self._eligible(), self.pins)
+
+    async def main(self) -> Outcome:
+        self._build()
+        await self._disturb()
+        least = self._min_moves()
+        self._judge()
+        s = self.s
+        share = -(-self.partitions // len(self.names))  # one-claim-per-cycle strategies need that many
+        horizon = self.quiet_at - self.disturbed_at + (s.horizon_cycles + share) * s.interval
+        if self.scenario == "single-partition":
+            horizon += s.single_partition_cycles * s.interval
+        with contextlib.suppress(TimeoutError):  # the horizon: balanced or not, the run ends
+            await asyncio.wait_for(self.done.wait(), timeout=horizon)
+        end = self._now()
+        for tasks in self.tasks.values():
+            for task in tasks:
+                task.cancel()
+        await asyncio.gather(*(t for ts in self.tasks.values() for t in ts), return_exceptions=True)
+        self.processing.close_all(end)
+        balanced = self.balanced_since is not None
+        start = self.disturbed_at
+        return Outcome(
+            balanced=balanced,
+            cycles=self.balance_cycles if balanced else 0,
+            seconds=round((self.balanced_since or start) - start, 3),
+            moves=self.ledger.moves,
+            min_moves=least,
+            overlap=round(overlap_seconds(self.processing, start, end), 3),
+            unowned=round(longest_unprocessed(self.processing, _ids(self.hub_size), start, end), 3),
+            requests=self.requests,
+            plan_ms=self.plan_ms,
+        )

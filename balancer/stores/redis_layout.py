@@ -1,0 +1,114 @@
+"""The Redis store's layout: the keys of one hub and consumer group, and the Lua scripts that change
+them atomically on the server (see ``balancer.stores.redis`` for why each is a script).
+
+Pure text: the adapter (``balancer.stores.redis``) and the race's (``balancer.race.redis``) send them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from balancer.model import HubRef
+
+_SAFE = "$.-_~"  # kept as they are in a scope; everything else (braces too) is percent-encoded
+
+
+# keys ----------------------------------------------------------------------------------------
+
+
+def scope(ref: HubRef) -> str:
+    """``leaseboard:{<namespace>/<hub>/<consumer group>}``: the prefix of every key of ``ref``."""
+    parts = "/".join(quote(part, safe=_SAFE) for part in (ref.namespace, ref.hub, ref.consumer_group))
+    return f"leaseboard:{{{parts}}}"
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The keys of one hub and consumer group."""
+
+    ownership: str
+    checkpoints: str
+    members: str
+    controls: str
+    etags: str
+
+    @classmethod
+    def of(cls, ref: HubRef) -> Keys:
+        prefix = scope(ref)
+        return cls(*(f"{prefix}:{name}" for name in ("ownership", "checkpoints", "members", "controls", "etags")))
+
+
+# scripts -------------------------------------------------------------------------------------
+
+# The server's clock as "<seconds>.<microseconds>": a string, as Lua's JSON encoder would round a
+# number to 14 digits and lose the microseconds an ETag and an expiry are compared on.
+_NOW = "local t = redis.call('TIME')\nlocal now = t[1] .. '.' .. string.format('%06d', tonumber(t[2]))\n"
+
+# The owner named by a stored ownership record, '' when released, nil when unreadable.
+_READ = """
+local function read(value)
+  if not value then return nil end
+  local ok, record = pcall(cjson.decode, value)
+  if ok and type(record) == 'table' and type(record.etag) == 'string' and type(record.owner) == 'string' then
+    return record
+  end
+  return nil
+end
+"""
+
+# KEYS: ownership, etags. ARGV: (partition, owner, ETag expected or '', owner level) per record.
+# Returns {now, {{n, new ETag}, ...}} for the records won, n counting records from 1.
+CLAIM = (
+    _NOW
+    + _READ
+    + """
+local won = {}
+local serial = 0
+for i = 1, #ARGV, 4 do
+  local pid, owner, expected, level = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local current = redis.call('HGET', KEYS[1], pid)
+  local record = read(current)
+  -- a first claim wins where there is no record, or only an unreadable one; any other claim
+  -- only while the stored ETag is still the one the caller saw
+  local wins
+  if expected == '' then wins = (record == nil) else wins = (record ~= nil and record.etag == expected) end
+  if wins then
+    serial = redis.call('INCR', KEYS[2])
+    local etag = now .. '-' .. serial
+    redis.call('HSET', KEYS[1], pid,
+      cjson.encode({owner = owner, etag = etag, modified = now, level = tonumber(level)}))
+    won[#won + 1] = {(i + 3) / 4, etag}
+  end
+end
+return {now, won}
+"""
+)
+
+# KEYS: ownership, checkpoints. ARGV: partition, owner, checkpoint JSON without "modified".
+# Returns {1, now} when written, {0, current owner or ''} when the caller does not own it.
+CHECKPOINT = (
+    _NOW
+    + _READ
+    + """
+local record = read(redis.call('HGET', KEYS[1], ARGV[1]))
+local holder = ''
+if record then holder = record.owner end
+if ARGV[2] == '' or holder ~= ARGV[2] then return {0, holder} end
+local checkpoint = cjson.decode(ARGV[3])
+checkpoint.modified = now
+redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(checkpoint))
+return {1, now}
+"""
+)
+
+# KEYS: one hash. ARGV: field, JSON object, name of the time field to add. Returns now.
+STAMPED = (
+    _NOW
+    + """
+local value = cjson.decode(ARGV[2])
+value[ARGV[3]] = now
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(value))
+return now
+"""
+)

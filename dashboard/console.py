@@ -1,0 +1,283 @@
+"""The console's state of one hub and consumer group: typed, built in one place, one JSON shape.
+
+``assemble`` builds a ``ConsoleState`` from what one read of the stores and the event source said;
+``ConsoleState.with_figures`` adds what a single read cannot say (lag in seconds, lag status,
+checkpointed rates), from the monitor or from the newest stored sampling round. Both are pure: no
+Django, no clock. ``as_json`` is the ``/api/state`` shape of DESIGN.md plus the console's own keys;
+``/api/state``, the websocket's snapshot and deltas, the monitor and ``/metrics`` all serve this one
+state, so a field is added here once and appears everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from balancer.model import Checkpoint, Control, Controls, HubRef, Member, OwnershipRecord
+from workers.sources.base import PartitionProperties
+
+from .lag import STATUSES, Status
+
+Json = dict[str, Any]
+
+
+class Lease(StrEnum):
+    """Whose a partition is, as the ownership store says."""
+
+    OWNED = "owned"
+    UNOWNED = "unowned"  # never owned, or released
+    EXPIRED = "expired"  # the owner stopped renewing: free for anyone to claim
+
+
+def pid_key(partition_id: str) -> tuple[int, str]:
+    """Partition ids in numeric order ("2" before "10"), any other id after them."""
+    return (int(partition_id), partition_id) if partition_id.isdigit() else (1 << 62, partition_id)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRow:
+    id: str
+    owner: str | None  # None when unowned or expired
+    status: Lease
+    last_modified: float | None  # the ownership record's last write (store clock)
+    sequence_number: int | None  # checkpointed; None without a checkpoint
+    last_enqueued_sequence_number: int | None  # None when the source could not say
+    last_enqueued_time: float | None
+    checkpoint_modified: float | None
+    lag: int | None  # last enqueued minus checkpointed; None when the source could not say
+    pinned_to: str | None
+    lag_seconds: float | None = None  # with_figures
+    lag_status: Status | None = None  # with_figures
+    events_per_second: float | None = None  # with_figures; None: nobody measured it
+
+    def as_json(self) -> Json:
+        return {
+            "id": self.id, "owner": self.owner, "last_modified": self.last_modified,
+            "sequence_number": self.sequence_number,
+            "last_enqueued_sequence_number": self.last_enqueued_sequence_number,
+            "last_enqueued_time": self.last_enqueued_time, "checkpoint_modified": self.checkpoint_modified,
+            "lag": self.lag, "pinned_to": self.pinned_to, "status": self.status.value,
+            "lag_seconds": self.lag_seconds, "lag_status": self.lag_status.value if self.lag_status else None,
+            "events_per_second": self.events_per_second,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRow:
+    id: str
+    owned: int  # partitions it holds an unexpired lease on
+    draining: bool
+    last_seen: float | None  # last heartbeat (store clock); None: never sent one
+    alive: bool  # heartbeat within the lease expiry
+    events_per_second: float | None = None  # with_figures: checkpointed, over the partitions it owns
+
+    @property
+    def purgeable(self) -> bool:
+        """Gone and holding nothing: its heartbeat and drain records may be removed."""
+        return not self.alive and self.owned == 0
+
+    def as_json(self) -> Json:
+        return {
+            "id": self.id, "owned": self.owned, "draining": self.draining, "last_seen": self.last_seen,
+            "alive": self.alive, "events_per_second": self.events_per_second, "purgeable": self.purgeable,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    name: str
+    error: str | None = None  # why the event source could not say everything; None: it did
+
+    @property
+    def available(self) -> bool:
+        return self.error is None
+
+    def as_json(self) -> Json:
+        return {"name": self.name, "available": self.available, "error": self.error}
+
+
+@dataclass(frozen=True, slots=True)
+class LagRules:
+    """How statuses are judged (``lag.py``): over ``window`` samples, one every ``sample_seconds``."""
+
+    window: int
+    sample_seconds: float
+    stop_seconds: float
+
+    def as_json(self) -> Json:
+        return {"window": self.window, "sample_seconds": self.sample_seconds, "stop_seconds": self.stop_seconds}
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """What a single read cannot say, by partition id: the monitor's, or a stored sampling round's."""
+
+    rules: LagRules
+    lag_seconds: Mapping[str, float | None] = field(default_factory=dict)
+    statuses: Mapping[str, Status | None] = field(default_factory=dict)
+    rates: Mapping[str, float] | None = None  # checkpointed events a second; None: nobody measured them
+    sampled_at: float | None = None  # the sampling round the statuses come from (store clock)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """The counts the page's header and ``/metrics`` show."""
+
+    partitions: int
+    by_status: Mapping[Lease, int]
+    by_lag_status: Mapping[Status, int]
+    lag: int | None  # the sum of the known lags; None when none is known
+    workers: int
+    workers_alive: int
+
+    def as_json(self) -> Json:
+        return {
+            "partitions": self.partitions, "owned": self.by_status[Lease.OWNED],
+            "by_status": {k.value: v for k, v in self.by_status.items()},
+            "by_lag_status": {k.value: v for k, v in self.by_lag_status.items()},
+            "lag": self.lag, "workers": self.workers, "workers_alive": self.workers_alive,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleState:
+    """One hub and consumer group as the console shows it. ``last_event_id`` is the newest event
+    log id read *before* the stores: every event at or below it is reflected here."""
+
+    ref: HubRef
+    generated_at: float  # store clock
+    expiry: float
+    last_event_id: int
+    source: SourceStatus
+    partitions: tuple[PartitionRow, ...]
+    workers: tuple[WorkerRow, ...]
+    sampled_at: float | None = None  # with_figures
+    lag_rules: LagRules | None = None  # with_figures
+    version: int | None = None  # the monitor's count of the states it published; None: not the monitor's
+
+    def partition(self, partition_id: str) -> PartitionRow | None:
+        return next((p for p in self.partitions if p.id == partition_id), None)
+
+    @property
+    def summary(self) -> Summary:
+        by_status = dict.fromkeys(Lease, 0)
+        by_lag_status = dict.fromkeys(STATUSES, 0)
+        lags = [p.lag for p in self.partitions if p.lag is not None]
+        for p in self.partitions:
+            by_status[p.status] += 1
+            if p.lag_status is not None:
+                by_lag_status[p.lag_status] += 1
+        return Summary(
+            len(self.partitions), by_status, by_lag_status, sum(lags) if lags else None,
+            len(self.workers), sum(1 for w in self.workers if w.alive),
+        )  # fmt: skip
+
+    def with_figures(self, figures: Figures) -> ConsoleState:
+        """This state with lag in seconds, lag status and rates: the one place they are applied."""
+        rates = figures.rates
+        per_worker: dict[str, float] = {}
+        rows = []
+        for p in self.partitions:
+            seconds, status = figures.lag_seconds.get(p.id), figures.statuses.get(p.id)
+            if p.lag == 0:  # lag.py's rule 3 holds between samples too: no lag now is OK, unless rewound
+                seconds = 0.0
+                status = status if status is Status.REWIND else Status.OK
+            rate = None if rates is None else rates.get(p.id, 0.0)
+            if rate is not None and p.owner is not None:
+                per_worker[p.owner] = per_worker.get(p.owner, 0.0) + rate
+            rows.append(
+                replace(
+                    p, lag_seconds=None if seconds is None else round(seconds, 1), lag_status=status,
+                    events_per_second=None if rate is None else round(rate, 1),
+                )
+            )  # fmt: skip
+        workers = tuple(
+            replace(w, events_per_second=None if rates is None else round(per_worker.get(w.id, 0.0), 1))
+            for w in self.workers
+        )
+        return replace(
+            self, partitions=tuple(rows), workers=workers, sampled_at=figures.sampled_at, lag_rules=figures.rules
+        )
+
+    def as_json(self) -> Json:
+        """DESIGN.md's ``/api/state`` object, plus the console's keys."""
+        return {
+            "namespace": self.ref.namespace, "hub": self.ref.hub, "consumer_group": self.ref.consumer_group,
+            "generated_at": self.generated_at, "expiry": self.expiry, "last_event_id": self.last_event_id,
+            "source": self.source.as_json(),
+            "partitions": [p.as_json() for p in self.partitions],
+            "workers": [w.as_json() for w in self.workers],
+            "sampled_at": self.sampled_at, "lag_rules": self.lag_rules.as_json() if self.lag_rules else None,
+            "version": self.version, "summary": self.summary.as_json(),
+        }  # fmt: skip
+
+
+def assemble(
+    ref: HubRef,
+    *,
+    now: float,
+    expiry: float,
+    ownership: Iterable[OwnershipRecord],
+    checkpoints: Iterable[Checkpoint],
+    members: Iterable[Member],
+    controls: Iterable[Control],
+    partition_ids: Sequence[str] | None,
+    properties: Mapping[str, PartitionProperties],
+    source_name: str,
+    source_error: str | None,
+    last_event_id: int,
+) -> ConsoleState:
+    """The state of ``ref`` from what was read at store time ``now`` (without figures).
+
+    ``partition_ids`` None means the source could not say; the partitions the store has records
+    for are shown then. A partition without properties gets null last-enqueued and lag.
+    """
+    owned_by = {r.partition_id: r for r in ownership if r.ref == ref}
+    checkpointed = {c.partition_id: c for c in checkpoints if c.ref == ref}
+    standing = Controls.of(controls)
+    ids = list(partition_ids) if partition_ids is not None else sorted(set(owned_by) | set(checkpointed), key=pid_key)
+
+    partitions = []
+    owned_count: dict[str, int] = {}
+    for pid in ids:
+        record = owned_by.get(pid)
+        owner: str | None = None
+        if record is None or not record.owner_id:
+            status = Lease.UNOWNED
+        elif record.expired(now, expiry):
+            status = Lease.EXPIRED
+        else:
+            status, owner = Lease.OWNED, record.owner_id
+            owned_count[owner] = owned_count.get(owner, 0) + 1
+        checkpoint = checkpointed.get(pid)
+        props = properties.get(pid)
+        last_enqueued = props.last_enqueued_sequence_number if props is not None else None
+        lag = None
+        if last_enqueued is not None:
+            # Without a checkpoint everything retained is still to do (-1 + 1 = 0 for an empty partition).
+            done = checkpoint.sequence_number if checkpoint is not None else -1
+            lag = max(0, last_enqueued - done)
+        partitions.append(
+            PartitionRow(
+                pid, owner, status, record.last_modified if record is not None else None,
+                checkpoint.sequence_number if checkpoint is not None else None, last_enqueued,
+                props.last_enqueued_time if props is not None else None,
+                checkpoint.last_modified if checkpoint is not None else None, lag, standing.pins.get(pid),
+            )
+        )  # fmt: skip
+
+    seen = {m.owner_id: m for m in members if m.ref == ref}
+    workers = []
+    for worker_id in sorted(set(seen) | set(owned_count) | standing.drained):
+        member = seen.get(worker_id)
+        workers.append(
+            WorkerRow(
+                worker_id, owned_count.get(worker_id, 0), worker_id in standing.drained,
+                member.last_seen if member is not None else None, member is not None and member.alive(now, expiry),
+            )
+        )  # fmt: skip
+    return ConsoleState(
+        ref, now, expiry, last_event_id, SourceStatus(source_name, source_error), tuple(partitions), tuple(workers)
+    )

@@ -1,0 +1,168 @@
+"""Where the monitors run: one daemon thread with an event loop of its own, and one database thread.
+
+Request loops come and go (a test client makes one per request) and a sampler must not depend on
+which page is open, so the monitors (``monitor.py``) run on a loop of their own. A monitor starts
+the first time anything asks for its hub (a page, a websocket, ``/metrics``).
+
+``current_state`` is the console state a request serves: a fresh read of the stores with the
+figures of the hub's running monitor, or of the newest stored sampling round when none is fresh.
+
+Stopping (``Host.stop``): the monitors are cancelled, then the stores and the database thread
+closed. Cancelling does not interrupt a statement already running on the database thread; stop
+waits for it. So whoever calls ``stop`` must not hold a database lock such a statement needs: on
+SQLite (``transaction_mode`` IMMEDIATE) an open transaction holds the write lock, and a sample
+write would wait for it (``timeout``, 20 s) while ``stop`` waits for the write, a deadlock broken
+only by the busy timeout. That is what a test in a transaction (pytest-django's ``django_db``
+without ``transaction=True``) that opened a page did; such tests may not start a monitor
+(``tests/dashboard/conftest.py`` refuses it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import threading
+import time
+import traceback
+
+from balancer.model import HubRef
+from workers.wiring import Stores, build_stores, close_stores
+
+from .console import ConsoleState
+from .dbthread import DatabaseThread
+from .monitor import Monitor
+from .state import read, stored_figures
+
+FIRST_ROUND_SECONDS = 10.0  # how long a first look at a hub waits for its monitor's first round
+FIGURES_MAX_AGE = 5.0  # seconds after which a monitor's figures are not used for a fresh read
+
+
+class Host:
+    """The thread and event loop the monitors run on, and one database thread for all of them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.db = DatabaseThread("leaseboard-monitor-db")  # one connection for every monitor
+        self._monitors: dict[HubRef, Monitor] = {}
+        self._tasks: dict[HubRef, asyncio.Task[None]] = {}
+        self._stores: Stores | None = None
+
+    def monitor(self, ref: HubRef) -> Monitor:
+        """The monitor of ``ref``, started if it was not running."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._start_thread()
+            found = self._monitors.get(ref)
+            if found is None:
+                found = self._monitors[ref] = Monitor(ref, self.db)
+                assert self._loop is not None
+                self._loop.call_soon_threadsafe(self._launch, found)
+        found.touched = time.monotonic()
+        return found
+
+    def running(self, ref: HubRef) -> Monitor | None:
+        """The monitor of ``ref`` if one is running (nothing is started)."""
+        return self._monitors.get(ref)
+
+    async def latest(self, ref: HubRef, max_age: float) -> ConsoleState | None:
+        """The state of ``ref``'s monitor (started if need be; its first round awaited for up to
+        FIRST_ROUND_SECONDS) if a round read the store within ``max_age`` seconds, else None."""
+        watched = self.monitor(ref)
+        if not watched.ready.is_set():
+            await asyncio.to_thread(watched.ready.wait, FIRST_ROUND_SECONDS)
+        return watched.fresh(max_age)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every monitor, close the stores and the database thread, end the thread.
+
+        Raises TimeoutError, with the stacks of the host's threads, if that takes over ``timeout``
+        seconds (see the module docstring for the one way it did)."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            self.db.close()  # monitors driven without the thread (tests) used the database thread only
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout)
+        except TimeoutError:
+            raise TimeoutError(f"the monitors did not stop in {timeout} s; their threads:\n{_stacks()}") from None
+        except RuntimeError:  # the loop stopped on its own
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout)
+
+    # the thread ------------------------------------------------------------------------------
+
+    def _start_thread(self) -> None:
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="leaseboard-monitor", daemon=True)
+        self._thread.start()
+        ready.wait()
+
+    def _launch(self, monitor: Monitor) -> None:
+        if self._stores is None:
+            self._stores = build_stores()  # on this loop: a store's connections may belong to it
+        task = asyncio.get_running_loop().create_task(monitor.run(self._stores), name=f"monitor {monitor.ref}")
+        self._tasks[monitor.ref] = task
+        task.add_done_callback(lambda _: self._ended(monitor))
+
+    def _ended(self, monitor: Monitor) -> None:
+        with self._lock:
+            if self._monitors.get(monitor.ref) is monitor:
+                del self._monitors[monitor.ref]
+            self._tasks.pop(monitor.ref, None)
+
+    async def _shutdown(self) -> None:
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._monitors.clear()
+        stores, self._stores = self._stores, None
+        if stores is not None:
+            with contextlib.suppress(Exception):  # a store that cannot close cleanly is dropped all the same
+                await close_stores(stores)
+        await self.db.aclose()  # after any statement a cancelled round left running on it
+
+
+def _stacks() -> str:
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return "\n".join(
+        f"--- {names[ident]}\n{''.join(traceback.format_stack(frame))}"
+        for ident, frame in sys._current_frames().items()
+        if names.get(ident, "").startswith("leaseboard-monitor")
+    )
+
+
+host = Host()
+
+
+def monitor(ref: HubRef) -> Monitor:
+    """The running monitor of ``ref`` (started on first use)."""
+    return host.monitor(ref)
+
+
+async def current_state(ref: HubRef, db: DatabaseThread) -> ConsoleState:
+    """A fresh read of ``ref`` (event log on ``db``) with the figures of its running monitor, else
+    of the newest stored sampling round. Raises the store's error when it cannot be read."""
+    plain = await read(ref, db=db)
+    watched = host.running(ref)
+    figures = watched.fresh_figures(FIGURES_MAX_AGE) if watched is not None else None
+    if figures is None:
+        figures = await db.acall(stored_figures, ref)
+    return plain.with_figures(figures)

@@ -1,0 +1,45 @@
+"""Resolving ``--handler`` and refusing bad ``runworkers`` options, each in one clear line."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from workers.handlers import HandlerNotFound, resolve_handler
+
+from .conftest import Recorder
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("nodots", "must be a dotted path"),
+        ("no_such_module.handler", "cannot import module 'no_such_module'"),
+        ("workers.handlers.nope", "module 'workers.handlers' has no attribute 'nope'"),
+        ("workers.handlers.DEFAULT_HANDLER", "is a str, not a callable"),
+    ],
+)
+def test_a_wrong_handler_path_is_refused_with_a_clear_message(path: str, message: str) -> None:
+    with pytest.raises(HandlerNotFound, match=message):
+        resolve_handler(path)
+
+
+def test_a_handler_class_is_instantiated_once() -> None:
+    handler = resolve_handler("tests.workers.conftest.Recorder")
+    assert isinstance(handler, Recorder)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--interval", "2", "--expiry", "2"], r"--expiry \(2s\) must be longer than --interval \(2s\)"),
+        (["--strategy", "fastest"], "unknown strategy 'fastest'; choose one of: "),
+        (["--handler", "workers.handlers.nope"], "has no attribute 'nope'"),
+        (["--count", "0"], "--count must be at least 1"),
+    ],
+)
+def test_runworkers_refuses_bad_options_in_one_line(options: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message) as refused:
+        call_command("runworkers", *options, "--store", "memory")
+    assert "\n" not in str(refused.value)

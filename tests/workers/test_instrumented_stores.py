@@ -1,0 +1,121 @@
+"""The metrics wrapper ``runworkers`` puts around every store keeps the store's protocols.
+
+Since Python 3.12 ``isinstance(x, SomeProtocol)`` looks attributes up statically: a wrapper that
+forwarded calls through ``__getattr__`` passed no protocol check there, and the default strategy
+fell back from one snapshot request a cycle to four separate reads. These tests run in the fast
+suite, so on every supported Python.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+
+import pytest
+from prometheus_client import REGISTRY
+
+from balancer.coordinator import Coordinator
+from balancer.model import HubRef, OwnershipRecord
+from balancer.protocol import CheckpointStore, ControlStore, OwnershipStore, SnapshotStore
+from balancer.stores.memory import MemoryStore
+from balancer.strategies import DEFAULT, get_strategy
+from workers import metrics
+from workers.wiring import Stores, instrument
+
+REF = HubRef("instrumented.example", "sensors", "$Default")
+PARTITIONS = tuple(str(p) for p in range(4))
+READS = ("snapshot", "list_ownership", "list_members", "list_controls", "now")
+
+
+def requests(operation: str) -> float:
+    labels = {"operation": operation, "outcome": "ok"}
+    return REGISTRY.get_sample_value("leaseboard_store_requests_total", labels) or 0.0
+
+
+def reads() -> dict[str, float]:
+    return {operation: requests(operation) for operation in READS}
+
+
+async def partitions() -> tuple[str, ...]:
+    return PARTITIONS
+
+
+class OwnershipOnly:
+    """A store of ownership and nothing else (ownership and checkpoints may live in different stores)."""
+
+    def __init__(self) -> None:
+        self._memory = MemoryStore()
+
+    async def list_ownership(self, ref: HubRef) -> list[OwnershipRecord]:
+        return await self._memory.list_ownership(ref)
+
+    async def claim_ownership(self, records: list[OwnershipRecord]) -> list[OwnershipRecord]:
+        return await self._memory.claim_ownership(records)
+
+    async def now(self) -> float:
+        return await self._memory.now()
+
+
+def test_each_wrapper_class_counts_every_method_of_its_protocol_under_a_known_operation() -> None:
+    for protocol, wrapper in metrics.COUNTED:
+        methods = {name for name in vars(protocol) if not name.startswith("_")}
+        assert methods == {name for name in vars(wrapper) if not name.startswith("_")}, wrapper.__name__
+        assert methods <= set(metrics.OPERATIONS)
+
+
+def test_an_instrumented_store_implements_every_protocol_its_store_implements() -> None:
+    memory = MemoryStore()
+    stores = instrument(Stores(memory, memory, memory))
+
+    for protocol in (OwnershipStore, SnapshotStore, CheckpointStore, ControlStore):
+        assert isinstance(memory, protocol)
+        assert isinstance(stores.ownership, protocol), f"{protocol.__name__} on Python {sys.version_info[:2]}"
+    assert stores.ownership is stores.checkpoints is stores.controls
+
+
+def test_an_instrumented_store_implements_no_protocol_its_store_lacks() -> None:
+    ownership, memory = OwnershipOnly(), MemoryStore()
+    stores = instrument(Stores(ownership, memory, memory))  # type: ignore[arg-type]
+
+    assert isinstance(stores.ownership, OwnershipStore)
+    assert not isinstance(stores.ownership, SnapshotStore | CheckpointStore | ControlStore)
+    assert stores.checkpoints is stores.controls is not stores.ownership
+    with pytest.raises(TypeError, match="not a ControlStore"):
+        instrument(Stores(memory, memory, ownership))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="implements no store protocol"):
+        metrics.instrumented(object())
+
+
+async def test_the_default_strategy_reads_one_snapshot_a_cycle_through_the_metrics_wrapper() -> None:
+    memory = MemoryStore()
+    stores = instrument(Stores(memory, memory, memory))
+    strategy = get_strategy(None)
+    assert strategy.name == DEFAULT and strategy.uses_members  # else it reads no snapshot at all
+    coordinator = Coordinator(
+        ref=REF, owner_id="w0", store=stores.ownership, partitions=partitions, strategy=strategy,
+        controls=stores.controls, rng=random.Random(7),
+    )  # fmt: skip
+
+    for cycle in range(5):
+        before, round_trips = reads(), memory.requests
+        report = await coordinator.cycle()
+
+        counted = {operation: requests(operation) - before[operation] for operation in READS}
+        assert counted == {"snapshot": 1, "list_ownership": 0, "list_members": 0, "list_controls": 0, "now": 0}, (
+            f"cycle {cycle} on Python {sys.version_info[:2]}"
+        )
+        # One snapshot, one heartbeat, one claim-and-renew: in the store's own count and the coordinator's.
+        assert memory.requests - round_trips == report.requests == 3
+    assert coordinator.owned == frozenset(PARTITIONS)
+
+
+async def test_the_coordinator_finds_the_control_store_in_an_instrumented_store() -> None:
+    memory = MemoryStore()
+    stores = instrument(Stores(memory, memory, memory))
+    coordinator = Coordinator(REF, "w0", stores.ownership, partitions, get_strategy(None), rng=random.Random(7))
+
+    assert coordinator.controls is stores.ownership
+    before = reads()
+    await coordinator.cycle()
+    assert requests("snapshot") - before["snapshot"] == 1
+    assert requests("list_ownership") == before["list_ownership"]

@@ -1,0 +1,88 @@
+"""workers.wiring: stores and the event publisher come from settings, by dotted path."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import LazySettings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import CommandError, call_command
+
+from balancer.model import BalancerEvent, EventKind, HubRef
+from balancer.stores.memory import MemoryStore
+from workers.wiring import build_sink, build_stores, close_stores, store_names
+
+RECEIVED: list[BalancerEvent] = []
+
+
+async def collect(event: BalancerEvent) -> None:
+    RECEIVED.append(event)
+
+
+def _event() -> BalancerEvent:
+    return BalancerEvent(EventKind.CLAIM, HubRef("ns", "hub", "$Default"), "0", "a", None, "a", "free", 1.0)
+
+
+async def test_a_store_named_only_in_settings_is_built_and_offered_to_runworkers(settings: LazySettings) -> None:
+    settings.LEASEBOARD_STORES = {
+        **settings.LEASEBOARD_STORES,
+        "mine": {"BACKEND": "balancer.stores.memory.MemoryStore", "CONFIG": {}},
+    }
+    assert "mine" in store_names()
+    stores = build_stores("mine")
+    assert isinstance(stores.ownership, MemoryStore)
+    assert stores.ownership is stores.checkpoints is stores.controls
+    assert build_stores("mine").ownership is not stores.ownership  # not process-wide: a new one each time
+    await close_stores(stores)
+
+
+def test_the_memory_store_is_one_per_process() -> None:
+    assert build_stores("memory").ownership is build_stores("memory").ownership
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"BACKEND": "balancer.stores.nowhere.Store"}, r"store 'bad' .*balancer\.stores\.nowhere"),
+        ({"CONFIG": {}}, r'LEASEBOARD_STORES\[\'bad\'\] needs a "BACKEND"'),
+        ({"BACKEND": "balancer.stores.memory.MemoryStore", "CONFIG": []}, r"CONFIG.*must be a dict"),
+    ],
+)
+def test_a_wrong_store_entry_is_refused_naming_the_setting(
+    settings: LazySettings, entry: dict[str, object], message: str
+) -> None:
+    settings.LEASEBOARD_STORES = {**settings.LEASEBOARD_STORES, "bad": entry}
+    with pytest.raises(ImproperlyConfigured, match=message):
+        build_stores("bad")
+
+
+def test_an_unknown_store_name_lists_the_known_ones() -> None:
+    with pytest.raises(ImproperlyConfigured, match=r"unknown store 'nope'; choose one of: sql, memory, redis, blob"):
+        build_stores("nope")
+
+
+def test_runworkers_refuses_a_store_the_settings_do_not_name() -> None:
+    with pytest.raises(CommandError, match="invalid choice: 'nope'"):
+        call_command("runworkers", "--store", "nope")
+
+
+async def test_the_sink_hands_events_to_the_publisher_the_settings_name(settings: LazySettings) -> None:
+    settings.LEASEBOARD_EVENT_PUBLISHER = "tests.workers.test_wiring.collect"
+    RECEIVED.clear()
+    sink = build_sink()
+    sink(_event())
+    assert await sink.flush(5)
+    assert [e.partition_id for e in RECEIVED] == ["0"]
+
+
+async def test_an_empty_publisher_setting_broadcasts_nothing(settings: LazySettings) -> None:
+    settings.LEASEBOARD_EVENT_PUBLISHER = ""
+    sink = build_sink()
+    sink(_event())
+    assert await sink.flush(5)
+    assert sink.seen == [_event()]  # still logged and counted
+
+
+def test_a_publisher_that_is_not_callable_is_refused(settings: LazySettings) -> None:
+    settings.LEASEBOARD_EVENT_PUBLISHER = "workers.wiring.SOURCES"
+    with pytest.raises(ImproperlyConfigured, match="is a dict, not a callable"):
+        build_sink()

@@ -1,0 +1,150 @@
+"""When a pump writes its partition's checkpoint, and what a failed write does.
+
+A checkpoint is written after every ``checkpoint_events`` events or ``checkpoint_seconds`` seconds,
+whichever comes first, and once more when the pump is stopped on purpose. Delivery is at least
+once: a worker that dies loses its un-checkpointed tail, which the next owner handles again.
+
+Failure modes. The store refusing a checkpoint with ``OwnershipLost`` (another worker owns the
+partition now) stops the pump. Any other failure (the store is down) does not: the pump goes on
+handling events while its lease lasts, and the next checkpoint, tried again after at least
+``checkpoint_seconds``, covers them too. Every pump of a worker fails at once in a store outage, so
+``CheckpointOutage`` reports it once for all of them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import workers.metrics as metrics
+from balancer.errors import OwnershipLost
+from balancer.model import Checkpoint, HubRef
+from balancer.protocol import CheckpointStore
+from workers.runtime.config import PumpConfig, PumpStats
+from workers.runtime.sink import OutageLog
+from workers.sources.base import ReceivedEvent
+
+log = logging.getLogger("leaseboard.pump")
+
+
+class CheckpointOutage:
+    """The checkpoint store failing for one worker's pumps, logged once for all of them.
+
+    In a store outage every pump of the worker fails its checkpoints at once; one line says so (and
+    one says when it works again), not one per partition. It works again once no partition that
+    failed is still failing; a pump that ends while failing is forgotten, so it cannot keep the
+    outage open, and one partition failing on its own while the others succeed is not reported as
+    recovered each time another partition checkpoints.
+    """
+
+    def __init__(self, owner_id: str) -> None:
+        self._log = OutageLog(
+            log, f"worker {owner_id}: checkpoint store",
+            "retrying; events handled meanwhile are checkpointed when it answers (or handled again by the next owner)",
+        )  # fmt: skip
+        self._failing: set[str] = set()
+
+    def failed(self, partition_id: str, exc: BaseException) -> None:
+        self._failing.add(partition_id)
+        self._log.failed(exc)
+
+    def ok(self, partition_id: str) -> None:
+        self._failing.discard(partition_id)
+        if not self._failing:
+            self._log.ok()
+
+    def forget(self, partition_id: str) -> None:
+        self._failing.discard(partition_id)
+
+
+class Checkpointer:
+    """The checkpoint policy of one pump: what is done since the last checkpoint, and writing it.
+
+    ``done`` is called from the pump's thread and ``write`` from the event loop, never at the same
+    time: the loop awaits the thread's work before it writes.
+    """
+
+    def __init__(
+        self,
+        *,
+        ref: HubRef,
+        partition_id: str,
+        owner_id: str,
+        store: CheckpointStore,
+        holds: Callable[[str], bool],
+        config: PumpConfig,
+        stats: PumpStats,
+        outage: CheckpointOutage,
+        monotonic: Callable[[], float],
+        label: str,
+    ) -> None:
+        self._ref = ref
+        self._partition_id = partition_id
+        self._owner_id = owner_id
+        self._store = store
+        self._holds = holds
+        self._events = config.checkpoint_events
+        self._seconds = config.checkpoint_seconds
+        self._stats = stats
+        self._outage = outage
+        self._monotonic = monotonic
+        self._label = label
+        self._last: tuple[int, str] | None = None  # (sequence number, offset) of the last event done
+        self._since = 0  # events done since the last checkpoint
+        self._at = 0.0  # ``monotonic`` time of the last checkpoint (or of the start)
+        self._retry_at = 0.0  # no write before this ``monotonic`` time (after a failed one)
+
+    def start(self) -> None:
+        """Count ``checkpoint_seconds`` from now (the pump has just opened its reader)."""
+        self._at = self._monotonic()
+
+    def done(self, events: Sequence[ReceivedEvent]) -> None:
+        """``events`` (in order, not empty) are handled or set aside: the next checkpoint covers them."""
+        last = events[-1]
+        self._last = (last.sequence_number, last.offset)
+        self._since += len(events)
+
+    def room(self) -> int:
+        """How many events may be handled before a checkpoint is due by count (at least one)."""
+        return max(1, self._events - self._since)
+
+    def due(self, now: float) -> bool:
+        """True when events are done since the last checkpoint and the count or the time says write one
+        (and a failed write's retry time has come)."""
+        if self._last is None or self._last[0] == self._stats.checkpointed or now < self._retry_at:
+            return False
+        return self._since >= self._events or now - self._at >= self._seconds
+
+    async def write(self, final: bool = False) -> bool:
+        """Checkpoint the last event done if due (always when ``final``); False if ownership is gone
+        (no longer held, or the store says another worker owns the partition: ``stats.ended`` is
+        then "lost"). A store failure is logged and counted, and returns True."""
+        if self._last is None or self._last[0] == self._stats.checkpointed:
+            return True
+        now = self._monotonic()
+        if not final and not self.due(now):
+            return True
+        if not self._holds(self._partition_id):
+            return False
+        sequence, offset = self._last
+        try:
+            await self._store.update_checkpoint(
+                Checkpoint(self._ref, self._partition_id, sequence, offset), self._owner_id
+            )
+        except OwnershipLost as exc:
+            log.warning("%s: %s; stopping the pump", self._label, exc)
+            self._stats.ended = "lost"
+            return False
+        except Exception as exc:
+            # Keep handling while the lease lasts; the next checkpoint covers these events too.
+            metrics.STORE_ERRORS.labels(operation="update_checkpoint").inc()
+            self._outage.failed(self._partition_id, exc)
+            self._retry_at = now + max(self._seconds, 0.5)
+            return True
+        self._outage.ok(self._partition_id)
+        metrics.CHECKPOINTS.inc()
+        self._stats.checkpoints += 1
+        self._stats.checkpointed = sequence
+        self._since = 0
+        self._at = now
+        return True

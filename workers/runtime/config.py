@@ -1,0 +1,54 @@
+"""What a pump is told (``PumpConfig``: checkpoint, read, retry and dead-letter policy) and what it
+reports (``PumpStats``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workers.sources.base import Position
+
+
+@dataclass(frozen=True, slots=True)
+class PumpConfig:
+    checkpoint_events: int = 100
+    checkpoint_seconds: float = 1.0
+    initial_position: Position = field(default_factory=Position.earliest)
+    max_events: int = 100  # events per read (a batch handler's own size wins)
+    poll_seconds: float = 0.05  # pause when the partition has nothing new
+    retries: int = 3
+    backoff_seconds: float = 0.1
+    backoff_max: float = 5.0
+    dead_letter_dir: Path | None = None  # None: dead letters are kept in memory only
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_events < 1 or self.max_events < 1 or self.retries < 0:
+            raise ValueError("checkpoint_events and max_events must be >= 1, retries >= 0")
+
+    @classmethod
+    def from_settings(cls, **overrides: Any) -> PumpConfig:
+        """The config from Django settings (LEASEBOARD_CHECKPOINT_*), with ``overrides`` applied."""
+        from django.conf import settings
+
+        values: dict[str, Any] = {
+            "checkpoint_events": settings.LEASEBOARD_CHECKPOINT_EVENTS,
+            "checkpoint_seconds": settings.LEASEBOARD_CHECKPOINT_SECONDS,
+            "dead_letter_dir": Path(getattr(settings, "LEASEBOARD_DEADLETTER_DIR", settings.VAR_DIR / "deadletter")),
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+@dataclass
+class PumpStats:
+    """What one pump did, for status output and tests."""
+
+    processed: int = 0
+    errors: int = 0
+    dead_lettered: int = 0
+    gaps: int = 0
+    checkpoints: int = 0
+    last_sequence: int | None = None
+    checkpointed: int | None = None
+    ended: str | None = None  # why the pump stopped: stopped, expired, lost, failed

@@ -1,0 +1,191 @@
+"""One partition's receiver: the SDK's callback-driven receive bridged to ``receive(max_events)``.
+
+The SDK's receive blocks until its client is closed, so each reader runs
+``EventHubConsumerClient.receive_batch`` for its one partition on a thread of its own, with a
+client of its own (closing a client stops every receive on it, and one client refuses to receive a
+partition twice, which a hand-off inside one process would need for a moment). Batches go into a
+bounded queue; while it is full the SDK's callback waits, the SDK stops pulling, and the service
+keeps the rest (backpressure, not memory growth). ``receive`` takes from the queue without waiting.
+
+Exclusive receivers. Readers pass ``owner_level`` (the service's epoch, 0 by default as in
+Microsoft's processor): when a partition moves, the new owner's receiver makes the service cut off
+the previous one, even if that worker has not yet noticed it lost its lease. The old reader's
+``receive`` then raises ``PartitionStolen``.
+
+Failure modes of the bridge:
+- After its own retries the SDK reports a receive error (or a failure of the partition listing it
+  does on its own at start, with no context) to ``on_error``, closes that consumer and,
+  in single-partition mode, re-creates it later from the *original* starting position (its
+  in-memory checkpoint store knows nothing of our progress). A stolen partition would be stolen
+  back and events read again. So the first reported error closes the client for good and
+  ``receive`` raises (``PartitionStolen`` or ``ReaderFailed``); the runtime restarts the pump from
+  its checkpoint if it still owns the partition.
+- ``close`` may be called while the SDK's thread waits in our callback for room in the queue: it
+  wakes it, closes the client and joins the thread (bounded; a thread still in the SDK after that
+  is a daemon and is logged, never waited on forever). The SDK's own load-balancing thread of a
+  closed client notices at its next wake-up (up to about 36 s later; a daemon holding nothing).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from azure.eventhub import EventData, PartitionContext
+
+from workers.sources.base import ReceivedEvent
+from workers.sources.eventhubs.errors import PartitionStolen, ReaderFailed, reader_failure
+from workers.sources.eventhubs.sdk import ConsumerClient, LastEnqueued, last_enqueued, received
+
+log = logging.getLogger("leaseboard.eventhubs")
+
+
+class EventHubsReader:
+    """Receives one partition on a background thread into a bounded queue (see the module)."""
+
+    def __init__(
+        self,
+        client: ConsumerClient,
+        *,
+        hub: str,
+        partition_id: str,
+        starting_position: str | int,
+        owner_level: int | None,
+        owner_id: str | None = None,
+        queue_events: int = 300,
+        max_batch_size: int = 100,
+        join_seconds: float = 10.0,
+        on_tracked: Callable[[str, LastEnqueued], None] | None = None,
+    ) -> None:
+        self.partition_id = partition_id
+        self.last_enqueued: LastEnqueued | None = None
+        self._client = client
+        self._label = f"event hub {hub} partition {partition_id}" + (f" (owner {owner_id})" if owner_id else "")
+        self._capacity = queue_events
+        self._join_seconds = join_seconds
+        self._on_tracked = on_tracked
+        self._cond = threading.Condition()
+        self._queue: deque[ReceivedEvent] = deque()
+        self._error: ReaderFailed | None = None
+        self._closed = False
+        self._kwargs: dict[str, Any] = {
+            "partition_id": partition_id,
+            "starting_position": starting_position,
+            "starting_position_inclusive": False,
+            "owner_level": owner_level,
+            "track_last_enqueued_event_properties": True,
+            # Batches no bigger than the queue: what waits for room is at most one queue's worth.
+            "max_batch_size": min(max_batch_size, queue_events),
+            "prefetch": queue_events,
+            "on_error": self._on_error,
+        }
+        self._thread = threading.Thread(
+            target=self._run, name=f"eventhubs {hub}/{partition_id}" + (f" {owner_id}" if owner_id else ""), daemon=True
+        )
+        self._thread.start()
+
+    def receive(self, max_events: int) -> list[ReceivedEvent]:
+        """Up to ``max_events`` next events in sequence order; [] when none are there yet.
+
+        Raises PartitionStolen at once when another receiver took the partition (queued events
+        are dropped: the new owner reads them), ReaderFailed once the queue is drained after any
+        other receive error, ValueError if closed or ``max_events`` < 1."""
+        if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
+            raise ValueError(f"max_events must be a whole number of at least 1, got {max_events!r}")
+        with self._cond:
+            if self._closed:
+                raise ValueError(f"{self._label}: reader is closed")
+            if isinstance(self._error, PartitionStolen):
+                self._queue.clear()
+                raise self._error
+            out = [self._queue.popleft() for _ in range(min(max_events, len(self._queue)))]
+            if out:
+                self._cond.notify_all()  # room again for a callback waiting on a full queue
+                return out
+            if self._error is not None:
+                raise self._error
+            return out
+
+    def close(self) -> None:
+        """Stops receiving and waits (at most ``join_seconds``) for the receive thread to end."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.clear()
+            self._cond.notify_all()
+        self._close_client()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(self._join_seconds)
+            if self._thread.is_alive():
+                log.warning(
+                    "%s: receive thread still inside the SDK %gs after close; left behind (daemon)",
+                    self._label,
+                    self._join_seconds,
+                )
+
+    def __enter__(self) -> EventHubsReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def receiving(self) -> bool:
+        """Whether the receive thread is still running."""
+        return self._thread.is_alive()
+
+    # -- the SDK's side (its receive thread) -------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._client.receive_batch(self._on_batch, **self._kwargs)
+        except Exception as exc:
+            self._fail(exc)
+        else:
+            with self._cond:
+                ended_alone = not self._closed and self._error is None
+            if ended_alone:
+                self._fail(RuntimeError("the SDK's receive returned without being closed"))
+
+    def _on_batch(self, context: PartitionContext, batch: Sequence[EventData]) -> None:
+        try:
+            events = [received(self.partition_id, event) for event in batch]
+            last = last_enqueued(context.last_enqueued_event_properties)
+        except Exception as exc:  # the SDK would only log it and go on past the event
+            self._fail(exc)
+            return
+        if last is not None:
+            self.last_enqueued = last
+            if self._on_tracked is not None:
+                self._on_tracked(self.partition_id, last)
+        with self._cond:
+            # Backpressure: while the queue is full the SDK's thread waits here and pulls nothing
+            # more; the service holds the rest. close() and a failure wake it.
+            while len(self._queue) >= self._capacity and not self._closed and self._error is None:
+                self._cond.wait()
+            if not self._closed and self._error is None:
+                self._queue.extend(events)
+
+    def _on_error(self, context: PartitionContext | None, error: Exception) -> None:
+        self._fail(error)
+
+    def _fail(self, error: BaseException) -> None:
+        with self._cond:
+            if self._closed or self._error is not None:
+                return
+            failure = reader_failure(self._label, self.partition_id, error)
+            log.warning("%s", failure)
+            self._error = failure
+            self._cond.notify_all()
+        # Stop the SDK before it re-creates the consumer from the original starting position.
+        self._close_client()
+
+    def _close_client(self) -> None:
+        try:
+            self._client.close()
+        except Exception as exc:
+            log.warning("%s: closing the client failed: %s", self._label, exc)
