@@ -1,4 +1,4 @@
-"""The one place that builds stores, event sources and the event sink from settings and options.
+"""The one place that builds stores, event sources, the event sink and coordinators from settings.
 
 Stores and the event publisher are named in settings by dotted path (``LEASEBOARD_STORES``,
 ``LEASEBOARD_EVENT_PUBLISHER``), the way Channels resolves ``CHANNEL_LAYERS``: the SQL store and
@@ -10,6 +10,8 @@ that store is used. Everything raises ``ImproperlyConfigured`` with the setting 
 from __future__ import annotations
 
 import inspect
+import random
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,8 +20,13 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
+from balancer.coordinator import Coordinator
 from balancer.model import BalancerEvent, HubRef
-from balancer.protocol import CheckpointStore, ControlStore, OwnershipStore
+from balancer.protocol import Balancer, CheckpointStore, ControlStore, OwnershipStore, PartitionSource
+from balancer.protocol import EventSink as BalancerEventSink
+from balancer.race.build import build_race_coordinator
+from balancer.race.times import RaceTimes
+from balancer.strategies import RACE, Strategy
 
 from . import metrics
 from .runtime.sink import EventSink
@@ -145,6 +152,32 @@ def build_source(name: str | None = None, hub: str | None = None, consumer_group
     return cls(  # type: ignore[no-any-return]
         hub=hub or settings.LEASEBOARD_HUB, consumer_group=consumer_group or settings.LEASEBOARD_CONSUMER_GROUP
     )
+
+
+def build_coordinator(
+    ref: HubRef,
+    owner_id: str,
+    stores: Stores,
+    partitions: PartitionSource,
+    *,
+    strategy: Strategy,
+    expiry: float,
+    on_event: BalancerEventSink,
+    clock: Callable[[], float] = time.time,
+    race_times: RaceTimes | None = None,
+) -> Balancer:
+    """The coordinator of one worker: 001's lease race for the ``race`` strategy (its spans from
+    ``race_times``; Redis when ``REDIS_URL`` is set, else a race inside this process), else the
+    lease-table coordinator planning with ``strategy``. Both satisfy ``Balancer``."""
+    if strategy.name == RACE.name:
+        return build_race_coordinator(
+            ref, owner_id, stores.ownership, partitions, times=race_times, controls=stores.controls,
+            redis_url=settings.REDIS_URL or None, on_event=on_event, rng=random.Random(),
+        )  # fmt: skip
+    return Coordinator(
+        ref=ref, owner_id=owner_id, store=stores.ownership, partitions=partitions, strategy=strategy,
+        expiry=expiry, controls=stores.controls, on_event=on_event, rng=random.Random(), clock=clock,
+    )  # fmt: skip
 
 
 def event_publisher() -> Callable[[BalancerEvent], Any] | None:

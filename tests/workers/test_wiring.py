@@ -7,9 +7,13 @@ from django.conf import LazySettings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
 
+from balancer.coordinator import Coordinator
 from balancer.model import BalancerEvent, EventKind, HubRef
+from balancer.race.coordinator import RaceCoordinator
+from balancer.race.times import RaceTimes
 from balancer.stores.memory import MemoryStore
-from workers.wiring import build_sink, build_stores, close_stores, store_names
+from balancer.strategies import get_strategy
+from workers.wiring import build_coordinator, build_sink, build_stores, close_stores, store_names
 
 RECEIVED: list[BalancerEvent] = []
 
@@ -86,3 +90,19 @@ def test_a_publisher_that_is_not_callable_is_refused(settings: LazySettings) -> 
     settings.LEASEBOARD_EVENT_PUBLISHER = "workers.wiring.SOURCES"
     with pytest.raises(ImproperlyConfigured, match="is a dict, not a callable"):
         build_sink()
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"), [("cooperative", Coordinator), ("balanced", Coordinator), ("race", RaceCoordinator)]
+)
+def test_one_builder_gives_each_strategy_its_coordinator(name: str, kind: type) -> None:
+    async def partitions() -> tuple[str, ...]:
+        return ("0", "1")
+
+    stores = build_stores("memory")
+    coordinator = build_coordinator(
+        HubRef("ns", "hub", "$Default"), "w-0", stores, partitions, strategy=get_strategy(name), expiry=10.0,
+        on_event=build_sink(broadcast=False), race_times=RaceTimes() if name == "race" else None,
+    )  # fmt: skip
+    assert isinstance(coordinator, kind)  # both satisfy Balancer: mypy checks that, statically
+    assert coordinator.owner_id == "w-0" and coordinator.owned == frozenset()

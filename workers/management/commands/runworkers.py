@@ -12,7 +12,6 @@ import asyncio
 import logging
 import math
 import os
-import random
 import signal
 import socket
 import time
@@ -24,11 +23,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from balancer.coordinator import Coordinator
-from balancer.protocol import Balancer
 from balancer.race.build import (
     add_race_options,
-    build_race_coordinator,
     close_race_stores,
     probes_of,
     race_times,
@@ -48,6 +44,7 @@ from workers.sources.base import EventSource, Position
 from workers.wiring import (
     SOURCES,
     Stores,
+    build_coordinator,
     build_sink,
     build_source,
     build_stores,
@@ -145,27 +142,19 @@ class Command(BaseCommand):
 
         processors = []
         for i in range(count):
-            coordinator: Balancer
-            race: RaceCoordinator | None = None
-            if times is not None:  # 001's lease race (balancer.race.coordinator), not a lease-table plan
-                coordinator = race = build_race_coordinator(
-                    ref, f"{prefix}-{i}", stores.ownership, partitions, times=times, controls=stores.controls,
-                    redis_url=settings.REDIS_URL or None, on_event=sink, rng=random.Random(),
-                )
-                if i == 0 and races_in_process(race.backend):
-                    log.warning("--strategy race without REDIS_URL races in this process only")
-            else:
-                coordinator = Coordinator(
-                    ref=ref, owner_id=f"{prefix}-{i}", store=stores.ownership, partitions=partitions,
-                    strategy=strategy, expiry=expiry, controls=stores.controls, on_event=sink, rng=random.Random(),
-                    clock=clock,
-                )
+            coordinator = build_coordinator(
+                ref, f"{prefix}-{i}", stores, partitions, strategy=strategy, expiry=expiry, on_event=sink,
+                clock=clock, race_times=times,
+            )  # fmt: skip
             processors.append(EventProcessor(
                 coordinator, checkpoints=stores.checkpoints, source=source, handler=handler, interval=interval,
                 pump_config=config, dead_letters=dead_letters, shutdown_timeout=options["shutdown_timeout"],
             ))
-            if race is not None and options["load_weighted"]:
-                race.load = LoadWeights(processed_by(processors[-1]), unit=options["load_unit"])
+            if isinstance(coordinator, RaceCoordinator):  # 001's lease race: options of its own
+                if i == 0 and races_in_process(coordinator.backend):
+                    log.warning("--strategy race without REDIS_URL races in this process only")
+                if options["load_weighted"]:
+                    coordinator.load = LoadWeights(processed_by(processors[-1]), unit=options["load_unit"])
         log.info(
             "%d worker(s) %s-0..%d on %s/%s/%s: strategy %s, store %s, interval %gs, expiry %gs, handler %s",
             count, prefix, count - 1, ref.namespace, ref.hub, ref.consumer_group, strategy.name,
