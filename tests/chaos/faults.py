@@ -17,8 +17,9 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 
+from tests.chaos.evidence import Evidence
 from tests.chaos.fleet import Fleet
-from tests.chaos.invariants import CheckpointHistory, Evidence
+from tests.chaos.rules import CheckpointHistory
 
 PostCheck = Callable[[Evidence], list[str]]
 SKEW = 180.0  # seconds: "one worker's clock skewed by ±3 minutes"

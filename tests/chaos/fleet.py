@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from balancer.model import HubRef
-from tests.chaos.invariants import CheckpointSample, Evidence, Fault, Lease, OwnershipSample, Phase
+from tests.chaos.evidence import CheckpointSample, Evidence, Fault, Lease, OwnershipSample, Phase
 from tests.chaos.recording import read_handlings
 from tests.chaos.stores import Kit
 from tests.support import waiting

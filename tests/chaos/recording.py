@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.chaos.invariants import Handling
+from tests.chaos.evidence import Handling
 from tests.workers.recording import RecordingHandler
 from workers.handlers import MalformedEvent, PartitionContext
 from workers.sources.base import ReceivedEvent

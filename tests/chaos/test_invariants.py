@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from tests.chaos.invariants import (
-    CheckpointSample,
-    Evidence,
-    Fault,
-    Handling,
-    Lease,
-    OwnershipSample,
-    Phase,
-    check,
-    unowned_intervals,
-)
+from tests.chaos.evidence import CheckpointSample, Evidence, Fault, Handling, Lease, OwnershipSample, Phase
+from tests.chaos.figures import unowned_intervals
+from tests.chaos.invariants import check
 
 
 def produced(count: int, malformed: frozenset[int] = frozenset()) -> list[tuple[float, bool]]:

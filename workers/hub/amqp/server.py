@@ -26,8 +26,10 @@ from proton import Link
 
 from workers.hub.amqp.addresses import Address, BadAddress, parse_address, parse_filter
 from workers.hub.amqp.auth import Grant, SasKey
-from workers.hub.amqp.connection import AmqpConnection, Limits, LinkHandler
+from workers.hub.amqp.connection import AmqpConnection
 from workers.hub.amqp.consumer import OUT_OF_RANGE, ConsumerLink, Receivers
+from workers.hub.amqp.endpoints import LinkHandler
+from workers.hub.amqp.limits import Limits
 from workers.hub.amqp.links import refuse
 from workers.hub.amqp.management import HubDirectory, put_token, read_properties
 from workers.hub.amqp.notes import AttachInfo

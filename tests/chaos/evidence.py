@@ -1,0 +1,75 @@
+"""What a fault-injection run leaves behind for the invariant checker (``invariants``).
+
+The evidence is on one clock, the machine's monotonic clock (``CLOCK_MONOTONIC`` is shared by every
+process, and a SIGSTOP or a skewed wall clock does not move it): what each worker recorded as it
+handled an event (``recording``), the checkpoints and ownership records the test read from the
+store while the run went on, what the producer wrote and when, and the faults the test injected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Handling:
+    """One event handed to a worker's handler (recorded before the handler returned)."""
+
+    partition: str
+    sequence: int
+    owner: str
+    at: float
+    malformed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """An injected fault: who it struck, from when to when. Planned ones (SIGTERM, a worker
+    joining) must move partitions without a single duplicate."""
+
+    kind: str
+    started: float
+    ended: float
+    victims: frozenset[str]
+    planned: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    owner: str
+    last_modified: float | None  # the store's clock
+
+
+@dataclass(frozen=True, slots=True)
+class OwnershipSample:
+    at: float  # local monotonic time the listing returned
+    now: float  # the store's clock then
+    partitions: tuple[str, ...]  # the hub's partitions then
+    leases: dict[str, Lease]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSample:
+    at: float  # local monotonic time the listing returned
+    checkpoints: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    name: str
+    started: float
+    ended: float
+
+
+@dataclass
+class Evidence:
+    expiry: float
+    produced: dict[str, list[tuple[float, bool]]]  # partition -> [(written at, malformed)], index = sequence
+    handlings: list[Handling]
+    dead_letters: set[tuple[str, int]]
+    checkpoint_samples: list[CheckpointSample]
+    ownership_samples: list[OwnershipSample]
+    faults: list[Fault]
+    phases: list[Phase]
+    final_checkpoints: dict[str, int]
+    slack: float = 0.5  # seconds allowed on every comparison of times taken by different processes

@@ -1,0 +1,204 @@
+"""The rules over a run's evidence, each a generator of problems (one line each; none: it held).
+
+1. **Coverage.** Every produced event was handled at least once; a malformed one was set aside
+   (dead-lettered), a good one never was.
+2. **Checkpoints.** No sampled checkpoint is lower than an earlier sample of its partition, and
+   after the final drain each partition's checkpoint is its last event.
+3. **One owner at a time.** Two workers' runs on one partition overlap in time only while the
+   earlier one is inside a lease expiry after an unplanned failure of its own (killed, stopped, cut
+   off from its store, its record corrupted); never around a planned move.
+4. **Duplicates from the failure window only.** An event handled again was first handled by a
+   worker that then failed unplanned, and lies after the last checkpoint taken before that
+   failure. Every duplicate is counted.
+5. **Resume at the latest checkpoint.** A worker starting on a partition starts right after a
+   checkpoint at least as new as any the store showed before its first event there.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import pairwise
+
+from tests.chaos.evidence import CheckpointSample, Evidence, Fault, Handling
+
+# 1. coverage -----------------------------------------------------------------------------------
+
+
+def coverage(evidence: Evidence) -> Iterator[str]:
+    handled: dict[tuple[str, int], bool] = {}
+    for h in evidence.handlings:
+        handled[(h.partition, h.sequence)] = h.malformed
+    for pid, events in sorted(evidence.produced.items(), key=lambda kv: int(kv[0])):
+        missing = [s for s in range(len(events)) if (pid, s) not in handled]
+        if missing:
+            yield f"partition {pid}: {len(missing)} of {len(events)} events never handled (first {missing[:5]})"
+        for sequence, (_, malformed) in enumerate(events):
+            aside = (pid, sequence) in evidence.dead_letters
+            if malformed and (pid, sequence) in handled and not aside:
+                yield f"partition {pid}: malformed event {sequence} was handled but never set aside"
+            if not malformed and aside:
+                yield f"partition {pid}: good event {sequence} was set aside as a dead letter"
+
+
+# 2. checkpoints --------------------------------------------------------------------------------
+
+
+def checkpoint_order(evidence: Evidence) -> Iterator[str]:
+    highest: dict[str, tuple[int, float]] = {}
+    for sample in evidence.checkpoint_samples:
+        for pid, sequence in sample.checkpoints.items():
+            seen = highest.get(pid)
+            if seen is not None and sequence < seen[0]:
+                yield (
+                    f"partition {pid}: checkpoint went back from {seen[0]} (t={seen[1]:.2f}) to {sequence} "
+                    f"(t={sample.at:.2f})"
+                )
+            if seen is None or sequence > seen[0]:
+                highest[pid] = (sequence, sample.at)
+    for pid, events in sorted(evidence.produced.items(), key=lambda kv: int(kv[0])):
+        final = evidence.final_checkpoints.get(pid)
+        if final != len(events) - 1:
+            yield f"partition {pid}: final checkpoint {final}, but its last event is {len(events) - 1}"
+
+
+# runs and repeats ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """Consecutive sequence numbers one owner handled on one partition."""
+
+    partition: str
+    owner: str
+    first: int
+    last: int
+    started: float
+    ended: float
+
+
+def owner_runs(handlings: Iterable[Handling], gap: float = 1.0) -> Iterator[Run]:
+    """Each owner's runs per partition: broken wherever the next number is not the previous + 1, or
+    more than ``gap`` seconds passed between two of its handlings (the producer writes every 20 ms:
+    the owner was not handling the partition then). Without the second rule, an owner that got a
+    partition back from a worker killed before its first checkpoint, and so resumed right where it
+    had stopped, would look as if it had handled it all along, beside the other worker."""
+    by_key: dict[tuple[str, str], list[Handling]] = defaultdict(list)
+    for h in handlings:
+        by_key[(h.partition, h.owner)].append(h)
+    for (pid, owner), items in by_key.items():
+        items.sort(key=lambda h: h.at)
+        start = items[0]
+        previous = start
+        for h in items[1:]:
+            if h.sequence != previous.sequence + 1 or h.at - previous.at > gap:
+                yield Run(pid, owner, start.sequence, previous.sequence, start.at, previous.at)
+                start = h
+            previous = h
+        yield Run(pid, owner, start.sequence, previous.sequence, start.at, previous.at)
+
+
+def repeats(handlings: Iterable[Handling]) -> list[tuple[Handling, Handling]]:
+    """(the previous handling, the repeat) for every event handled more than once, in time order."""
+    by_event: dict[tuple[str, int], list[Handling]] = defaultdict(list)
+    for h in handlings:
+        by_event[(h.partition, h.sequence)].append(h)
+    out = []
+    for items in by_event.values():
+        if len(items) > 1:
+            items.sort(key=lambda h: h.at)
+            out += list(pairwise(items))
+    return out
+
+
+def _unplanned(evidence: Evidence, owner: str) -> list[Fault]:
+    return [f for f in evidence.faults if not f.planned and owner in f.victims]
+
+
+# 3. one owner at a time ------------------------------------------------------------------------
+
+
+def overlaps(evidence: Evidence, runs: list[Run]) -> Iterator[str]:
+    by_partition: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        by_partition[run.partition].append(run)
+    for pid, items in by_partition.items():
+        items.sort(key=lambda r: r.started)
+        for i, first in enumerate(items):
+            for second in items[i + 1 :]:
+                if second.started >= first.ended:
+                    break
+                if second.owner == first.owner:
+                    continue
+                start, end = second.started, min(first.ended, second.ended)
+                excused = any(
+                    f.started - evidence.slack <= start and end <= f.started + evidence.expiry + evidence.slack
+                    for f in _unplanned(evidence, first.owner)
+                )
+                if not excused:
+                    yield (
+                        f"partition {pid}: {first.owner} (events {first.first}..{first.last}) and {second.owner} "
+                        f"(events {second.first}..{second.last}) handled it at the same time for "
+                        f"{end - start:.2f}s with no unplanned failure of {first.owner} to excuse it"
+                    )
+
+
+# 4. duplicates ---------------------------------------------------------------------------------
+
+
+class CheckpointHistory:
+    """The highest checkpoint each partition had been sampled at, by time (bisected, not scanned:
+    a long run has tens of thousands of samples and duplicates)."""
+
+    def __init__(self, samples: list[CheckpointSample]) -> None:
+        self._times: dict[str, list[float]] = defaultdict(list)
+        self._highest: dict[str, list[int]] = defaultdict(list)
+        for sample in samples:
+            for pid, sequence in sample.checkpoints.items():
+                highest = self._highest[pid]
+                self._times[pid].append(sample.at)
+                highest.append(max(sequence, highest[-1]) if highest else sequence)
+
+    def at_or_before(self, pid: str, moment: float) -> int:
+        """The highest checkpoint of ``pid`` sampled at or before ``moment`` (-1 if none)."""
+        i = bisect_right(self._times.get(pid, []), moment)
+        return self._highest[pid][i - 1] if i else -1
+
+    def before(self, pid: str, moment: float) -> int:
+        """The highest checkpoint of ``pid`` sampled strictly before ``moment`` (-1 if none)."""
+        i = bisect_left(self._times.get(pid, []), moment)
+        return self._highest[pid][i - 1] if i else -1
+
+
+def unexplained(evidence: Evidence, again: list[tuple[Handling, Handling]]) -> Iterator[str]:
+    history = CheckpointHistory(evidence.checkpoint_samples)
+    for first, repeat in again:
+        faults = _unplanned(evidence, first.owner)
+        explained = any(
+            first.at <= f.started + evidence.expiry + evidence.slack
+            and repeat.at >= f.started - evidence.slack
+            and first.sequence > history.at_or_before(first.partition, f.started)
+            for f in faults
+        )
+        if not explained:
+            why = "no unplanned failure of it in between" if not faults else "not inside a failure's window"
+            yield (
+                f"partition {first.partition} event {first.sequence}: handled by {first.owner} at {first.at:.2f} "
+                f"and again by {repeat.owner} at {repeat.at:.2f}: {why}"
+            )
+
+
+# 5. resume at the latest checkpoint ------------------------------------------------------------
+
+
+def resumes(evidence: Evidence, runs: list[Run]) -> Iterator[str]:
+    history = CheckpointHistory(evidence.checkpoint_samples)
+    for run in runs:
+        latest = history.before(run.partition, run.started)
+        if run.first - 1 < latest:
+            yield (
+                f"partition {run.partition}: {run.owner} started at event {run.first} although checkpoint "
+                f"{latest} was already stored"
+            )
