@@ -223,6 +223,11 @@ class InstrumentedStore(Generic[S]):
         def __setattr__(self, name: str, value: Any) -> None:
             setattr(self._store, name, value)
 
+    @property
+    def wrapped(self) -> S:
+        """The store whose calls this wrapper counts."""
+        return self._store
+
     def __repr__(self) -> str:
         return f"InstrumentedStore({self._store!r})"
 

@@ -102,9 +102,11 @@ async def close_stores(stores: Stores) -> None:
     keep = {id(store) for store in _process_wide.values()}
     seen: set[int] = set()
     for store in (stores.ownership, stores.checkpoints, stores.controls):
-        aclose = getattr(store, "aclose", None)
-        if aclose is not None and id(store) not in seen | keep:
-            seen.add(id(store))
+        # Judged by the store itself, not by a metrics wrapper around it (``instrument``).
+        inner = store.wrapped if isinstance(store, metrics.InstrumentedStore) else store
+        aclose = getattr(inner, "aclose", None)
+        if aclose is not None and id(inner) not in seen | keep:
+            seen.add(id(inner))
             await aclose()
 
 

@@ -13,7 +13,7 @@ from balancer.race.coordinator import RaceCoordinator
 from balancer.race.times import RaceTimes
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy
-from workers.wiring import build_coordinator, build_sink, build_stores, close_stores, store_names
+from workers.wiring import build_coordinator, build_sink, build_stores, close_stores, instrument, store_names
 
 RECEIVED: list[BalancerEvent] = []
 
@@ -106,3 +106,23 @@ def test_one_builder_gives_each_strategy_its_coordinator(name: str, kind: type) 
     )  # fmt: skip
     assert isinstance(coordinator, kind)  # both satisfy Balancer: mypy checks that, statically
     assert coordinator.owner_id == "w-0" and coordinator.owned == frozenset()
+
+
+class Closable(MemoryStore):
+    closed = 0
+
+    async def aclose(self) -> None:
+        type(self).closed += 1
+
+
+async def test_a_process_wide_store_stays_open_even_behind_the_metrics_wrapper(settings: LazySettings) -> None:
+    settings.LEASEBOARD_STORES = {
+        **settings.LEASEBOARD_STORES,
+        "shared": {"BACKEND": "tests.workers.test_wiring.Closable", "PROCESS_WIDE": True},
+        "own": {"BACKEND": "tests.workers.test_wiring.Closable"},
+    }
+    Closable.closed = 0
+    await close_stores(instrument(build_stores("shared")))
+    assert Closable.closed == 0
+    await close_stores(instrument(build_stores("own")))
+    assert Closable.closed == 1  # one object behind three protocols: closed once
