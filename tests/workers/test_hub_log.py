@@ -112,6 +112,9 @@ def _write_after(hub: EmbeddedHub, barrier: Any, name: str, count: int) -> None:
         hub.send(f"{name}-{i}".encode(), partition_id="0")
 
 
+# The fork is the point of the test (a child forked by a worker with the log open); Python 3.12+ warns
+# about any fork of a process with threads, which pytest's own machinery has.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")
 def test_a_forked_child_does_not_share_its_parents_partition_lock(tmp_path: Path) -> None:
     hub = EmbeddedHub(tmp_path, "h", partitions=1)
     hub.send(b"opened before the fork", partition_id="0")
