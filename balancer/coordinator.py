@@ -8,6 +8,7 @@ simulator calls the same ``cycle()`` on simulated time.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import random
 import time
@@ -27,10 +28,13 @@ from balancer.protocol import (
     snapshot,
 )
 
+from .errors import StoreUnavailable
 from .model import BalancerEvent, ControlKind, Controls, EventKind, HubRef, Member, OwnershipRecord
 from .strategies import Claim, Strategy, View
+from .strategies.base import age
 
 T = TypeVar("T")
+log = logging.getLogger("leaseboard.balancer")
 
 
 @dataclass
@@ -59,6 +63,7 @@ class Coordinator:
     # after the event in hand, checkpoints, then calls ``release()``. None: release in the same cycle.
     on_handoff: HandoffHook | None = None
     handoff_timeout: float | None = None  # None: the expiry
+    interval: float | None = None  # seconds between the driver's cycles (None: unknown)
     _leases: dict[str, _Lease] = field(default_factory=dict, init=False)
     _requests: int = field(default=0, init=False)
     _announced: bool = field(default=False, init=False)
@@ -66,6 +71,15 @@ class Coordinator:
     _rebalance_token: str | None = field(default=None, init=False)
     _rebalance: bool = field(default=False, init=False)
     _handing_off: set[str] = field(default_factory=set, init=False)
+    # Dark time: spans on the view's clock between the last view read before a failed cycle and the
+    # next one read after it. Nobody could renew then, so they do not age records (View.dark).
+    _dark: list[tuple[float, float]] = field(default_factory=list, init=False)
+    _last_view: float | None = field(default=None, init=False)
+    _failed: bool = field(default=False, init=False)
+    # (store time, local monotonic time) of the latest store clock reading: events are stamped with
+    # the store's clock from it, whatever this worker's own clock says.
+    _anchor: tuple[float, float] | None = field(default=None, init=False)
+    _previous: dict[str, str] = field(default_factory=dict, init=False)  # the last active owner seen
     # cycle(), release() and release_all() each read and rewrite the lease table across awaits: a
     # release sent while a cycle's renewal is in flight would lose to it (the renewal moves the ETag)
     # and leave the store saying we own a partition we have forgotten. One at a time, then.
@@ -106,7 +120,11 @@ class Coordinator:
     async def cycle(self) -> CycleReport:
         """Run one load-balancing cycle. Raises StoreUnavailable (holding on to current leases)."""
         async with self._lock:
-            return await self._cycle()
+            try:
+                return await self._cycle()
+            except StoreUnavailable:
+                self._failed = True
+                raise
 
     async def _cycle(self) -> CycleReport:
         started = self.monotonic()
@@ -115,6 +133,7 @@ class Coordinator:
         view = await self._view(pids)
         listed, now = dict(view.ownership), view.now
         plan = self.strategy.plan(view, self.rng)
+        self._previous.update((p, r.owner_id) for p, r in view.active().items())
         self._announced = True
         self._waiting = {p: self._waiting.get(p, now) for p in plan.waiting}
 
@@ -133,7 +152,7 @@ class Coordinator:
         if failed:
             won.update(await self._retry(failed, claims, sent_at))
 
-        gained, lost2, released = self._apply(won, claims, releases, sent_at, now)
+        gained, lost2, released = self._apply(won, claims, releases, sent_at, self._stamp(list(won.values())))
         self._handing_off &= set(self._leases)
         report = CycleReport(
             owned=self.owned,
@@ -161,7 +180,7 @@ class Coordinator:
         won = await self._call(self.store.claim_ownership([replace(lease.record, owner_id="")]))
         kind = EventKind.RELEASE if won else EventKind.LOST
         why = reason if won else "taken by another worker before the release"
-        event = self._event(kind, partition_id, None, why, self.clock(), handoff=bool(won))
+        event = self._event(kind, partition_id, None, why, self._stamp(won), handoff=bool(won))
         self._emit(event)
         return event
 
@@ -175,7 +194,7 @@ class Coordinator:
             return []
         records = [replace(lease.record, owner_id="") for lease in self._leases.values()]
         won = by_partition(await self._call(self.store.claim_ownership(records)))
-        now = self.clock()
+        now = self._stamp(list(won.values()))
         events = []
         for pid in list(self._leases):
             kind = EventKind.RELEASE if pid in won else EventKind.LOST
@@ -194,15 +213,18 @@ class Coordinator:
     async def _view(self, pids: tuple[str, ...]) -> View:
         """The strategy's view; with heartbeats and controls when the strategy uses them."""
         members: frozenset[str] = frozenset()
+        heartbeats: dict[str, float] = {}
         drained: frozenset[str] = frozenset()
         pins: dict[str, str] = {}
         if self.controls is not None and self.strategy.uses_members:
             snap, requests = await snapshot(self.store, self.controls, self.ref)
             self._requests += requests
             listed, now = by_partition(snap.ownership), snap.now
+            self._seen_store_time(now)
+            dark = self._darkness(now)
             await self._call(self.controls.heartbeat(self._member(now)))
-            members = frozenset(m.owner_id for m in snap.members if m.alive(now, self.expiry))
-            members |= {self.owner_id}
+            heartbeats = {m.owner_id: m.last_seen for m in snap.members if age(m.last_seen, now, dark) <= self.expiry}
+            members = frozenset(heartbeats) | {self.owner_id}
             controls = Controls.of(snap.controls)
             drained, pins = controls.drained, dict(controls.pins)
             token = next((c.value for c in snap.controls if c.kind is ControlKind.REBALANCE), None)
@@ -211,7 +233,12 @@ class Coordinator:
             self._rebalance_token = token
         else:
             listed = by_partition(await self._call(self.store.list_ownership(self.ref)))
-            now = await self._call(self.store.now()) if self.strategy.store_clock else self.clock()
+            if self.strategy.store_clock:
+                now = await self._call(self.store.now())
+                self._seen_store_time(now)
+            else:
+                now = self.clock()
+            dark = self._darkness(now)
             if self.controls is not None:  # heartbeats for the dashboard's worker list
                 await self._call(self.controls.heartbeat(self._member(now)))
         return View(
@@ -226,7 +253,39 @@ class Coordinator:
             waiting=dict(self._waiting),
             handoff_timeout=self.handoff_timeout,
             first_cycle=not self._announced,
+            dark=dark,
+            clock_is_store=self.strategy.store_clock,
+            heartbeats=heartbeats,
+            interval=self.interval,
+            previous=self._previous,
         )
+
+    def _darkness(self, now: float) -> tuple[tuple[float, float], ...]:
+        """The dark spans as of a view read at ``now``: the span since the last view read is dark if a
+        cycle failed since (the store could not be reached, so nobody could renew). A span that ended
+        more than the expiry ago is dropped: whatever it covers has aged past the expiry anyway."""
+        if self._failed and self._last_view is not None and now > self._last_view:
+            self._dark.append((self._last_view, now))
+        self._failed = False
+        self._last_view = now
+        self._dark = [(start, end) for start, end in self._dark if now - end <= self.expiry]
+        return tuple(self._dark)
+
+    def _seen_store_time(self, at: float) -> None:
+        self._anchor = (at, self.monotonic())
+
+    def _stamp(self, won: list[OwnershipRecord] | None = None) -> float:
+        """The time to stamp an event with: the store's clock (a won write's own last-modified, else
+        the latest reading of the store's clock carried forward on the monotonic clock), never this
+        worker's wall clock unless the store's was never read."""
+        for record in won or ():
+            if record.last_modified is not None and math.isfinite(record.last_modified):
+                self._seen_store_time(record.last_modified)
+                return record.last_modified
+        if self._anchor is None:
+            return self.clock()
+        at, read = self._anchor
+        return at + max(0.0, self.monotonic() - read)
 
     def _member(self, now: float) -> Member:
         """This worker's heartbeat; its info names the strategy, so the dashboard previews with it."""
@@ -263,7 +322,7 @@ class Coordinator:
                 continue
             holder = current.owner_id if current is not None and current.owner_id else None
             why = f"now held by {holder}" if holder else "record released or removed by another party"
-            events.append(self._event(EventKind.LOST, pid, holder, why, self.clock()))
+            events.append(self._event(EventKind.LOST, pid, holder, why, self._stamp()))
             del self._leases[pid]
         return events
 
@@ -335,6 +394,8 @@ class Coordinator:
             if record is None or record.owner_id != self.owner_id:
                 continue
             self._leases[pid] = _Lease(record, sent_at)
+            if claim.reason.startswith("corrupt record"):
+                log.warning("partition %s: replaced a %s (%s)", pid, claim.reason, self.ref)
             gained.append(
                 BalancerEvent(
                     claim.kind, self.ref, pid, self.owner_id, claim.previous_owner,

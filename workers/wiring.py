@@ -167,6 +167,7 @@ def build_coordinator(
     on_event: BalancerEventSink,
     clock: Callable[[], float] = time.time,
     race_times: RaceTimes | None = None,
+    interval: float | None = None,
 ) -> Balancer:
     """The coordinator of one worker: 001's lease race for the ``race`` strategy (its spans from
     ``race_times``; Redis when ``REDIS_URL`` is set, else a race inside this process), else the
@@ -179,6 +180,7 @@ def build_coordinator(
     return Coordinator(
         ref=ref, owner_id=owner_id, store=stores.ownership, partitions=partitions, strategy=strategy,
         expiry=expiry, controls=stores.controls, on_event=on_event, rng=random.Random(), clock=clock,
+        interval=interval,
     )  # fmt: skip
 
 

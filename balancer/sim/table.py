@@ -53,6 +53,7 @@ class TableRun(Run):
             partitions=self._partition_ids,
             strategy=self.timed,
             expiry=self.s.expiry,
+            interval=self.s.interval,
             controls=store,
             rng=random.Random(f"{self.seed}/{w}"),
             clock=self._clock_of(w),

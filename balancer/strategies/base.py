@@ -7,9 +7,10 @@ The runtime, the simulator and the property tests all call the same function.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..model import EventKind, OwnershipRecord
@@ -32,6 +33,28 @@ class View:
     waiting: Mapping[str, float] = field(default_factory=dict)
     handoff_timeout: float | None = None  # how long to wait for a handoff before taking over; None: expiry
     first_cycle: bool = False  # this worker has not announced itself before this cycle
+    # Spans (from, to) on the clock of ``now`` during which this worker could not reach the store:
+    # nobody could renew then, so they do not count toward the age of a record or a heartbeat.
+    dark: tuple[tuple[float, float], ...] = ()
+    # ``now`` is the store's own clock (the strategy's ``store_clock``): a time written by the store
+    # cannot lie ahead of it by more than the expiry, so one that does is corrupt, not early.
+    clock_is_store: bool = False
+    heartbeats: Mapping[str, float] = field(default_factory=dict)  # owner id -> last heartbeat (members')
+    interval: float | None = None  # seconds between this fleet's cycles, when the coordinator knows it
+    # partition id -> its active owner in this worker's previous view: who released a free partition
+    previous: Mapping[str, str] = field(default_factory=dict)
+
+    def age(self, at: float | None) -> float:
+        """Seconds since ``at`` on the clock of ``now``, not counting dark time (see ``age``)."""
+        return age(at, self.now, self.dark, self.expiry if self.clock_is_store else None)
+
+    def corrupt(self, record: OwnershipRecord) -> bool:
+        """True for a held record whose ``last_modified`` no store wrote: not a number, or (on the
+        store's clock) ahead of it by more than the expiry. Such a record counts as expired."""
+        at = record.last_modified
+        if not record.owner_id:
+            return False
+        return at is None or not math.isfinite(at) or (self.clock_is_store and at - self.now > self.expiry)
 
     def active(self) -> dict[str, OwnershipRecord]:
         """Records of partitions of this hub held by someone whose lease has not expired."""
@@ -39,7 +62,7 @@ class View:
         return {
             p: r
             for p, r in self.ownership.items()
-            if p in known and not r.expired(self.now, self.expiry)
+            if p in known and r.owner_id and self.age(r.last_modified) <= self.expiry
         }
 
     def counts(self, active: Mapping[str, OwnershipRecord]) -> Counter[str]:
@@ -51,6 +74,21 @@ class View:
     def unclaimed(self, active: Mapping[str, OwnershipRecord]) -> list[str]:
         """Partitions nobody actively holds, in id order."""
         return [p for p in self.partition_ids if p not in active]
+
+
+def age(at: float | None, now: float, dark: Sequence[tuple[float, float]] = (), future: float | None = None) -> float:
+    """Seconds from ``at`` to ``now``, less the parts of ``dark`` in between.
+
+    While no worker could reach the store nobody could renew a lease or write a heartbeat, so a
+    record that ran out then says nothing about its holder: dark time does not age it, and after a
+    store outage every live worker's records are as fresh as they were when it began. ``at`` None or
+    not a number: infinitely old. With ``future`` (``now`` is the store's clock): an ``at`` ahead of
+    ``now`` by more than that is not a time the store wrote, so infinitely old too.
+    """
+    if at is None or not math.isfinite(at) or (future is not None and at - now > future):
+        return math.inf
+    unseen = sum(max(0.0, min(end, now) - max(start, at)) for start, end in dark)
+    return now - at - unseen
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +136,16 @@ def claim_for(view: View, partition_id: str, active: Mapping[str, OwnershipRecor
     if not seen.owner_id:
         return Claim(partition_id, EventKind.CLAIM, seen, "released")
     assert partition_id not in active
-    age = view.now - (seen.last_modified or 0.0)
+    if view.corrupt(seen):
+        ahead = "" if seen.last_modified is None or not math.isfinite(seen.last_modified) else (
+            f", {seen.last_modified - view.now:.0f}s ahead of the store's clock"
+        )
+        reason = f"corrupt record of {seen.owner_id}: last_modified {seen.last_modified!r}{ahead}"
+        return Claim(partition_id, EventKind.EXPIRE, seen, reason)
+    idle = view.age(seen.last_modified)
     return Claim(
         partition_id,
         EventKind.EXPIRE,
         seen,
-        f"lease of {seen.owner_id} not renewed for {age:.1f}s (expiry {view.expiry:g}s)",
+        f"lease of {seen.owner_id} not renewed for {idle:.1f}s (expiry {view.expiry:g}s)",
     )

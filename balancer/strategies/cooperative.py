@@ -4,8 +4,9 @@ Every worker computes the same target assignment from the same view, so workers 
 talking and simultaneous starters do not collide:
 
 1. Members are the workers whose heartbeat is fresh by the *store's* clock (a worker that owns
-   nothing yet counts at once), plus any active owner that does not heartbeat (a worker running
-   another strategy); drained workers are left out.
+   nothing yet counts at once); drained workers are left out, and so is a worker that holds nothing
+   and missed two cycles' heartbeats (it crashed right after announcing itself). An active owner
+   without a fresh heartbeat is no member: its partitions are handed over or taken like any others.
 2. Each member's target count is ``P // N`` or one more; pinned partitions count toward their
    worker's load (a worker pinned more than its share keeps them all and the rest share the
    remainder). The extra partitions go to the members holding the most already, so the number of
@@ -37,9 +38,32 @@ def _key(partition_id: str) -> int:
 
 
 def members(view: View, active: Mapping[str, OwnershipRecord]) -> list[str]:
-    """The workers that share the partitions, sorted: fresh heartbeats and active owners, not drained."""
-    live = set(view.members) | {view.owner_id} | {r.owner_id for r in active.values()}
-    return sorted(live - view.drained)
+    """The workers that share the partitions, sorted: this worker and every worker with a fresh
+    heartbeat, less the drained and the unresponsive.
+
+    An active owner without a fresh heartbeat (a phantom or hand-edited record, a worker that
+    stopped heartbeating) is no member: it counts only for the partitions it holds, which go to the
+    members like any others (handed over, or taken after the handoff timeout). Counted as a member
+    it would get a full share that nobody ever processes.
+    """
+    live = set(view.members) | {view.owner_id}
+    return sorted(live - view.drained - unresponsive(view, active))
+
+
+def unresponsive(view: View, active: Mapping[str, OwnershipRecord]) -> set[str]:
+    """Members that hold nothing and have not heartbeated for two intervals: a newcomer that crashed
+    right after announcing itself. Its heartbeat stays fresh until the expiry, but partitions
+    released to it would stay unowned all that time. A worker that holds partitions is judged by
+    its leases alone. Needs the fleet's interval; without it nobody is judged unresponsive."""
+    if view.interval is None:
+        return set()
+    holders = {r.owner_id for r in active.values()}
+    grace = 2 * view.interval
+    return {
+        w
+        for w, seen in view.heartbeats.items()
+        if w != view.owner_id and w not in holders and view.age(seen) > grace
+    }
 
 
 def target_counts(
@@ -105,6 +129,22 @@ def assign(view: View, active: Mapping[str, OwnershipRecord]) -> dict[str, str]:
     return assignment
 
 
+def vacated_just_now(view: View, partition_id: str) -> bool:
+    """True for a partition released less than one interval ago by a worker that has left since.
+
+    A worker that stops releases everything; one that joins at the same moment announces itself
+    in its first cycle. Claimed at once, the stopped worker's partitions go to whoever cycles
+    first, who has not seen the newcomer yet and hands half of them on a cycle later: twice the
+    moves. Left free for one interval, they go straight to their final owners (costing a plain
+    scale-in one interval more before its partitions are owned again).
+    """
+    record = view.ownership.get(partition_id)
+    before = view.previous.get(partition_id)
+    if view.interval is None or record is None or record.owner_id or not before:
+        return False
+    return before not in view.members and view.age(record.last_modified) < view.interval
+
+
 def plan(view: View, rng: random.Random) -> Plan:
     active = view.active()
     mine = sorted((p for p, r in active.items() if r.owner_id == view.owner_id), key=_key)
@@ -123,7 +163,8 @@ def plan(view: View, rng: random.Random) -> Plan:
             continue
         holder = active.get(p)
         if holder is None:
-            claims.append(claim_for(view, p, active))
+            if not vacated_just_now(view, p):
+                claims.append(claim_for(view, p, active))
             continue
         since = view.waiting.get(p)
         if since is not None and view.now - since >= timeout:

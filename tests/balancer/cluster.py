@@ -49,6 +49,7 @@ class Cluster:
             partitions=self._partition_ids,
             strategy=self.strategy,
             expiry=self.expiry,
+            interval=self.interval,
             on_event=self.events.append,
             rng=random.Random(self.rng.random()),
             clock=lambda: self.now + self.skew.get(owner_id, 0.0),

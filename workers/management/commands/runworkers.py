@@ -144,7 +144,7 @@ class Command(BaseCommand):
         for i in range(count):
             coordinator = build_coordinator(
                 ref, f"{prefix}-{i}", stores, partitions, strategy=strategy, expiry=expiry, on_event=sink,
-                clock=clock, race_times=times,
+                clock=clock, race_times=times, interval=interval,
             )  # fmt: skip
             processors.append(EventProcessor(
                 coordinator, checkpoints=stores.checkpoints, source=source, handler=handler, interval=interval,

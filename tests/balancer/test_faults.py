@@ -1,0 +1,187 @@
+"""The default strategy under faults of the seams: a store outage, a corrupt or phantom record, a
+skewed clock, a newcomer that crashes, a stop and a join at once. Real coordinators, fake clock."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from balancer.errors import StoreUnavailable
+from balancer.model import EventKind, OwnershipRecord
+
+from .cluster import REF, Cluster
+
+EXPIRY, INTERVAL = 10.0, 2.0
+
+
+def fleet(partitions: int = 12, workers: str = "abc", **kwargs: float) -> Cluster:
+    cluster = Cluster(partitions, strategy="cooperative", expiry=kwargs.get("expiry", EXPIRY),
+                      interval=kwargs.get("interval", INTERVAL))  # fmt: skip
+    for w in workers:
+        cluster.add(w)
+    return cluster
+
+
+async def cycle_through_faults(cluster: Cluster) -> int:
+    """One round of every worker's cycle, as the runtime drives it: a cycle that cannot reach the
+    store fails and the worker tries again next interval. Returns how many cycles failed."""
+    failed = 0
+    for coordinator in list(cluster.workers.values()):
+        try:
+            await coordinator.cycle()
+        except StoreUnavailable:
+            failed += 1
+    cluster.now += cluster.interval
+    return failed
+
+
+async def owner_map(cluster: Cluster) -> dict[str, str]:
+    return {r.partition_id: r.owner_id for r in await cluster.store.list_ownership(REF)}
+
+
+def moved(cluster: Cluster) -> list[tuple[str, str]]:
+    """(kind, partition) of every ownership change but the renewals: claims, expiries, steals, releases, losses."""
+    return [(e.kind.value, e.partition_id) for e in cluster.events]
+
+
+@pytest.mark.parametrize("outage", [2 * EXPIRY, 3 * EXPIRY, 5 * EXPIRY])
+async def test_a_store_outage_with_every_worker_alive_moves_nothing(outage: float) -> None:
+    cluster = fleet()
+    await cluster.settle()
+    before = await owner_map(cluster)
+    etags = {r.partition_id: r.etag for r in await cluster.store.list_ownership(REF)}
+    cluster.events.clear()
+
+    cluster.store.down = True
+    ended = cluster.now + outage
+    while cluster.now < ended:
+        assert await cycle_through_faults(cluster) == 3
+    # Every lease ran out on its holder's monotonic clock: nobody may process until it renews.
+    assert not any(c.holds(p) for c in cluster.workers.values() for p in c.owned)
+    cluster.store.down = False
+    for _ in range(3):
+        assert await cycle_through_faults(cluster) == 0
+
+    assert cluster.events == []  # no claim, expiry, steal, release or loss: nothing moved
+    assert await owner_map(cluster) == before
+    # Each holder renewed the record it wrote last: nobody else held the partition in between.
+    after = {r.partition_id: r.etag for r in await cluster.store.list_ownership(REF)}
+    assert all(after[p] != etags[p] for p in after)
+    assert all(c.holds(p) for c in cluster.workers.values() for p in c.owned)
+    assert sorted(len(c.owned) for c in cluster.workers.values()) == [4, 4, 4]
+
+
+async def test_a_worker_that_died_during_an_outage_loses_its_partitions_after_the_outage() -> None:
+    cluster = fleet()
+    await cluster.settle()
+    dead = set(cluster.workers["c"].owned)
+    cluster.crash("c")
+    cluster.store.down = True
+    for _ in range(int(3 * EXPIRY / INTERVAL)):
+        await cycle_through_faults(cluster)
+    cluster.store.down = False
+    healed = cluster.now
+    while len({p for c in cluster.workers.values() for p in c.owned}) < 12:
+        await cycle_through_faults(cluster)
+        # The dark time does not count: its leases had EXPIRY to run before the outage began.
+        assert cluster.now - healed <= EXPIRY + 2 * INTERVAL
+    taken = {e.partition_id for e in cluster.events if e.kind is EventKind.EXPIRE}
+    assert taken == dead
+    assert sorted(len(c.owned) for c in cluster.workers.values()) == [6, 6]
+
+
+def corrupt(cluster: Cluster, pid: str, last_modified: float | None, owner: str = "phantom") -> None:
+    """A hand-edited ownership record, as an operator's UPDATE would leave it."""
+    cluster.store._ownership[(REF, pid)] = OwnershipRecord(REF, pid, owner, "not-an-etag", last_modified)
+
+
+@pytest.mark.parametrize(
+    "last_modified", [1e12, math.nan, math.inf, None], ids=["far-future", "nan", "inf", "missing"]
+)
+async def test_a_corrupt_record_costs_only_its_own_partition(last_modified: float | None) -> None:
+    cluster = fleet()
+    await cluster.settle()
+    before = await owner_map(cluster)
+    victim = before["5"]
+    corrupt(cluster, "5", last_modified)
+    cluster.events.clear()
+    await cycle_through_faults(cluster)
+    await cycle_through_faults(cluster)
+    after = await owner_map(cluster)
+    assert {p: o for p, o in after.items() if o != before[p]} == {}  # back where it was: only 5 moved
+    claims = [e for e in cluster.events if e.kind is not EventKind.LOST]
+    assert len(claims) == 1, cluster.events  # reported once, by the worker that took it back
+    assert claims[0].kind is EventKind.EXPIRE and claims[0].partition_id == "5"
+    assert claims[0].reason.startswith("corrupt record of phantom") and claims[0].owner_id == victim
+    assert sorted(len(c.owned) for c in cluster.workers.values()) == [4, 4, 4]
+
+
+async def test_a_phantom_owner_that_never_heartbeats_gets_no_share() -> None:
+    cluster = fleet(partitions=16)
+    await cluster.settle()
+    # A record of an owner nobody runs, written now with a valid time: live until it expires.
+    corrupt(cluster, "3", cluster.now, owner="ghost")
+    corrupt(cluster, "4", cluster.now, owner="ghost")
+    corrupt(cluster, "5", cluster.now, owner="ghost")
+    before = await owner_map(cluster)
+    cluster.events.clear()
+    started = cluster.now
+    while any(o == "ghost" for o in (await owner_map(cluster)).values()):
+        await cycle_through_faults(cluster)
+        assert cluster.now - started <= EXPIRY + 2 * INTERVAL
+    # Nobody handed a partition to the ghost: only its own three moved, and to live workers.
+    assert not [e for e in cluster.events if e.kind is EventKind.RELEASE]
+    after = await owner_map(cluster)
+    assert {p for p in after if after[p] != before[p]} == {"3", "4", "5"}
+    assert sorted(len(c.owned) for c in cluster.workers.values()) == [5, 5, 6]
+
+
+async def test_events_carry_the_stores_clock_whatever_the_workers_clock_says() -> None:
+    cluster = fleet()
+    cluster.skew["a"] = 180.0
+    cluster.skew["b"] = -180.0
+    stamped: list[tuple[float, float]] = []  # (event.at, the store's clock when it was reported)
+    for coordinator in cluster.workers.values():
+        coordinator.on_event = lambda e: stamped.append((e.at, cluster.now))
+    await cluster.settle()
+    await cluster.cycle(2)
+    await cluster.workers["a"].release_all()  # a shutdown: releases, from the clock 3 minutes ahead
+    b = cluster.workers["b"]
+    await b.release(min(b.owned))  # a handoff's release, from the clock 3 minutes behind
+    assert len(stamped) == 12 + 4 + 1
+    assert all(at == now for at, now in stamped), stamped
+
+
+async def test_partitions_released_to_a_newcomer_that_crashes_are_taken_back_soon() -> None:
+    cluster = fleet(partitions=12, interval=30.0, expiry=180.0)
+    await cluster.settle()
+    cluster.add("n")
+    await cluster.cycle()  # n announces itself
+    cluster.crash("n")  # ... and crashes
+    cluster.events.clear()
+    await cluster.cycle()  # the others see its heartbeat and release its share
+    released = {e.partition_id for e in cluster.events if e.kind is EventKind.RELEASE}
+    assert len(released) == 3
+    freed_at = cluster.now - cluster.interval
+    while set(await cluster.owners()) != {str(p) for p in range(12)}:
+        await cluster.cycle()
+        assert cluster.now - freed_at <= cluster.interval + cluster.expiry  # the target
+    assert cluster.now - freed_at <= 3 * cluster.interval  # and what it does: two missed heartbeats
+    assert sorted(len(c.owned) for c in cluster.workers.values()) == [4, 4, 4]
+
+
+async def test_a_stop_and_a_join_at_once_move_the_minimum() -> None:
+    cluster = fleet(partitions=16, workers="ab")
+    await cluster.settle()
+    await cluster.cycle()  # a steady state: each has seen the other's leases
+    cluster.events.clear()
+    leaving = set(cluster.workers["b"].owned)
+    await cluster.workers["b"].release_all()
+    cluster.crash("b")
+    cluster.add("n")
+    for _ in range(4):
+        await cluster.cycle()
+    moves = [e for e in cluster.events if e.kind in (EventKind.CLAIM, EventKind.STEAL, EventKind.EXPIRE)]
+    assert sorted(len(c.owned) for c in cluster.workers.values()) == [8, 8]
+    assert {e.partition_id for e in moves} == leaving and len(moves) == 8
