@@ -177,7 +177,13 @@ class Coordinator:
         self._handing_off.discard(partition_id)
         if lease is None:
             return None
-        won = await self._call(self.store.claim_ownership([replace(lease.record, owner_id="")]))
+        try:
+            won = await self._call(self.store.claim_ownership([replace(lease.record, owner_id="")]))
+        except StoreUnavailable:
+            # Nothing changed in the store: the lease is still ours. Keep it, so the next cycle
+            # renews it and plans the handoff again, rather than leave it unowned until it expires.
+            self._leases[partition_id] = lease
+            raise
         kind = EventKind.RELEASE if won else EventKind.LOST
         why = reason if won else "taken by another worker before the release"
         event = self._event(kind, partition_id, None, why, self._stamp(won), handoff=bool(won))

@@ -17,7 +17,7 @@ import functools
 import random
 from collections.abc import Callable
 
-from balancer.errors import OwnershipLost
+from balancer.errors import OwnershipLost, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, partition_ids
 from balancer.protocol import Balancer, CycleReport
 from balancer.sim.measures import Processing, longest_unprocessed, min_moves, overlap_seconds
@@ -110,11 +110,20 @@ class Run(abc.ABC):
         rng = random.Random(self.env.random())
         await self._sleep_until(first_at)
         while True:
-            await self._cycle(w)
+            with contextlib.suppress(StoreUnavailable):  # as the runtime: try again next interval
+                await self._cycle(w)
             next_at = self._now() + self.s.interval * (1 + self.s.jitter * (2 * rng.random() - 1))
             claimed_at = self.proxies[w].first_claim_at
             if claimed_at is not None and claimed_at + self.s.expiry < next_at:
                 await self._sleep_until(claimed_at + self.s.expiry)  # the local lease deadline passes first
+                for pid in self.processing.of(w):
+                    if not self.coordinators[w].holds(pid):
+                        self._stop(w, pid)
+            # A lease that cannot be renewed (the store is down) runs out on the local clock: the
+            # runtime's pump stops processing then and goes on once the lease is renewed.
+            lapse = min((self.coordinators[w].deadline(p) for p in self.processing.of(w)), default=next_at)
+            if lapse < next_at:
+                await self._sleep_until(lapse)
                 for pid in self.processing.of(w):
                     if not self.coordinators[w].holds(pid):
                         self._stop(w, pid)
@@ -138,6 +147,8 @@ class Run(abc.ABC):
         for pid in sorted(report.owned, key=int):
             self.processing.start(w, pid, self._now())
         self._judge()
+        if self.scenario == "newcomer-crash" and w == self.names[-1]:
+            self._crash(w)  # it announced itself (its first cycle) and is gone
 
     def _stop(self, w: str, pid: str) -> None:
         """Stop processing ``pid`` now, or when its blocked handler returns."""
@@ -171,9 +182,10 @@ class Run(abc.ABC):
             self.processing.stop(w, pid, self._now())
             self.checkpoints[pid] = self.checkpoints.get(pid, 0) + 1
             # OwnershipLost: taken after the handoff timeout; the new owner resumes from the last checkpoint
-            with contextlib.suppress(OwnershipLost):
+            with contextlib.suppress(OwnershipLost, StoreUnavailable):
                 await self.proxies[w].update_checkpoint(Checkpoint(REF, pid, self.checkpoints[pid]), w)
-            await coordinator.release(pid)
+            with contextlib.suppress(StoreUnavailable):  # the coordinator starts the handoff again
+                await coordinator.release(pid)
         self._judge()
 
     def _crash(self, w: str) -> None:
@@ -225,14 +237,23 @@ class Run(abc.ABC):
             for w in names:
                 self._launch(w, self._now() + env.uniform(0, s.start_spread))
             return
-        settled = names[:-1] if kind == "scale-out" else names
+        joins = kind in ("scale-out", "stop-and-join", "newcomer-crash")
+        settled = names[:-1] if joins else names
         await self._adopt(settled)
         await self._sleep_until(self._now() + 2 * s.interval)  # a little steady state first
         self.disturbed_at = self.quiet_at = self._now()
         self.ledger.counting = True
         victim = env.choice(settled) if settled else names[0]
-        if kind == "scale-out":
+        if joins:
             self._launch(names[-1], self._now() + env.uniform(0, s.start_spread))
+        if kind == "stop-and-join":
+            async with self.locks[victim]:
+                await self.coordinators[victim].release_all()
+            self._crash(victim)
+        elif kind == "store-outage":
+            self.store.down = True
+            self.quiet_at = self._now() + s.outage_expiries * s.expiry
+            asyncio.get_running_loop().call_at(self.quiet_at, setattr, self.store, "down", False)
         elif kind == "crash":
             self._crash(victim)
         elif kind == "add-partitions":
@@ -261,7 +282,10 @@ class Run(abc.ABC):
         for p in _ids(self.hub_size):
             holder = self.ledger.holder(p, now)
             holders[p] = holder if holder in self.alive else None
-        return min_moves(holders, self._eligible(), self.pins)
+        eligible = self._eligible()
+        if self.scenario == "newcomer-crash":  # the newcomer is doomed: the end state is without it
+            eligible = [w for w in eligible if w != self.names[-1]]
+        return min_moves(holders, eligible, self.pins)
 
     async def main(self) -> Outcome:
         self._build()

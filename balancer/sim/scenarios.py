@@ -21,6 +21,9 @@ SCENARIOS: dict[str, str] = {
     "slow-worker": "N balanced, one worker's handler blocks for 10 cycles",
     "drain": "N balanced, one drained",
     "pin": "N balanced, one partition pinned to a worker that does not own it",
+    "stop-and-join": "N-1 balanced; at one instant one stops (releasing what it holds) and another joins",
+    "newcomer-crash": "N-1 balanced; one joins and crashes right after announcing itself",
+    "store-outage": "N balanced; no worker can reach the store for 3 times the expiry",
 }
 COLD = {"cold-start", "more-workers-than-partitions", "single-partition"}
 
@@ -46,6 +49,7 @@ class Settings:
     skew_cycles: int = 100
     block_cycles: int = 10
     single_partition_cycles: int = 1000
+    outage_expiries: float = 3.0  # store-outage: how long the store is unreachable, in expiries
 
     def __post_init__(self) -> None:
         if self.interval <= 0 or self.expiry <= 0:

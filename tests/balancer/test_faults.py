@@ -4,11 +4,13 @@ skewed clock, a newcomer that crashes, a stop and a join at once. Real coordinat
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
 from balancer.errors import StoreUnavailable
 from balancer.model import EventKind, OwnershipRecord
+from balancer.sim.run import Settings, simulate
 
 from .cluster import REF, Cluster
 
@@ -185,3 +187,41 @@ async def test_a_stop_and_a_join_at_once_move_the_minimum() -> None:
     moves = [e for e in cluster.events if e.kind in (EventKind.CLAIM, EventKind.STEAL, EventKind.EXPIRE)]
     assert sorted(len(c.owned) for c in cluster.workers.values()) == [8, 8]
     assert {e.partition_id for e in moves} == leaving and len(moves) == 8
+
+
+# the same faults in the simulator: jitter, latency, handoffs and processing as the runtime has them
+
+
+def sim(scenario: str) -> dict[str, Any]:
+    return simulate("cooperative", scenario, partitions=32, workers=4, seeds=4)
+
+
+def test_simulated_store_outage_of_three_expiries_moves_nothing_and_overlaps_nowhere() -> None:
+    result = sim("store-outage")
+    assert result["balanced_runs"] == 4
+    assert result["moves"]["max"] == 0 and result["overlap_seconds"]["max"] == 0
+
+
+def test_simulated_stop_and_join_moves_nothing_between_live_workers() -> None:
+    result = sim("stop-and-join")
+    assert result["balanced_runs"] == 4 and result["moves"]["max"] == 0 == result["min_moves"]
+
+
+def test_simulated_newcomer_crash_is_absorbed_within_an_interval_and_the_handoff_timeout() -> None:
+    result = sim("newcomer-crash")
+    settings = Settings()
+    assert result["balanced_runs"] == 4
+    assert result["seconds_to_balance"]["max"] <= settings.interval + settings.expiry
+
+
+async def test_a_release_the_store_refuses_to_hear_keeps_the_lease_for_the_next_cycle() -> None:
+    cluster = fleet(workers="ab")
+    await cluster.settle()
+    a = cluster.workers["a"]
+    pid = min(a.owned, key=int)
+    cluster.store.down = True
+    with pytest.raises(StoreUnavailable):
+        await a.release(pid)
+    cluster.store.down = False
+    assert pid in a.owned and (await owner_map(cluster))[pid] == "a"
+    assert await a.release(pid) is not None and (await owner_map(cluster))[pid] == ""
