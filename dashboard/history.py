@@ -7,7 +7,8 @@ just before it, else its first change), how many partitions moved from one worke
 how many were claimed by a first owner, how long it took, and whether the owners' counts ended
 within one of each other with every known partition owned.
 
-Times are the reporters' clocks (``BalancerEvent.at``); events are taken in id order.
+Times are the store's clock, which every reporter stamps its events with (``BalancerEvent.at``), so a
+worker whose own clock is off cannot move an episode; events are taken in id order.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ returns the dry run; ``write(ctx, preview)`` does it and says what was done.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -75,10 +74,11 @@ class Context:
     user: str = ""
 
     def event(self, kind: EventKind, pid: str, after: str | None, before: str | None, why: str) -> BalancerEvent:
-        """The feed's record of this action (reported by ``dashboard:<user>``, with the reason)."""
+        """The feed's record of this action (reported by ``dashboard:<user>``, with the reason), stamped
+        with the store's clock as the fleet was read, as the workers stamp theirs."""
         return BalancerEvent(
             kind, self.fleet.ref, pid, after, before, f"dashboard:{self.user}", f"{why}: {self.request.reason}",
-            time.time(),
+            self.fleet.now,
         )  # fmt: skip
 
     async def planned(
