@@ -10,6 +10,17 @@ closes them; a store dropped without it closes them when garbage-collected.
 Time: on PostgreSQL every ``last_modified``/``last_seen`` and ``now()`` is the database server's
 clock, so workers on machines with skewed clocks judge expiry alike; elsewhere the local clock
 (``sqlclock.py``).
+
+A row an operator edited by hand (in psql or the SQLite shell, where a column may even hold text
+of another type) costs only itself, as in every store (``balancer.stores.flaws``): a time that is
+not a finite number (NaN, infinity, text) is read as None, so an ownership row without one counts
+as expired and the claim carrying its listed ETag (garbage or not, compared as stored) takes it; an
+owner level that is no integer is read as 0; a row whose partition id, checkpoint sequence number,
+control kind, member ``last_seen`` or member info cannot be read is skipped. A checkpoint skipped
+so reads as absent: its partition resumes from the processor's starting position, as one never
+checkpointed (a reader that raised instead would stall the partition for good), and the owner's
+next checkpoint overwrites the row. Each such row is logged once, as a warning, until what is
+wrong with it changes (``corrupt`` lists them).
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from django.db.models.functions import Concat
 from balancer.errors import CorruptRecord, OwnershipLost, StoreError, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.protocol import Snapshot
+from balancer.stores.flaws import CorruptLog, finite_time, time_flaw
 
 from .dbthread import DatabaseThread
 from .models import CheckpointRow, ControlRow, MemberRow, Ownership
@@ -67,6 +79,12 @@ class SqlStore:
             lane: DatabaseThread(f"sqlstore-{using}-{lane}", using, checks=False) for lane in (LEASE, CHECKPOINT)
         }
         self._finalizer = weakref.finalize(self, _shut_lanes, list(self._lanes.values()))
+        self._corrupt = CorruptLog(log, f" (database {using!r})")
+
+    @property
+    def corrupt(self) -> list[CorruptRecord]:
+        """The rows the latest listings could not read in full (listed in part, or skipped)."""
+        return self._corrupt.records
 
     @property
     def statements(self) -> int:
@@ -137,15 +155,23 @@ class SqlStore:
         rows: QuerySet[Any] = model.objects.using(self.using).filter(**model.scope(ref))
         return rows
 
-    def _valid(self, rows: Sequence[Any], convert: Callable[[Any], T]) -> list[T]:
-        """Rows converted to records; a row that does not convert is logged and skipped."""
+    def _valid(self, rows: QuerySet[Any], ref: HubRef, convert: Callable[[Any, list[str]], T]) -> list[T]:
+        """The rows of one whole listing converted to records. ``convert`` notes in its list what it
+        had to read around, or raises ValueError or TypeError for a row that cannot be read at all,
+        which is skipped. Either is logged once (see ``CorruptLog``)."""
         out = []
+        found: dict[str, CorruptRecord] = {}
+        skipped = set()
         for row in rows:
+            flaws: list[str] = []
             try:
-                out.append(convert(row))
+                out.append(convert(row, flaws))
             except (ValueError, TypeError) as exc:
-                problem = CorruptRecord(f"{row._meta.db_table} id={row.pk} ({row})", str(exc))
-                log.warning("skipped %s (database %r)", problem, self.using)
+                flaws = [str(exc)]
+                skipped.add(str(row.pk))
+            if flaws:
+                found[str(row.pk)] = CorruptRecord(f"{row._meta.db_table} id={row.pk} ({row})", "; ".join(flaws))
+        self._corrupt.listing(f"{rows.model._meta.db_table} {ref}", found, frozenset(skipped))
         return out
 
     # ownership -----------------------------------------------------------------------------
@@ -171,7 +197,7 @@ class SqlStore:
         )
 
     def _list_ownership(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[OwnershipRecord]:
-        records = self._valid(list(self._rows(Ownership, ref)), Ownership.to_domain)
+        records = self._valid(self._rows(Ownership, ref), ref, _ownership)
         return sorted(records, key=lambda r: int(r.partition_id))
 
     async def claim_ownership(self, records: Sequence[OwnershipRecord]) -> list[OwnershipRecord]:
@@ -254,7 +280,7 @@ class SqlStore:
         return await self._run(CHECKPOINT, self._list_checkpoints, ref)
 
     def _list_checkpoints(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[Checkpoint]:
-        checkpoints = self._valid(list(self._rows(CheckpointRow, ref)), CheckpointRow.to_domain)
+        checkpoints = self._valid(self._rows(CheckpointRow, ref), ref, _checkpoint)
         return sorted(checkpoints, key=lambda c: int(c.partition_id))
 
     async def update_checkpoint(self, checkpoint: Checkpoint, owner_id: str) -> Checkpoint:
@@ -318,7 +344,7 @@ class SqlStore:
         return await self._run(LEASE, self._list_members, ref)
 
     def _list_members(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[Member]:
-        return self._valid(list(self._rows(MemberRow, ref).order_by("owner_id")), _member)
+        return self._valid(self._rows(MemberRow, ref).order_by("owner_id"), ref, _member)
 
     async def remove_member(self, ref: HubRef, owner_id: str) -> None:
         await self._run(LEASE, self._remove_member, ref, owner_id)
@@ -332,7 +358,7 @@ class SqlStore:
         return await self._run(LEASE, self._list_controls, ref)
 
     def _list_controls(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[Control]:
-        return self._valid(list(self._rows(ControlRow, ref).order_by("kind", "target")), ControlRow.to_domain)
+        return self._valid(self._rows(ControlRow, ref).order_by("kind", "target"), ref, _control)
 
     async def put_control(self, control: Control) -> None:
         await self._run(LEASE, self._put_control, control)
@@ -365,7 +391,10 @@ def _seen(connection: BaseDatabaseWrapper, records: list[OwnershipRecord]) -> Ra
     lookups cost more than the statement itself once a worker holds dozens of partitions."""
     quote = connection.ops.quote_name
     table = quote(Ownership._meta.db_table)
-    pair = f"({table}.{quote('partition_id')} = %s AND {table}.{quote('etag')} = %s)"
+    etag = f"{table}.{quote('etag')}"
+    if connection.vendor == "sqlite":  # an ETag a hand edit left as a BLOB is listed, and so compared, as text
+        etag = f"CAST({etag} AS TEXT)"
+    pair = f"({table}.{quote('partition_id')} = %s AND {etag} = %s)"
     params = [value for r in records for value in (r.partition_id, r.etag)]
     return RawSQL("(" + " OR ".join([pair] * len(records)) + ")", params, output_field=BooleanField())
 
@@ -378,7 +407,52 @@ def _per_partition(field: str, records: list[OwnershipRecord], value: Callable[[
     return Case(*[When(partition_id=r.partition_id, then=Value(value(r))) for r in records], default=F(field))
 
 
-def _member(row: MemberRow) -> Member:
+# reading rows (see the module docstring for what a row edited by hand reads as) ----------------
+
+
+def _text(value: object) -> str:
+    """A text column as stored (SQLite keeps whatever type a hand edit gave it)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value if isinstance(value, str) else str(value)
+
+
+def _time(name: str, value: object, flaws: list[str]) -> float | None:
+    found = finite_time(value)
+    if found is None:
+        flaws.append(time_flaw(name, value))
+    return found
+
+
+def _ownership(row: Ownership, flaws: list[str]) -> OwnershipRecord:
+    level: object = row.owner_level
+    if not isinstance(level, int) or isinstance(level, bool):
+        flaws.append(f"owner_level {level!r} is not an integer: read as 0")
+        level = 0
+    etag = _text(row.etag)
+    if etag != row.etag:
+        flaws.append(f"etag {row.etag!r} is not text: listed as {etag!r}")
+    return OwnershipRecord(
+        row.ref, _text(row.partition_id), _text(row.owner_id), etag, _time("last_modified", row.last_modified, flaws),
+        level,
+    )  # fmt: skip
+
+
+def _checkpoint(row: CheckpointRow, flaws: list[str]) -> Checkpoint:
+    offset = None if row.offset is None else _text(row.offset)
+    modified = _time("last_modified", row.last_modified, flaws)
+    return Checkpoint(row.ref, _text(row.partition_id), row.sequence_number, offset, modified)
+
+
+def _member(row: MemberRow, flaws: list[str]) -> Member:
     if not isinstance(row.info, dict):
         raise ValueError(f"info must be an object, got {type(row.info).__name__}")
-    return Member(row.ref, row.owner_id, row.last_seen, {str(k): str(v) for k, v in row.info.items()})
+    seen = finite_time(row.last_seen)
+    if seen is None:  # not alive, whatever it says: its worker's next heartbeat rewrites it
+        raise ValueError(f"last_seen {row.last_seen!r} is not a finite number: not alive")
+    return Member(row.ref, _text(row.owner_id), seen, {str(k): str(v) for k, v in row.info.items()})
+
+
+def _control(row: ControlRow, flaws: list[str]) -> Control:
+    created = _time("created", row.created, flaws)
+    return Control(row.ref, ControlKind(row.kind), _text(row.target), _text(row.value), created)

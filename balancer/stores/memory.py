@@ -2,19 +2,52 @@
 
 Thread-safe (one lock), so the contract suite's race of two real threads holds here too. The
 clock is injected so the simulator can run it on simulated time.
+
+Nothing but this module writes its records, yet a test or the simulator may plant a damaged one
+(as a hand edit would leave it in a real store): it is listed as the real stores list theirs (see
+``balancer.stores.flaws``): a time that is not a finite number as None, an ETag that is no
+non-empty string as a made-up one the claim that carries it wins with, a member without a
+readable ``last_seen`` skipped; each logged once.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import count
 
-from balancer.errors import OwnershipLost, StoreUnavailable
+from balancer.errors import CorruptRecord, OwnershipLost, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.protocol import Snapshot
+from balancer.stores.flaws import CorruptLog, finite_time, made_up_etag, time_flaw
+
+log = logging.getLogger(__name__)
+
+
+def _etag(value: object) -> str:
+    """The ETag a listing shows for a stored one (a made-up one, naming it, when it is no non-empty string)."""
+    return value if isinstance(value, str) and value else made_up_etag(repr(value).encode())
+
+
+def _as_listed(record: OwnershipRecord) -> tuple[OwnershipRecord, list[str]]:
+    """``record`` as a listing shows it, and what had to be read around to show it."""
+    flaws = []
+    modified = finite_time(record.last_modified)
+    if modified is None:
+        flaws.append(time_flaw("last_modified", record.last_modified))
+    etag = _etag(record.etag)
+    if etag != record.etag:
+        flaws.append(f"ETag {record.etag!r} is not a non-empty string: listed as {etag!r}")
+    level = record.owner_level
+    if not isinstance(level, int) or isinstance(level, bool):
+        flaws.append(f"owner level {level!r} is not an integer: read as 0")
+        level = 0
+    if not flaws:
+        return record, flaws
+    return replace(record, etag=etag, last_modified=modified, owner_level=level), flaws
 
 
 class MemoryStore:
@@ -30,6 +63,12 @@ class MemoryStore:
         self._controls: dict[tuple[HubRef, ControlKind, str], Control] = {}
         self.requests = 0  # store round trips, for the simulator's and the bench's counts
         self.down = False  # set by tests and the simulator to model an outage
+        self._corrupt = CorruptLog(log)
+
+    @property
+    def corrupt(self) -> list[CorruptRecord]:
+        """The records the latest listings could not read in full (listed in part, or skipped)."""
+        return self._corrupt.records
 
     def _enter(self) -> None:
         self.requests += 1
@@ -43,19 +82,25 @@ class MemoryStore:
         """Ownership, members, controls and the clock in one request."""
         with self._lock:
             self._enter()
-            return Snapshot(
-                [r for (k, _), r in self._ownership.items() if k == ref],
-                [m for (k, _), m in self._members.items() if k == ref],
-                [c for (k, _, _), c in self._controls.items() if k == ref],
-                self._clock(),
-            )
+            return Snapshot(self._listed(ref), self._listed_members(ref), self._listed_controls(ref), self._clock())
 
     # ownership -----------------------------------------------------------------------------
 
     async def list_ownership(self, ref: HubRef) -> list[OwnershipRecord]:
         with self._lock:
             self._enter()
-            return [r for (k, _), r in self._ownership.items() if k == ref]
+            return self._listed(ref)
+
+    def _listed(self, ref: HubRef) -> list[OwnershipRecord]:
+        out, found = [], {}
+        for (k, pid), stored in self._ownership.items():
+            if k == ref:
+                record, flaws = _as_listed(stored)
+                out.append(record)
+                if flaws:
+                    found[pid] = CorruptRecord(f"ownership of partition {pid} of {ref}", "; ".join(flaws))
+        self._corrupt.listing(f"ownership {ref}", found)
+        return out
 
     async def claim_ownership(self, records: Sequence[OwnershipRecord]) -> list[OwnershipRecord]:
         won: list[OwnershipRecord] = []
@@ -67,7 +112,7 @@ class MemoryStore:
                 current = self._ownership.get(key)
                 if current is None and record.etag is not None:
                     continue  # claims an ETag the store never issued for this partition
-                if current is not None and current.etag != record.etag:
+                if current is not None and _etag(current.etag) != record.etag:
                     continue  # someone wrote it since the caller looked
                 stored = replace(record, etag=f"m{next(self._etags)}", last_modified=now)
                 self._ownership[key] = stored
@@ -79,7 +124,17 @@ class MemoryStore:
     async def list_checkpoints(self, ref: HubRef) -> list[Checkpoint]:
         with self._lock:
             self._enter()
-            return [c for (k, _), c in self._checkpoints.items() if k == ref]
+            out, found = [], {}
+            for (k, pid), stored in self._checkpoints.items():
+                if k == ref:
+                    modified = finite_time(stored.last_modified)
+                    if modified is None:
+                        problem = time_flaw("last_modified", stored.last_modified)
+                        found[pid] = CorruptRecord(f"checkpoint of partition {pid} of {ref}", problem)
+                        stored = replace(stored, last_modified=None)
+                    out.append(stored)
+            self._corrupt.listing(f"checkpoints {ref}", found)
+            return out
 
     async def update_checkpoint(self, checkpoint: Checkpoint, owner_id: str) -> Checkpoint:
         with self._lock:
@@ -102,7 +157,21 @@ class MemoryStore:
     async def list_members(self, ref: HubRef) -> list[Member]:
         with self._lock:
             self._enter()
-            return [m for (k, _), m in self._members.items() if k == ref]
+            return self._listed_members(ref)
+
+    def _listed_members(self, ref: HubRef) -> list[Member]:
+        """A member whose ``last_seen`` is not a finite number is skipped: not alive (its next
+        heartbeat rewrites it)."""
+        out, found = [], {}
+        for (k, owner), member in self._members.items():
+            if k == ref:
+                seen = finite_time(member.last_seen)
+                if seen is None:
+                    found[owner] = CorruptRecord(f"member {owner!r} of {ref}", time_flaw("last_seen", member.last_seen))
+                else:
+                    out.append(member if seen == member.last_seen else replace(member, last_seen=seen))
+        self._corrupt.listing(f"members {ref}", found, frozenset(found))
+        return out
 
     async def remove_member(self, ref: HubRef, owner_id: str) -> None:
         with self._lock:
@@ -112,7 +181,20 @@ class MemoryStore:
     async def list_controls(self, ref: HubRef) -> list[Control]:
         with self._lock:
             self._enter()
-            return [c for (k, _, _), c in self._controls.items() if k == ref]
+            return self._listed_controls(ref)
+
+    def _listed_controls(self, ref: HubRef) -> list[Control]:
+        out, found = [], {}
+        for (k, kind, target), control in self._controls.items():
+            if k == ref:
+                created = finite_time(control.created)
+                if created is None:
+                    where = f"control {kind.value}/{target} of {ref}"
+                    found[f"{kind.value}/{target}"] = CorruptRecord(where, time_flaw("created", control.created))
+                    control = replace(control, created=None)
+                out.append(control)
+        self._corrupt.listing(f"controls {ref}", found)
+        return out
 
     async def put_control(self, control: Control) -> None:
         with self._lock:

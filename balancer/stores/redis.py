@@ -26,9 +26,15 @@ the counter, so an ETag seen before a restart can never match a record written a
 
 Errors: a Redis that cannot be reached (refused, reset, timed out, still loading) raises
 StoreUnavailable naming host, port and database, never the password; refused credentials or a
-command the server rejects (an ACL, a read-only replica) raise StoreError. A record that cannot
-be read (hand-edited) is logged once, listed in ``corrupt`` and skipped; a first claim may
-overwrite an unreadable ownership record, so it never blocks its partition.
+command the server rejects (an ACL, a read-only replica) raise StoreError. A hand-edited record
+costs only itself (``balancer.stores.flaws``): one whose time is not a finite number is listed with
+None (an ownership record so is expired), one whose ETag is no non-empty string with a made-up one
+naming its stored value (the claim script makes up the same), so the claim carrying the listed ETag
+replaces it; one that cannot be read at all (not JSON, no owner, no partition id, a member without
+a ``seen`` time, a checkpoint without a sequence number: read as absent, so its partition resumes
+from the processor's starting position rather than stalling, and its owner's next checkpoint
+rewrites it) is skipped, and a first claim may overwrite an unreadable ownership record, so it
+never blocks its partition. Each is logged once, as a warning, and listed in ``corrupt``.
 
 One ``RedisStore`` may be used from several event loops (a management command after another, a
 test's threads): each loop gets its own client and connection pool.
@@ -44,6 +50,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
+from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -60,6 +67,7 @@ from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, Own
 from balancer.protocol import Snapshot
 from balancer.stores.redis_layout import CHECKPOINT, CLAIM, STAMPED, Keys, scope
 from balancer.stores.redis_records import (
+    ENCODING_ERRORS,
     Skipped,
     parse_checkpoint,
     parse_control,
@@ -181,6 +189,7 @@ class RedisStore:
             retry=retry,
             client_name=self._client_name,
             decode_responses=True,
+            encoding_errors=ENCODING_ERRORS,  # a hand edit's bytes that are not UTF-8 cannot fail a listing
         )
 
     def _connection(self) -> Connection:
@@ -266,7 +275,7 @@ class RedisStore:
 
     def _ownership(self, ref: HubRef, raw: Mapping[Any, Any]) -> list[OwnershipRecord]:
         key = Keys.of(ref).ownership
-        return sorted(self._skipped.parsed(key, texts(raw), lambda f, v: parse_ownership(ref, f, v)), key=_by_pid)
+        return sorted(self._skipped.parsed(key, texts(raw), partial(parse_ownership, ref)), key=_by_pid)
 
     async def claim_ownership(self, records: Sequence[OwnershipRecord]) -> list[OwnershipRecord]:
         """One script call per hub and consumer group among ``records`` (usually one)."""
@@ -275,7 +284,10 @@ class RedisStore:
             keys = Keys.of(ref)
             args: list[str] = []
             for r in group:
-                args += [r.partition_id, r.owner_id, r.etag or "", str(int(r.owner_level))]
+                # A first claim of a partition whose record the latest listing skipped as unreadable
+                # carries that record's made-up ETag: it replaces the record only if it is unchanged.
+                etag = r.etag or self._skipped.etag_of(keys.ownership, r.partition_id) or ""
+                args += [r.partition_id, r.owner_id, etag, str(int(r.owner_level))]
 
             async def claim(c: Connection, keys: Keys = keys, args: list[str] = args) -> Any:
                 return await c.claim(keys=[keys.ownership, keys.etags], args=args)
@@ -294,7 +306,7 @@ class RedisStore:
     async def list_checkpoints(self, ref: HubRef) -> list[Checkpoint]:
         key = Keys.of(ref).checkpoints
         raw = await self._hash("listing checkpoints", key)
-        return sorted(self._skipped.parsed(key, raw, lambda f, v: parse_checkpoint(ref, f, v)), key=_by_pid)
+        return sorted(self._skipped.parsed(key, raw, partial(parse_checkpoint, ref)), key=_by_pid)
 
     async def update_checkpoint(self, checkpoint: Checkpoint, owner_id: str) -> Checkpoint:
         """Written only while the ownership record names ``owner_id`` (checked in the same script).
@@ -336,7 +348,7 @@ class RedisStore:
 
     def _members(self, ref: HubRef, raw: Mapping[Any, Any]) -> list[Member]:
         key = Keys.of(ref).members
-        members = self._skipped.parsed(key, texts(raw), lambda f, v: parse_member(ref, f, v))
+        members = self._skipped.parsed(key, texts(raw), partial(parse_member, ref))
         return sorted(members, key=lambda m: m.owner_id)
 
     async def remove_member(self, ref: HubRef, owner_id: str) -> None:
@@ -352,7 +364,7 @@ class RedisStore:
 
     def _controls(self, ref: HubRef, raw: Mapping[Any, Any]) -> list[Control]:
         key = Keys.of(ref).controls
-        return self._skipped.parsed(key, texts(raw), lambda f, v: parse_control(ref, f, v))
+        return self._skipped.parsed(key, texts(raw), partial(parse_control, ref))
 
     async def put_control(self, control: Control) -> None:
         if not control.target:

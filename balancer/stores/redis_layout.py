@@ -45,15 +45,19 @@ class Keys:
 # number to 14 digits and lose the microseconds an ETag and an expiry are compared on.
 _NOW = "local t = redis.call('TIME')\nlocal now = t[1] .. '.' .. string.format('%06d', tonumber(t[2]))\n"
 
-# The owner named by a stored ownership record, '' when released, nil when unreadable.
+# A stored ownership record as a listing reads it, nil when it names no owner (not a JSON object, or
+# its "owner" is no string). An "etag" that is no non-empty string (a hand edit) reads as the one a
+# listing shows for it: "corrupt-" and the SHA-1 of the whole stored value (``flaws.made_up_etag``).
 _READ = """
+local function made_up(value)
+  return 'corrupt-' .. redis.sha1hex(value)
+end
 local function read(value)
   if not value then return nil end
   local ok, record = pcall(cjson.decode, value)
-  if ok and type(record) == 'table' and type(record.etag) == 'string' and type(record.owner) == 'string' then
-    return record
-  end
-  return nil
+  if not (ok and type(record) == 'table' and type(record.owner) == 'string') then return nil end
+  if type(record.etag) ~= 'string' or record.etag == '' then record.etag = made_up(value) end
+  return record
 end
 """
 
@@ -70,9 +74,15 @@ for i = 1, #ARGV, 4 do
   local current = redis.call('HGET', KEYS[1], pid)
   local record = read(current)
   -- a first claim wins where there is no record, or only an unreadable one; any other claim
-  -- only while the stored ETag is still the one the caller saw
+  -- only while the stored ETag is still the one the caller saw, or while the stored value is still
+  -- the very one whose made-up ETag it carries (one a listing could not read, or read in part)
   local wins
-  if expected == '' then wins = (record == nil) else wins = (record ~= nil and record.etag == expected) end
+  if expected == '' then
+    wins = (record == nil)
+  else
+    wins = (record ~= nil and record.etag == expected)
+      or (current and string.sub(expected, 1, 8) == 'corrupt-' and expected == made_up(current))
+  end
   if wins then
     serial = redis.call('INCR', KEYS[2])
     local etag = now .. '-' .. serial

@@ -4,7 +4,10 @@ Subclass ``StoreContract`` once per adapter (and per backing server) and provide
 
 - a ``store`` fixture yielding a fresh, empty store that serves all three protocols;
 - ``connect(store)``: another client of the same backing data with its own connection, as an
-  async context manager; the race test opens one per thread, each thread with its own event loop.
+  async context manager; the race test opens one per thread, each thread with its own event loop;
+- ``corrupt(store, kind, key, edit)``: damage one record of ``REF`` as an operator's hand edit in
+  that store's own tool would (raw SQL, redis-cli, blob metadata), or ``pytest.skip`` saying why
+  the store cannot hold such damage (see ``EDITS``).
 
 Nothing here knows which adapter it tests. Tests name what holds.
 """
@@ -12,6 +15,7 @@ Nothing here knows which adapter it tests. Tests name what holds.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -37,6 +41,36 @@ NEIGHBOURS = (
 )
 RACE_ROUNDS = 30
 
+# The hand edits ``corrupt`` makes, by kind of record. Ownership (``key`` a partition id):
+#   time:nan, time:inf, time:-inf, time:garbage (text), time:missing   last_modified replaced so
+#   etag:garbage  the ETag replaced by GARBAGE_ETAG     etag:missing  the ETag removed (or emptied)
+#   ghost         owner GHOST, ETag GARBAGE_ETAG, last_modified NaN (all at once, as in issue 14)
+#   future        last_modified FUTURE (a number: valid, passed through for the balancer to judge)
+#   unreadable    the record cannot be read at all (e.g. not JSON, no owner)
+#   partition     a record is added under the partition id ``key``, which is none (e.g. "abc")
+# Checkpoint (``key`` a partition id): time (last_modified not a number), sequence (sequence
+# number not one). Member (``key`` an owner id): time (last_seen not a number), info (garbage).
+EDITS = {
+    "ownership": (
+        "time:nan", "time:inf", "time:-inf", "time:garbage", "time:missing", "etag:garbage", "etag:missing",
+        "ghost", "future", "unreadable", "partition",
+    ),
+    "checkpoint": ("time", "sequence"),
+    "member": ("time", "info"),
+}  # fmt: skip
+GARBAGE_ETAG = "#!garbage etag, hand-edited!#"
+GHOST = "ghost-of-a-hand-edit"
+FUTURE = 4102444800.0  # 2100-01-01
+
+
+def store_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The warnings the stores logged (not the SDKs')."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and r.name.startswith(("balancer.", "dashboard."))
+    ]
+
 
 class StoreContract:
     """The shared contract suite (async tests). Subclasses provide ``store`` and ``connect``."""
@@ -48,6 +82,10 @@ class StoreContract:
 
     def connect(self, store: Store) -> AbstractAsyncContextManager[Store]:
         raise NotImplementedError("a StoreContract subclass provides connect()")
+
+    async def corrupt(self, store: Store, kind: str, key: str, edit: str) -> None:
+        """Damage ``kind``'s record ``key`` of ``REF`` by hand edit ``edit`` (see ``EDITS``)."""
+        raise NotImplementedError("a StoreContract subclass provides corrupt()")
 
     # helpers -------------------------------------------------------------------------------
 
@@ -342,3 +380,155 @@ class StoreContract:
         assert [m.owner_id for m in snap.members] == ["w1"]
         assert [(c.kind, c.target, c.value) for c in snap.controls] == [(ControlKind.PIN, "1", "w1")]
         assert snap.now >= before
+
+    # corrupt records: one costs only itself --------------------------------------------------
+
+    async def listed_thrice(self, store: Store) -> dict[str, OwnershipRecord]:
+        """Ownership listed twice and read once in a snapshot: all three must agree."""
+        first = await self.listed(store)
+        assert await self.listed(store) == first
+        snap, _ = await snapshot(store, store, REF)
+        assert by_partition(snap.ownership) == first
+        return first
+
+    @pytest.mark.parametrize("edit", ["time:nan", "time:inf", "time:-inf", "time:garbage", "time:missing", "ghost"])
+    async def test_a_record_whose_time_is_no_number_is_listed_expired_and_the_claim_with_its_etag_takes_it(
+        self, store: Store, edit: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        stale, other = await store.claim_ownership([OwnershipRecord(REF, "0", "a"), OwnershipRecord(REF, "1", "a")])
+        held = await self.claim_one(store, stale)
+        assert held is not None
+        await self.corrupt(store, "ownership", "0", edit)
+        with caplog.at_level(logging.WARNING):
+            listed = await self.listed_thrice(store)
+        assert set(listed) == {"0", "1"} and listed["1"] == other
+        corrupt = listed["0"]
+        assert corrupt.last_modified is None and corrupt.expired(await store.now(), expiry=3600)
+        assert corrupt.owner_id == (GHOST if edit == "ghost" else "a")
+        assert corrupt.etag == (GARBAGE_ETAG if edit == "ghost" else held.etag)
+        [warning] = store_warnings(caplog)  # once, though read three times
+        assert "last_modified" in warning or "'modified'" in warning, warning
+        # only the ETag listed takes it: a stale one, a made-up one or a first claim lose
+        for loser in (
+            stale.claimed_by("b"),
+            replace(held, owner_id="b", etag="made-up"),
+            OwnershipRecord(REF, "0", "b"),
+        ):
+            assert await self.claim_one(store, loser) is None
+        taken = await self.claim_one(store, corrupt.claimed_by("b"))
+        assert taken is not None and taken.owner_id == "b" and taken.last_modified is not None
+        assert await self.listed(store) == {"0": taken, "1": other}
+
+    @pytest.mark.parametrize("edit", ["etag:garbage", "etag:missing"])
+    async def test_a_record_whose_etag_is_garbage_is_listed_with_text_the_claim_carrying_it_wins_with(
+        self, store: Store, edit: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        [stale] = await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
+        await self.corrupt(store, "ownership", "0", edit)
+        with caplog.at_level(logging.WARNING):
+            listed = (await self.listed_thrice(store))["0"]
+        assert listed.owner_id == "a" and isinstance(listed.etag, str)
+        if edit == "etag:garbage":
+            assert listed.etag == GARBAGE_ETAG and store_warnings(caplog) == []  # text, as far as a store can tell
+        else:
+            assert len(store_warnings(caplog)) <= 1
+        for loser in (
+            stale.claimed_by("b"),
+            replace(stale, owner_id="b", etag="made-up"),
+            OwnershipRecord(REF, "0", "b"),
+        ):
+            assert await self.claim_one(store, loser) is None
+        taken = await self.claim_one(store, listed.claimed_by("b"))
+        assert taken is not None and taken.owner_id == "b"
+        assert await self.listed(store) == {"0": taken}
+
+    async def test_a_record_modified_in_the_future_is_passed_through_for_the_balancer_to_judge(
+        self, store: Store, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
+        await self.corrupt(store, "ownership", "0", "future")
+        with caplog.at_level(logging.WARNING):
+            listed = (await self.listed_thrice(store))["0"]
+        assert listed.last_modified == FUTURE and store_warnings(caplog) == []
+        taken = await self.claim_one(store, listed.claimed_by("b"))
+        assert taken is not None and taken.last_modified is not None and taken.last_modified < FUTURE
+
+    async def test_a_record_that_cannot_be_read_at_all_is_skipped_and_a_first_claim_replaces_it(
+        self, store: Store, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        [stale, other] = await store.claim_ownership([OwnershipRecord(REF, "0", "a"), OwnershipRecord(REF, "1", "a")])
+        await self.corrupt(store, "ownership", "0", "unreadable")
+        with caplog.at_level(logging.WARNING):
+            assert await self.listed_thrice(store) == {"1": other}
+        assert len(store_warnings(caplog)) == 1
+        # it looks never owned: a first claim takes it, one carrying an ETag does not
+        for loser in (stale.claimed_by("b"), replace(stale, owner_id="b", etag="made-up")):
+            assert await self.claim_one(store, loser) is None
+        taken = await self.claim_one(store, OwnershipRecord(REF, "0", "b"))
+        assert taken is not None and taken.owner_id == "b"
+        assert await self.claim_one(store, OwnershipRecord(REF, "0", "c")) is None
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert await self.listed_thrice(store) == {"0": taken, "1": other}
+        assert store_warnings(caplog) == []
+
+    async def test_a_record_whose_partition_id_is_none_is_skipped_with_one_warning(
+        self, store: Store, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        [held] = await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
+        await self.corrupt(store, "ownership", "abc", "partition")
+        with caplog.at_level(logging.WARNING):
+            assert await self.listed_thrice(store) == {"0": held}
+        [warning] = store_warnings(caplog)
+        assert "abc" in warning, warning
+        assert await self.claim_one(store, held) is not None  # the rest goes on as ever
+
+    async def test_a_checkpoint_whose_time_is_no_number_keeps_its_position(
+        self, store: Store, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        await store.claim_ownership([OwnershipRecord(REF, "0", "a"), OwnershipRecord(REF, "1", "a")])
+        await store.update_checkpoint(Checkpoint(REF, "0", 7, "700"), "a")
+        kept = await store.update_checkpoint(Checkpoint(REF, "1", 9, "900"), "a")
+        await self.corrupt(store, "checkpoint", "0", "time")
+        with caplog.at_level(logging.WARNING):
+            for _ in range(2):
+                listed = {c.partition_id: c for c in await store.list_checkpoints(REF)}
+                assert listed["1"] == kept
+                assert (listed["0"].sequence_number, listed["0"].offset, listed["0"].last_modified) == (7, "700", None)
+        assert len(store_warnings(caplog)) == 1
+        written = await store.update_checkpoint(Checkpoint(REF, "0", 8, "800"), "a")
+        assert written.last_modified is not None
+        assert {c.partition_id: c for c in await store.list_checkpoints(REF)} == {"0": written, "1": kept}
+
+    async def test_a_checkpoint_without_a_sequence_number_reads_as_absent_until_rewritten(
+        self, store: Store, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        # Absent, not an error: a reader that raised would stall its partition for good; absent, it
+        # resumes from the processor's starting position, as a partition never checkpointed.
+        await store.claim_ownership([OwnershipRecord(REF, "0", "a"), OwnershipRecord(REF, "1", "a")])
+        await store.update_checkpoint(Checkpoint(REF, "0", 7, "700"), "a")
+        kept = await store.update_checkpoint(Checkpoint(REF, "1", 9, "900"), "a")
+        await self.corrupt(store, "checkpoint", "0", "sequence")
+        with caplog.at_level(logging.WARNING):
+            for _ in range(2):
+                assert await store.list_checkpoints(REF) == [kept]
+        assert len(store_warnings(caplog)) == 1
+        written = await store.update_checkpoint(Checkpoint(REF, "0", 8, "800"), "a")
+        assert sorted(await store.list_checkpoints(REF), key=lambda c: c.partition_id) == [written, kept]
+
+    @pytest.mark.parametrize("edit", EDITS["member"])
+    async def test_a_member_that_cannot_be_read_is_not_alive_until_its_next_heartbeat(
+        self, store: Store, edit: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        await store.heartbeat(Member(REF, "w1", 0.0))
+        await store.heartbeat(Member(REF, "w2", 0.0))
+        await self.corrupt(store, "member", "w1", edit)
+        with caplog.at_level(logging.WARNING):
+            assert [m.owner_id for m in await store.list_members(REF)] == ["w2"]
+            snap, _ = await snapshot(store, store, REF)
+            assert [m.owner_id for m in snap.members] == ["w2"]
+        assert len(store_warnings(caplog)) == 1
+        await store.heartbeat(Member(REF, "w1", 0.0, {"pid": "1"}))
+        now = await store.now()
+        members = {m.owner_id: m for m in await store.list_members(REF)}
+        assert set(members) == {"w1", "w2"} and members["w1"].alive(now, expiry=60)

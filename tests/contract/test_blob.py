@@ -14,7 +14,8 @@ import pytest
 from azure.storage.blob.aio import ContainerClient
 
 from balancer.model import Checkpoint, Control, ControlKind, Member, OwnershipRecord
-from balancer.stores.azure_blob import BlobStore
+from balancer.stores.azure_blob import BlobStore, checkpoint_blob, ownership_blob
+from balancer.stores.blob_layout import member_blob
 from tests.support.azurite import Azurite, start_azurite
 
 from .base import REF, StoreContract
@@ -35,6 +36,20 @@ class TestBlobStore(StoreContract):
 
     def connect(self, store: BlobStore) -> BlobStore:
         return store.clone()  # its own HTTP session, in the thread's own event loop
+
+    async def corrupt(self, store: BlobStore, kind: str, key: str, edit: str) -> None:
+        """What a hand edit of a blob's metadata (Storage Explorer, ``az storage blob metadata
+        update``) could leave. The service writes Last-Modified (every time) and the ETag itself."""
+        name, metadata = {
+            ("ownership", "unreadable"): (ownership_blob(REF, key), {"owner": "a"}),  # an older layout's key
+            ("ownership", "partition"): (f"{ownership_blob(REF, '0')[:-1]}{key}", {"ownerid": "x"}),
+            ("checkpoint", "sequence"): (checkpoint_blob(REF, key), {"offset": "700", "sequencenumber": "ten"}),
+            ("member", "info"): (member_blob(REF, key), {"info": "{not json"}),
+        }.get((kind, edit), ("", {}))
+        if not name:
+            pytest.skip(f"{kind} {edit}: the service writes every blob's Last-Modified and ETag itself")
+        async with ContainerClient.from_connection_string(store._service.connection_string, store.container) as raw:
+            await raw.upload_blob(name, b"", metadata=metadata, overwrite=True)
 
     # only the blob store --------------------------------------------------------------------
 

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, nullcontext
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from balancer.stores.memory import MemoryStore
 
-from .base import StoreContract
+from .base import FUTURE, GARBAGE_ETAG, GHOST, REF, StoreContract
+
+# What a test or the simulator could plant (nothing else writes this store): the value as stored.
+TIMES: dict[str, Any] = {
+    "nan": float("nan"), "inf": float("inf"), "-inf": float("-inf"), "garbage": "garbage", "missing": None
+}  # fmt: skip
 
 
 class TestMemoryStore(StoreContract):
@@ -19,3 +26,26 @@ class TestMemoryStore(StoreContract):
 
     def connect(self, store: MemoryStore) -> AbstractAsyncContextManager[MemoryStore]:
         return nullcontext(store)  # one process, one lock: every thread shares the instance
+
+    async def corrupt(self, store: MemoryStore, kind: str, key: str, edit: str) -> None:
+        records: Any = {"ownership": store._ownership, "checkpoint": store._checkpoints, "member": store._members}
+        table = records[kind]
+        current = table.get((REF, key))
+        if kind == "member":
+            if edit == "info":
+                pytest.skip("a member's info is typed in memory: nothing can plant garbage there")
+            table[(REF, key)] = replace(current, last_seen=float("nan"))
+        elif kind == "checkpoint":
+            if edit == "sequence":
+                pytest.skip("a checkpoint's sequence number is checked when the record is made")
+            table[(REF, key)] = replace(current, last_modified="garbage")
+        elif edit.startswith("time:"):
+            table[(REF, key)] = replace(current, last_modified=TIMES[edit.removeprefix("time:")])
+        elif edit.startswith("etag:"):
+            table[(REF, key)] = replace(current, etag=GARBAGE_ETAG if edit == "etag:garbage" else None)
+        elif edit == "ghost":
+            table[(REF, key)] = replace(current, owner_id=GHOST, etag=GARBAGE_ETAG, last_modified=float("nan"))
+        elif edit == "future":
+            table[(REF, key)] = replace(current, last_modified=FUTURE)
+        else:
+            pytest.skip(f"{edit}: records in memory are made (and their partition ids checked) by the store itself")

@@ -6,6 +6,7 @@ records, outages and refused credentials."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, aclosing
@@ -20,7 +21,7 @@ from balancer.stores.redis import Keys, RedisStore, scope
 from tests.support.redis_server import RedisServer, start_redis
 from tests.support.servers import free_port
 
-from .base import NEIGHBOURS, REF, StoreContract
+from .base import FUTURE, GARBAGE_ETAG, GHOST, NEIGHBOURS, REF, StoreContract
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,38 @@ class TestRedisStore(StoreContract):
 
     def connect(self, store: RedisStore) -> AbstractAsyncContextManager[RedisStore]:
         return aclosing(RedisStore(store.url))  # its own connections, in the thread's own loop
+
+    async def corrupt(self, store: RedisStore, kind: str, key: str, edit: str) -> None:
+        """What ``redis-cli HSET`` could leave: the stored JSON with one field changed."""
+        keys = Keys.of(REF)
+        hash_key = {"ownership": keys.ownership, "checkpoint": keys.checkpoints, "member": keys.members}[kind]
+        async with Redis.from_url(store.url, decode_responses=True) as raw:
+            stored = await raw.hget(hash_key, key)
+            value = json.loads(stored) if stored else {}
+            text = None
+            if edit.startswith("time:") or (edit == "time" and kind != "member"):
+                stamp = edit.removeprefix("time:")
+                if stamp == "missing":
+                    del value["modified"]
+                else:
+                    value["modified"] = "garbage" if stamp == "time" else stamp  # "nan", "inf", "-inf", "garbage"
+            elif kind == "member":
+                value.update({"seen": "nan"} if edit == "time" else {"info": [1, 2]})
+            elif edit == "sequence":
+                value["sequence"] = "ten"
+            elif edit == "etag:garbage":
+                value["etag"] = GARBAGE_ETAG
+            elif edit == "etag:missing":
+                del value["etag"]
+            elif edit == "ghost":
+                value.update(owner=GHOST, etag=GARBAGE_ETAG, modified="NaN")
+            elif edit == "future":
+                value["modified"] = f"{FUTURE:.6f}"
+            elif edit == "unreadable":
+                text = '{"owner": "a", "etag": "e", "modified": nan'  # cut off mid-write
+            elif edit == "partition":
+                text = '{"owner": "x", "etag": "e", "modified": "1.0", "level": 0}'
+            await raw.hset(hash_key, key, text if text is not None else json.dumps(value))
 
     # only the Redis store ------------------------------------------------------------------
 
@@ -143,6 +176,25 @@ class TestRedisStore(StoreContract):
         assert won.owner_id == "b" and len(store.corrupt) == 5
         assert sorted(r.partition_id for r in await store.list_ownership(REF)) == ["0", "1"]
         assert len(store.corrupt) == 4
+
+    async def test_a_value_only_lua_can_read_or_that_is_not_utf8_never_blocks_its_partition(
+        self, store: RedisStore, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        # Lua's JSON reader takes a bare nan that Python's refuses, and bytes need not be UTF-8: the
+        # listing skips both, and the first claim of each (carrying the made-up ETag of the value
+        # skipped) replaces it, as the script compares the very value.
+        keys = Keys.of(REF)
+        async with Redis.from_url(store.url) as raw:
+            await raw.hset(keys.ownership, mapping={
+                "0": b'{"owner": "a", "etag": "e", "modified": nan}', "1": b'{"owner": "\xff", "etag": "e"}\xfe',
+            })  # fmt: skip
+        with caplog.at_level(logging.WARNING, logger="balancer.stores.redis"):
+            assert await store.list_ownership(REF) == []
+        assert len(caplog.records) == 2
+        assert await store.claim_ownership([OwnershipRecord(REF, p, "b", etag="made-up") for p in "01"]) == []
+        won = await store.claim_ownership([OwnershipRecord(REF, p, "b") for p in "01"])
+        assert [(r.partition_id, r.owner_id) for r in won] == [("0", "b"), ("1", "b")]
+        assert await store.list_ownership(REF) == won and store.corrupt == []
 
     def test_one_store_serves_one_event_loop_after_another(self, redis_server: RedisServer) -> None:
         asyncio.run(flush(redis_server.url))

@@ -24,7 +24,7 @@ from dashboard.sqlstore import SqlStore
 from tests.support.databases import add_django_database, remove_django_database
 from tests.support.servers import free_port
 
-from .base import REF, StoreContract
+from .base import FUTURE, GARBAGE_ETAG, GHOST, REF, StoreContract
 
 T = TypeVar("T")
 
@@ -61,6 +61,53 @@ class SqlContract(StoreContract):
 
     def connect(self, store: SqlStore) -> AbstractAsyncContextManager[SqlStore]:
         return aclosing(SqlStore(self.alias))
+
+    # Values an operator could type into psql or the SQLite shell. SQLite keeps text in a REAL
+    # column (and has no NaN: 'NaN' stays text); PostgreSQL's typed columns hold NaN and infinities.
+    VALUES = {
+        "sqlite": {"nan": "'NaN'", "inf": "9e999", "-inf": "-9e999", "garbage": "'garbage'", "info": "'[1, 2]'"},
+        "postgresql": {
+            "nan": "'NaN'::float8", "inf": "'Infinity'::float8", "-inf": "'-Infinity'::float8",
+            "garbage": "'NaN'::float8", "info": "'[1, 2]'::jsonb",
+        },
+    }  # fmt: skip
+
+    async def corrupt(self, store: SqlStore, kind: str, key: str, edit: str) -> None:
+        vendor = connections[self.alias].vendor
+        value = self.VALUES[vendor]
+        if edit in ("unreadable", "time:missing"):
+            pytest.skip(f"{edit}: the schema (NOT NULL, one column per field) holds every row's structure")
+        if vendor == "postgresql" and edit == "time:garbage":
+            pytest.skip("PostgreSQL's double precision column holds no text (NaN is tried as time:nan)")
+        table = {"ownership": "dashboard_ownership", "checkpoint": "dashboard_checkpointrow"}.get(
+            kind, "dashboard_memberrow"
+        )
+        change = {
+            ("ownership", "etag:garbage"): f"etag = '{GARBAGE_ETAG}'",
+            ("ownership", "etag:missing"): "etag = ''",
+            ("ownership", "future"): f"last_modified = {FUTURE!r}",
+            ("ownership", "ghost"): f"owner_id = '{GHOST}', etag = '{GARBAGE_ETAG}', last_modified = {value['nan']}",
+            ("checkpoint", "time"): f"last_modified = {value['garbage']}",
+            ("checkpoint", "sequence"): "sequence_number = -5",
+            ("member", "time"): f"last_seen = {value['garbage']}",
+            ("member", "info"): f"info = {value['info']}",
+        }.get((kind, edit), f"last_modified = {value.get(edit.removeprefix('time:'))}")
+        where = "namespace = %s AND hub = %s AND consumer_group = %s AND " + (
+            "owner_id = %s" if kind == "member" else "partition_id = %s"
+        )
+        sql = f"UPDATE {table} SET {change} WHERE {where}"
+        if edit == "partition":
+            sql = (
+                "INSERT INTO dashboard_ownership (namespace, hub, consumer_group, partition_id, owner_id, etag, "
+                "last_modified, owner_level) VALUES (%s, %s, %s, %s, 'x', 'e', 1.0, 0)"
+            )
+
+        def edit_by_hand() -> int:
+            with connections[self.alias].cursor() as cursor:
+                cursor.execute(sql, [REF.namespace, REF.hub, REF.consumer_group, key])
+                return int(cursor.rowcount)
+
+        assert await in_thread(edit_by_hand) == 1
 
     # only the SQL store --------------------------------------------------------------------
 
