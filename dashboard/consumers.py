@@ -47,6 +47,7 @@ from .console import Json
 from .control.audit import recent_audit
 from .dbthread import DatabaseThread
 from .delta import delta
+from .health import Outage, health, report
 from .host import FIRST_ROUND_SECONDS, current_state, monitor
 from .models import EventLog
 from .monitor import Monitor
@@ -62,10 +63,11 @@ LATE_EVERY = 0.5  # seconds between looks for late rows (at 200 events/s, lookin
 HISTORY = 50
 AUDIT = 20
 BATCH = 500
+CHANNEL_LAYER = "channel layer"
 READ_ONLY = "this socket is read-only: actions are POSTed to /api/actions/ with a staff login and a CSRF token"
 
 
-_feed = DatabaseThread("leaseboard-feed")  # every consumer's reads, on one kept connection
+_feed = DatabaseThread("leaseboard-feed", retry=True)  # every consumer's reads (read only), on one kept connection
 _open = 0  # consumers connected in this process
 
 
@@ -112,8 +114,7 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.send_json({"type": "error", "error": str(exc)})
             await self.close(code=4400)
             return
-        if self.channel_layer is not None:
-            await self.channel_layer.group_add(GROUP, self.channel_name)
+        await self._join_group()
         watched = monitor(self.ref)
         loop = asyncio.get_running_loop()
 
@@ -129,7 +130,8 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if self.watching is not None:
             self.watching[0].unsubscribe(self.watching[1])
         if self.channel_layer is not None:
-            await self.channel_layer.group_discard(GROUP, self.channel_name)
+            with contextlib.suppress(Exception):  # a channel layer that is down forgets the group anyway
+                await self.channel_layer.group_discard(GROUP, self.channel_name)
         if self.pump is not None:
             self.pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -138,6 +140,18 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             _open -= 1
             if _open == 0:
                 await _feed.aclose_connection()  # nobody left to read for: the kept connection goes
+
+    async def _join_group(self) -> None:
+        """Join the group workers publish to; when the channel layer (Redis) is down the socket still
+        streams, by polling the event log (every event sent comes from there anyway)."""
+        if self.channel_layer is None:
+            return
+        try:
+            await self.channel_layer.group_add(GROUP, self.channel_name)
+        except Exception as exc:
+            health.failed(Outage(CHANNEL_LAYER, f"channel layer unavailable: {type(exc).__name__}: {exc}"))
+        else:
+            health.ok(CHANNEL_LAYER)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         """The page never needs to send; an attempt to act here is refused, whoever is logged in."""
@@ -169,7 +183,8 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                     stuck = await current_state(self.ref, _feed)  # the monitor is stuck: read here
                     await self._send_state_of(stuck.as_json(), watched.version)
             except Exception as exc:  # a database hiccup must not end the stream; the next round retries
-                log.warning("balancer websocket round failed: %s: %s", type(exc).__name__, exc)
+                if report(exc) is None:  # an outage is logged once by health, not per socket and poll
+                    log.warning("balancer websocket round failed: %s: %s", type(exc).__name__, exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), POLL_EVERY)
             gathered = self.read_at + GATHER - time.monotonic()
@@ -185,7 +200,8 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             try:  # the monitor has not read the store yet (or cannot)
                 state = (await current_state(self.ref, _feed)).as_json()
             except Exception as exc:
-                await self.send_json({"type": "error", "error": f"store unavailable: {exc}"})
+                found = report(exc)
+                await self.send_json({"type": "error", "error": found.reason if found else f"store unavailable: {exc}"})
                 await asyncio.sleep(1.0)
         self.state, self.version = state, int(state.get("version") or 0)
         watermark = int(state["last_event_id"])

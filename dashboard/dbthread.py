@@ -18,7 +18,11 @@ publishing, the SQL store's lanes), for these reasons:
 Django's own safeguards are done by hand: a connection idle for ``CHECK_AFTER`` seconds is
 checked (``is_usable``, what ``CONN_HEALTH_CHECKS`` does) before it is used again, so a database
 that restarted in between costs nothing but a reconnect; a call that fails closes it, so the next
-one starts afresh.
+one starts afresh. A thread made with ``retry=True`` (read-only work: the console's views, feed
+and monitor) also runs a call once more on a fresh connection when a *kept* connection fails with a
+connection error (``OperationalError``/``InterfaceError``), so the first request after a database
+restart succeeds instead of finding out that its connection died; a call on a connection it had
+just opened is not retried (the server is really down: say so at once).
 
 Cancelling a caller does not stop its call: the statement runs to its end on the thread (Python
 cannot interrupt a thread), and whatever is queued behind it waits. Whoever holds a database lock
@@ -36,7 +40,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -49,13 +53,15 @@ class DatabaseThread:
 
     ``checks=False`` never checks an idle connection: the first call after the server dropped it
     fails, and the next one reconnects (no extra round trip; the SQL store's choice, whose callers
-    retry next cycle anyway).
+    retry next cycle anyway). ``retry=True`` runs a call that failed on a kept connection with a
+    connection error once more on a new one (only for work that may safely run twice).
     """
 
-    def __init__(self, name: str, alias: str = DEFAULT_DB_ALIAS, *, checks: bool = True) -> None:
+    def __init__(self, name: str, alias: str = DEFAULT_DB_ALIAS, *, checks: bool = True, retry: bool = False) -> None:
         self.name = name
         self.alias = alias
         self.checks = checks
+        self.retry = retry
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._used = 0.0  # monotonic time of the last call (read and written on the thread only)
@@ -72,7 +78,19 @@ class DatabaseThread:
         idle = time.monotonic() - self._used
         if self.checks and connection.connection is not None and idle > CHECK_AFTER and not connection.is_usable():
             connection.close()
+        kept = connection.connection is not None
         try:
+            return fn(*args, **kwargs)
+        except (OperationalError, InterfaceError):
+            connection.close()
+            if not (self.retry and kept):
+                raise
+        except Exception:
+            connection.close()
+            raise
+        finally:
+            self._used = time.monotonic()
+        try:  # the kept connection had died (a database restart): once more, on a new one
             return fn(*args, **kwargs)
         except Exception:
             connection.close()

@@ -2,7 +2,11 @@
 
 Request loops come and go (a test client makes one per request) and a sampler must not depend on
 which page is open, so the monitors (``monitor.py``) run on a loop of their own. A monitor starts
-the first time anything asks for its hub (a page, a websocket, ``/metrics``).
+the first time anything asks for its hub (a page, a websocket, ``/metrics``); the configured hub's
+starts with the server (``watch_configured``: on the first connection of any kind, and at once
+under ``manage.py serve``) and never stops for want of viewers, so it is always sampled. A
+monitor's round reads the store once for every partition (``state.read``: one listing each of
+ownership, checkpoints, members and controls), whatever the number of partitions and viewers.
 
 ``current_state`` is the console state a request serves: a fresh read of the stores with the
 figures of the hub's running monitor, or of the newest stored sampling round when none is fresh.
@@ -27,12 +31,13 @@ import time
 import traceback
 
 from balancer.model import HubRef
-from workers.wiring import Stores, build_stores, close_stores
+from workers.wiring import Stores, build_stores, close_stores, hub_ref
 
-from .console import ConsoleState
+from .console import ConsoleState, Figures
 from .dbthread import DatabaseThread
+from .health import DATABASE_ERRORS, report
 from .monitor import Monitor
-from .state import read, stored_figures
+from .state import lag_rules, read, stored_figures
 
 FIRST_ROUND_SECONDS = 10.0  # how long a first look at a hub waits for its monitor's first round
 FIGURES_MAX_AGE = 5.0  # seconds after which a monitor's figures are not used for a fresh read
@@ -45,7 +50,7 @@ class Host:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.db = DatabaseThread("leaseboard-monitor-db")  # one connection for every monitor
+        self.db = DatabaseThread("leaseboard-monitor-db", retry=True)  # one connection for every monitor
         self._monitors: dict[HubRef, Monitor] = {}
         self._tasks: dict[HubRef, asyncio.Task[None]] = {}
         self._stores: Stores | None = None
@@ -157,6 +162,16 @@ def monitor(ref: HubRef) -> Monitor:
     return host.monitor(ref)
 
 
+def watch_configured(ref: HubRef | None = None) -> Monitor:
+    """The monitor of the configured hub and consumer group, started if it was not running: lag is
+    sampled, and statuses, ``/metrics`` and alerts exist, whether or not anyone opens a page. The
+    ASGI application calls it on every connection of any kind (``asgi.py``), ``serve`` at start (with
+    the hub and consumer group of its options as ``ref``)."""
+    watched = host.monitor(ref or hub_ref())
+    watched.keep = True
+    return watched
+
+
 async def current_state(ref: HubRef, db: DatabaseThread) -> ConsoleState:
     """A fresh read of ``ref`` (event log on ``db``) with the figures of its running monitor, else
     of the newest stored sampling round. Raises the store's error when it cannot be read."""
@@ -164,5 +179,9 @@ async def current_state(ref: HubRef, db: DatabaseThread) -> ConsoleState:
     watched = host.running(ref)
     figures = watched.fresh_figures(FIGURES_MAX_AGE) if watched is not None else None
     if figures is None:
-        figures = await db.acall(stored_figures, ref)
+        try:
+            figures = await db.acall(stored_figures, ref)
+        except DATABASE_ERRORS as exc:  # the store answered, the database did not: no figures
+            report(exc)
+            figures = Figures(lag_rules())
     return plain.with_figures(figures)

@@ -37,10 +37,13 @@ ADMIN_ACTIONS = Counter(
 class StateCollector(Collector):
     """Yields the ``leaseboard_…`` series of one console state (or only ``leaseboard_store_up 0`` without one)."""
 
-    def __init__(self, ref: HubRef, state: ConsoleState | None, logged: Mapping[str, int]) -> None:
+    def __init__(
+        self, ref: HubRef, state: ConsoleState | None, logged: Mapping[str, int], database_up: bool | None = None
+    ) -> None:
         self.ref = ref
         self.state = state
         self.logged = logged
+        self.database_up = database_up
 
     def collect(self) -> Iterator[Metric]:
         yield InfoMetricFamily(
@@ -53,6 +56,12 @@ class StateCollector(Collector):
             "1 when the ownership store could be read at this scrape, else 0.",
             value=1 if self.state is not None else 0,
         )
+        if self.database_up is not None:
+            yield GaugeMetricFamily(
+                "leaseboard_database_up",
+                "1 when the dashboard's database (event log, lag samples, audit) answered at this scrape, else 0.",
+                value=1 if self.database_up else 0,
+            )
         logged = CounterMetricFamily(
             "leaseboard_balancer_events_logged",
             "Balancer events in the dashboard's event log for this hub, by kind, from every worker process.",
@@ -149,12 +158,16 @@ class StateCollector(Collector):
 
 
 def render(
-    ref: HubRef, state: ConsoleState | None, logged: Mapping[str, int], extra: Iterable[Collector] = ()
+    ref: HubRef,
+    state: ConsoleState | None,
+    logged: Mapping[str, int],
+    extra: Iterable[Collector] = (),
+    database_up: bool | None = None,
 ) -> bytes:
     """The exposition text: the workers' and dashboard's registered series, then those of ``state``
     and of each ``extra`` collector (e.g. the pipeline's)."""
     scrape = CollectorRegistry(auto_describe=False)
-    scrape.register(StateCollector(ref, state, logged))
+    scrape.register(StateCollector(ref, state, logged, database_up))
     for collector in extra:
         scrape.register(collector)
     return generate_latest(exposition_registry()) + generate_latest(scrape)

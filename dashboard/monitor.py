@@ -38,6 +38,7 @@ from .console import ConsoleState, Figures, Json
 from .dbthread import DatabaseThread
 from .delta import delta
 from .enqueued import EnqueuedTimes
+from .health import DATABASE_ERRORS, outage, report
 from .lag import Rules, Sample, Status, Window, lag_seconds
 from .models import EventLog, LagSample
 from .state import lag_rules, read, with_source
@@ -79,6 +80,7 @@ class Monitor:
         self.updated = 0.0  # monotonic time of the last round that read the store
         self.ready = threading.Event()  # set after the first round, good or not
         self.touched = time.monotonic()
+        self.keep = False  # never stops for want of viewers (the configured hub's, and serve's)
         self.lag_rules = lag_rules()
         self.rules = Rules(self.lag_rules.window, self.lag_rules.stop_seconds)
         self.sample_seconds = self.lag_rules.sample_seconds
@@ -154,12 +156,19 @@ class Monitor:
     async def round(self, stores: Stores) -> None:
         """Read, work out the figures, maybe sample, then publish one new version."""
         if not self._primed:
-            await self._prime()
-            self._primed = True
+            try:
+                await self._prime()
+                self._primed = True
+            except DATABASE_ERRORS as exc:  # the database is down: prime once it answers
+                report(exc)
         try:
             plain = await read(self.ref, db=self.db, stores=stores)
-        except Exception as exc:  # the store is down: keep the last state, say why
-            self.error = f"store unavailable: {exc}"
+        except Exception as exc:  # the store is down: keep the last state, say why (read told health)
+            found = outage(exc)
+            error = found.reason if found is not None else f"store unavailable: {type(exc).__name__}: {exc}"
+            if found is None and error != self.error:
+                log.warning("monitor of %s/%s cannot read the state: %s", self.ref.hub, self.ref.consumer_group, error)
+            self.error = error
             self._publish(None)
             return
         self.error = None
@@ -170,7 +179,10 @@ class Monitor:
         if self.sampled_at is None or now - self.sampled_at >= self.sample_seconds - ROUND_SECONDS / 2:
             await self._sample(plain, now)
         self.figures = Figures(self.lag_rules, dict(self._lag_seconds), dict(self.statuses), rates, self.sampled_at)
-        await self.db.acall(self._follow_events)
+        try:
+            await self.db.acall(self._follow_events)
+        except DATABASE_ERRORS as exc:  # the store answered, the event log did not: the state still goes out
+            report(exc)
         self._publish(plain.with_figures(self.figures))
 
     def _publish(self, state: ConsoleState | None) -> None:
@@ -189,7 +201,7 @@ class Monitor:
                 self.unsubscribe(token)
 
     def _idle(self) -> bool:
-        if self.ref == hub_ref():
+        if self.keep or self.ref == hub_ref():
             return False
         with self._lock:
             watched = bool(self._subscribers)
@@ -256,7 +268,10 @@ class Monitor:
         prune = now - self._pruned >= PRUNE_SECONDS
         if prune:
             self._pruned = now
-        await self.db.acall(self._store_samples, rows, now, prune)
+        try:
+            await self.db.acall(self._store_samples, rows, now, prune)
+        except DATABASE_ERRORS as exc:  # the statuses stand; this round's samples are not kept
+            report(exc)
 
     def _store_samples(self, rows: list[LagSample], now: float, prune: bool) -> None:
         scope = LagSample.scope(self.ref)

@@ -40,6 +40,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Innermost: a view that finds the database or the store down answers 503, not 500 (degrade.py).
+    "dashboard.degrade.OutageMiddleware",
 ]
 
 ROOT_URLCONF = "dashboard.urls"

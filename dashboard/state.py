@@ -5,6 +5,12 @@ the newest stored sampling round (for when no monitor is running). The state car
 ``last_event_id``, the newest EventLog id read *before* the stores: every event above it may or may
 not be reflected yet, so a client applies exactly the events above it on top of the state, and
 every event at or below it already is.
+
+Outages (``health.py``): when the database does not answer but the store does (Redis or Blob), the
+state is still read, with the last watermark this process saw (lower is safe: the client replays
+a few events it already has). A store call that failed because the SQL store's kept connection
+died in a database restart is run once more (the store reconnects on the next call), so the first
+read after the restart succeeds. Every read reports to ``health``.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import asyncio
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from django.conf import settings
@@ -23,8 +29,9 @@ from balancer.model import HubRef
 from workers.sources.base import EventSource, PartitionProperties
 from workers.wiring import Stores, build_source, build_stores, close_stores, hub_ref
 
-from .console import ConsoleState, Figures, LagRules, assemble, pid_key
+from .console import ConsoleState, Figures, Json, LagRules, assemble, pid_key
 from .dbthread import DatabaseThread
+from .health import DATABASE, DATABASE_ERRORS, health, report, store_backend
 from .lag import Status
 from .models import EventLog, LagSample
 
@@ -147,10 +154,26 @@ def configured_stores() -> Stores:
     return stores
 
 
+# The newest state served per store and hub (``remember``): what /api/state answers, marked stale,
+# while the store is down.
+_served: dict[tuple[str, HubRef], Json] = {}
+
+
+def remember(ref: HubRef, served: Json) -> None:
+    """Keep ``served`` (a state's JSON) as the last known state of ``ref`` in the configured store."""
+    _served[(settings.LEASEBOARD_STORE, ref)] = served
+
+
+def last_served(ref: HubRef) -> Json | None:
+    """The last state of ``ref`` in the configured store that ``remember`` kept, if any."""
+    return _served.get((settings.LEASEBOARD_STORE, ref))
+
+
 async def forget_stores() -> None:
-    """Close and drop the cached stores and sources (tests switching settings; shutdown)."""
+    """Close and drop the cached stores and sources, and the states kept (tests switching settings; shutdown)."""
     stores = list(_stores.values())
     _stores.clear()
+    _served.clear()
     for each in stores:
         await close_stores(each)
     with _sources_lock:
@@ -168,20 +191,58 @@ def _last_event_id(ref: HubRef) -> int:
     return int(found or 0)
 
 
+# The newest watermark read per hub: what a read uses while the database does not answer.
+_watermarks: dict[HubRef, int] = {}
+
+
+async def _watermark(ref: HubRef, db: DatabaseThread) -> int:
+    """The newest EventLog id of ``ref``; while the database is down, the last one read (or 0)."""
+    try:
+        found = await db.acall(_last_event_id, ref)
+    except DATABASE_ERRORS as exc:
+        report(exc)
+        if store_backend() == DATABASE:
+            raise  # the SQL store is down too: nothing to read
+        return _watermarks.get(ref, 0)
+    health.ok(DATABASE)
+    _watermarks[ref] = max(found, _watermarks.get(ref, 0))
+    return found
+
+
+def _broken_connection(exc: BaseException) -> bool:
+    """A SQL store's call failed on a connection the database had dropped (it reconnects next call)."""
+    return isinstance(exc.__cause__, DATABASE_ERRORS)
+
+
+async def _store_call(call: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return await call()
+    except Exception as exc:
+        if not _broken_connection(exc):
+            raise
+    return await call()  # once more, on the connection the store opens now
+
+
 async def read(ref: HubRef, *, db: DatabaseThread, stores: Stores | None = None) -> ConsoleState:
     """The state of ``ref`` (without figures) from the configured (or given) stores and the
     configured source; the event log is read on ``db``.
 
     Raises the store's error (StoreError, or the database's) when the store cannot be read; an
-    unreachable event source only leaves nulls and says why in ``source.error``.
+    unreachable event source only leaves nulls and says why in ``source.error``. Outages are
+    reported to ``health`` (one log line per change, none per call).
     """
-    watermark = await db.acall(_last_event_id, ref)  # first: see the module docstring
-    stores = stores or configured_stores()
-    now = await stores.ownership.now()
-    ownership = await stores.ownership.list_ownership(ref)
-    checkpoints = await stores.checkpoints.list_checkpoints(ref)
-    members = await stores.controls.list_members(ref)
-    controls = await stores.controls.list_controls(ref)
+    watermark = await _watermark(ref, db)  # first: see the module docstring
+    used = stores or configured_stores()
+    try:
+        now = await _store_call(used.ownership.now)
+        ownership = await _store_call(lambda: used.ownership.list_ownership(ref))
+        checkpoints = await _store_call(lambda: used.checkpoints.list_checkpoints(ref))
+        members = await _store_call(lambda: used.controls.list_members(ref))
+        controls = await _store_call(lambda: used.controls.list_controls(ref))
+    except Exception as exc:
+        report(exc)
+        raise
+    health.ok(store_backend())
     key = _source_key(ref.hub)
     ids, properties, source_error = await asyncio.to_thread(_read_source, key)
     return assemble(

@@ -17,19 +17,22 @@ from django.shortcuts import render
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 from balancer.errors import StoreError
 from balancer.model import HubRef, check_partition_id
 
 from . import history, metrics
 from .access import STAFF_REQUIRED, can_act, readable_api, readable_page, readable_sync_api
-from .console import ConsoleState
+from .console import ConsoleState, Json
 from .control import actions
 from .dbthread import DatabaseThread
+from .degrade import unavailable_json
+from .health import DATABASE, DATABASE_ERRORS, health, report
 from .host import current_state, host, monitor
 from .models import EventLog, LagSample, category
 from .pipeline import PipelineCollector
-from .state import lag_rules, parse_ref
+from .state import lag_rules, last_served, parse_ref, remember
 
 log = logging.getLogger(__name__)
 
@@ -100,30 +103,51 @@ def history_page(request: HttpRequest) -> HttpResponse:
 # --- state ------------------------------------------------------------------------------------
 
 
-# The views' ORM work, on one thread with a kept connection (why this way: ``dbthread.py``).
-_db = DatabaseThread("leaseboard-views")
-
+# The views' ORM work, on one thread with a kept connection (why this way: ``dbthread.py``); read
+# only, so a call that finds its connection dropped by a database restart runs again on a new one.
+_db = DatabaseThread("leaseboard-views", retry=True)
 
 async def _state_or_error(ref: HubRef) -> tuple[ConsoleState | None, str | None]:
+    """The current state, or None and why not when the store or the database is down (logged once
+    per outage by ``health``, not per request)."""
     try:
         return await current_state(ref, _db), None
-    except StoreError as exc:
-        log.warning("state of %s/%s unavailable: %s", ref.hub, ref.consumer_group, exc)
-        return None, f"store unavailable: {exc}"
+    except Exception as exc:
+        found = report(exc)
+        if found is None:
+            raise
+        return None, found.reason
+
+
+def _last_known(ref: HubRef) -> Json | None:
+    """The newest state of ``ref`` this process had: served here or published by its monitor."""
+    known = [last_served(ref)]
+    watched = host.running(ref)
+    if watched is not None and watched.published is not None:
+        known.append(watched.published.json)
+    return max((k for k in known if k is not None), key=lambda k: float(k["generated_at"]), default=None)
 
 
 @require_GET
 @readable_api
-async def api_state(request: HttpRequest) -> JsonResponse:
-    """200 with the snapshot; 400 for a bad hub or consumer group; 503 when the store cannot be read."""
+async def api_state(request: HttpRequest) -> HttpResponse:
+    """200 with the snapshot (``stale: false``); 400 for a bad hub or consumer group. While the store
+    cannot be read: 200 with the last known snapshot, ``stale: true`` and the reason in ``error``,
+    or 503 with the reason when there is none."""
     try:
         ref = _ref(request)
     except ValueError as exc:
         return _bad_request(str(exc))
     state, error = await _state_or_error(ref)
     if state is None:
-        return JsonResponse({"error": error}, status=503)
-    return JsonResponse(state.as_json())
+        assert error is not None
+        last = _last_known(ref)
+        if last is None:
+            return unavailable_json(error)
+        return JsonResponse({**last, "stale": True, "error": error})
+    served = state.as_json()
+    remember(ref, served)
+    return JsonResponse({**served, "stale": False})
 
 
 def _int_param(request: HttpRequest, name: str, default: int | None, low: int, high: int | None) -> int | None:
@@ -355,7 +379,16 @@ async def metrics_view(request: HttpRequest) -> HttpResponse:
     state = await host.latest(ref, max_age=3.0)  # the monitor's (the first scrape waits for its first round)
     if state is None:  # it could not read the store lately: try once more here
         state, _ = await _state_or_error(ref)
-    logged: dict[str, int] = await _db.acall(_logged_by_kind, ref)
-    pipeline_series = await _db.acall(PipelineCollector, ref.hub)
-    body = metrics.render(ref, state, logged, extra=[pipeline_series])
+    logged: dict[str, int] = {}
+    extra: list[Collector] = []
+    try:
+        logged = await _db.acall(_logged_by_kind, ref)
+        extra.append(await _db.acall(PipelineCollector, ref.hub))
+        database_up = True
+    except DATABASE_ERRORS as exc:  # the event log's and the pipeline's series wait for the database
+        report(exc)
+        database_up = False
+    else:
+        health.ok(DATABASE)
+    body = metrics.render(ref, state, logged, extra=extra, database_up=database_up)
     return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)

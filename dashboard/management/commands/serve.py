@@ -30,7 +30,7 @@ from workers.management.commands.runworkers import Command as RunWorkers
 from workers.pipeline.launcher import start_pipeline, stop_pipeline
 from workers.runtime.processor import run_workers
 from workers.sensors import run_producer
-from workers.wiring import close_stores
+from workers.wiring import close_stores, hub_ref
 
 log = logging.getLogger("leaseboard.serve")
 
@@ -72,6 +72,7 @@ class Command(RunWorkers):
         from twisted.internet import defer, reactor
 
         from dashboard.asgi import application
+        from dashboard.host import watch_configured
 
         server = Server(application, endpoints=[f"tcp:port={options['port']}:interface={options['host']}"])
         stop_producing = threading.Event()
@@ -79,6 +80,8 @@ class Command(RunWorkers):
         pipeline: list[subprocess.Popen[bytes]] = []
 
         def started() -> None:
+            # Lag is sampled from the start, whether or not anyone opens a page.
+            watch_configured(hub_ref(options["hub"], options["consumer_group"], options["namespace"]))
             host, port = server.listening_addresses[0] if server.listening_addresses else (options["host"], "?")
             running["workers"] = asyncio.get_event_loop().create_task(
                 run_workers(built.processors, sink=built.sink, signals=False)
