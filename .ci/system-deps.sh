@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the servers and browser the test suite starts itself, only where missing:
-# redis-server, PostgreSQL 15 server binaries, Debian Chromium (Debian packages) and Azurite (npm).
+# redis-server, PostgreSQL 15 server binaries, Debian Chromium, promtool (Debian's prometheus package,
+# for the alert rule tests) and Azurite (npm).
 # Idempotent and quick on a second run. Needs root (or sudo) for apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,12 +13,17 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 [ -x /usr/lib/postgresql/15/bin/initdb ] || missing+=(postgresql-15)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 if ((${#missing[@]})); then
   echo "installing Debian packages: ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   # apt starts no server we rely on; make sure a packaged PostgreSQL does not hold port 5432 either.
   if command -v pg_lsclusters >/dev/null 2>&1; then $SUDO pg_ctlcluster --force 15 main stop 2>/dev/null || true; fi
+  # Nor a packaged Prometheus port 9090 (only promtool is wanted); where no init system runs, it never started.
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null 2>&1; then
+    $SUDO systemctl disable --now prometheus prometheus-node-exporter 2>/dev/null || true
+  fi
 fi
 
 if [ ! -x var/node/node_modules/.bin/azurite-blob ]; then
