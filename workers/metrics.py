@@ -11,7 +11,8 @@ Multi-process mode: with ``PROMETHEUS_MULTIPROC_DIR`` set (before this module is
 empty directory per deployment, shared by every process on the host), each process writes its
 values to files there and ``exposition_registry()`` adds up the files of every process, so any
 one ``runworkers --metrics-port`` (or the dashboard's ``/metrics``) reports all the processes of
-the host. Counters and histograms are summed. Without the variable the default registry is used.
+the host. Counters and histograms are summed, and so is the one gauge (``leaseboard_paused_partitions``)
+over the live processes. Without the variable the default registry is used.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from balancer.errors import OwnershipLost, StoreUnavailable
 from balancer.model import BalancerEvent, Checkpoint, Control, EventKind, HubRef, Member, OwnershipRecord
@@ -100,6 +101,14 @@ STORE_ERRORS = Counter(
     "leaseboard_store_errors",
     "Store calls that failed, by operation (cycle, release, list_checkpoints, update_checkpoint).",
     ["operation"],
+)
+# livesum: in multi-process mode the sum over the live processes of the host (a finished process's
+# pumps are paused no more).
+PAUSED_PARTITIONS = Gauge(
+    "leaseboard_paused_partitions",
+    "Partitions whose pump is paused: its lease may have run out (no successful cycle for the expiry), so it "
+    "handles nothing and keeps its position until the lease is renewed or lost.",
+    multiprocess_mode="livesum",
 )
 BROADCAST_ERRORS = Counter(
     "leaseboard_broadcast_errors",

@@ -12,6 +12,7 @@ import pytest
 from balancer.model import Checkpoint, OwnershipRecord
 from balancer.stores.memory import MemoryStore
 from tests.support.clock import FakeClock
+from tests.support.waiting import until
 from workers.hub import log as hublog
 from workers.hub.log import event_factory, make_event
 from workers.runtime.config import PumpConfig
@@ -108,7 +109,11 @@ async def test_no_event_is_handled_once_the_lease_deadline_passed_even_in_the_mi
             clock.advance(10)  # as if the process had been stopped here (SIGSTOP) past the deadline
 
     p = pump(store, reader, handler, clock, deadline, checkpoint_events=1000, max_events=50)
-    stats = await asyncio.wait_for(p.run(), 10)
+    task = asyncio.create_task(p.run())
+    await until(lambda: p.paused, what="the pump to pause at the deadline")
+    assert handled == list(range(7)) and not task.done()
+    p.stop()  # the lease was lost: the paused pump ends without a checkpoint
+    stats = await asyncio.wait_for(task, 10)
     assert handled == list(range(7)) and stats.ended == "expired"
     assert await store.list_checkpoints(REF) == []  # not held: no checkpoint either
 

@@ -54,7 +54,7 @@ async def test_pumps_run_exactly_for_the_partitions_the_worker_holds_and_stop_wh
     await a.shutdown()
 
 
-async def test_a_pump_stops_at_the_lease_deadline_when_the_store_is_down_and_the_outage_is_logged_once(
+async def test_past_the_lease_deadline_in_an_outage_pumps_pause_then_resume_after_the_renewal_handling_nothing_twice(
     rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
     rig.send("0", 2)
@@ -62,33 +62,82 @@ async def test_a_pump_stops_at_the_lease_deadline_when_the_store_is_down_and_the
     a = rig.worker("a", recorder, expiry=30.0, checkpoint_events=1)
     await own_all(a, 4)
     await until(lambda: a.stats()["0"].checkpointed == 1, what="the first events")
+    paused_before = metric("leaseboard_paused_partitions")
 
     rig.store.down = True
-    caplog.set_level(logging.DEBUG, logger="leaseboard.worker")
+    caplog.set_level(logging.DEBUG, logger="leaseboard")
     for _ in range(3):
         rig.clock.advance(9)
         assert await a.step() is None
-    assert a.pumping == frozenset("0123")  # 30 s not yet over: still held, still pumping
+    assert a.pumping == frozenset("0123") and a.paused == frozenset()  # 30 s not yet over: still held
     rig.send("0", 1)
-    await until(lambda: recorder.count() == 3, what="an event handled during the outage")
+    await until(lambda: recorder.count() == 3, what="an event handled during the outage (its checkpoint fails)")
 
     rig.clock.advance(4)  # 31 s since the last renewal: past the local deadline
     rig.send("0", 1)
     assert await a.step() is None
-    assert a.pumping == frozenset()
-    await until(lambda: all(s.ended for s in a.stats().values()), what="every pump to end")
+    await until(lambda: a.paused == frozenset("0123"), what="every pump to pause")
+    assert a.pumping == frozenset("0123")  # paused, not stopped: still owned
+    assert metric("leaseboard_paused_partitions") == paused_before + 4
+    for _ in range(3):  # more failed cycles wake the pumps: they look, and stay paused
+        rig.clock.advance(9)
+        assert await a.step() is None
+    assert a.paused == frozenset("0123")
     assert recorder.sequences("0") == [0, 1, 2]  # not one event after the deadline
+    assert a.stats()["0"].checkpointed == 1
 
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "cycle failed" in r.getMessage()]
     assert len(warnings) == 1 and "StoreUnavailable" in warnings[0].getMessage()
     assert warnings[0].exc_info is None  # a known store error: one line, no traceback
 
     rig.store.down = False
-    await own_all(a, 4)
-    # The event handled during the outage could not be checkpointed: at least once, it comes again.
-    await until(lambda: recorder.sequences("0") == [0, 1, 2, 2, 3], what="the pump restarted from its checkpoint")
+    assert await checkpoints(rig) == {"0": 1}  # nothing written while paused
+    report = await a.step()  # renews every lease with the ETag it wrote: nobody could claim meanwhile
+    assert report is not None and a.coordinator.owned == frozenset("0123") and not report.lost
+    await until(lambda: a.paused == frozenset(), what="every pump to resume")
+    # The event handled during the outage is checkpointed now, not handled again; the next one follows.
+    await until(lambda: a.stats()["0"].checkpointed == 3, what="the checkpoints after the renewal")
+    assert recorder.sequences("0") == [0, 1, 2, 3]
+    assert await checkpoints(rig) == {"0": 3}
+    assert metric("leaseboard_paused_partitions") == paused_before
     assert any("works again" in r.getMessage() for r in caplog.records)
+    pause_lines = [r.getMessage() for r in caplog.records if r.name == "leaseboard.pump" and "pause" in r.getMessage()]
+    assert len(pause_lines) == 2, pause_lines  # one for the worker's pumps pausing, one for their resuming
+    assert "its pump pauses" in pause_lines[0] and "4 resumed where they were" in pause_lines[1]
     await a.shutdown()
+
+
+async def test_a_paused_pump_whose_partition_another_worker_took_ends_without_a_checkpoint(rig: Rig) -> None:
+    rig.send("0", 2)
+    recorder, other = Recorder(), Recorder()
+    a = rig.worker("a", recorder, expiry=30.0, checkpoint_events=1)
+    await own_all(a, 4)
+    await until(lambda: a.stats()["0"].checkpointed == 1, what="the first events")
+    paused_before = metric("leaseboard_paused_partitions")
+
+    rig.store.down = True
+    rig.clock.advance(20)
+    assert await a.step() is None
+    rig.send("0", 1)
+    await until(lambda: recorder.count() == 3, what="an event handled during the outage (its checkpoint fails)")
+    rig.clock.advance(100)  # far past the expiry: a's leases are free for anyone once the store is back
+    assert await a.step() is None
+    await until(lambda: a.paused == frozenset("0123"), what="every pump to pause")
+
+    rig.store.down = False
+    b = rig.worker("b", other, expiry=30.0, checkpoint_events=1)
+    await own_all(b, 4)
+    await until(lambda: other.sequences("0") == [2], what="b's events")  # after a's last stored checkpoint
+    report = await a.step()  # a's cycle finds its partitions in b's hands: the paused pumps are stopped
+    assert report is not None and {e.partition_id for e in report.lost} == set("0123")
+    # (balanced also takes one back from b at once: a new lease, so the old pump's position is stale too)
+    await until(lambda: all(s.ended for s in a.stats().values()), what="a's paused pumps to end")
+    assert {s.ended for s in a.stats().values()} == {"expired"}
+    assert a.stats()["0"].checkpointed == 1  # no checkpoint on the way out
+    assert recorder.sequences("0") == [0, 1, 2] and a.paused == frozenset()
+    assert metric("leaseboard_paused_partitions") == paused_before
+    await a.shutdown()
+    await b.shutdown()
 
 
 async def test_renewal_goes_on_while_a_handler_blocks(rig: Rig) -> None:

@@ -9,6 +9,10 @@ partition now) stops the pump. Any other failure (the store is down) does not: t
 handling events while its lease lasts, and the next checkpoint, tried again after at least
 ``checkpoint_seconds``, covers them too. Every pump of a worker fails at once in a store outage, so
 ``CheckpointOutage`` reports it once for all of them.
+
+A pump whose lease may have run out (no successful cycle for the expiry: the store is down) pauses
+with its checkpoint still pending (``pump.py``); ``PauseLog`` says so once per worker, not once per
+partition, and counts the paused partitions (``leaseboard_paused_partitions``).
 """
 
 from __future__ import annotations
@@ -55,6 +59,66 @@ class CheckpointOutage:
 
     def forget(self, partition_id: str) -> None:
         self._failing.discard(partition_id)
+
+
+class PauseLog:
+    """The pumps of one worker pausing and resuming, logged once for all of them and counted.
+
+    In a store outage every lease of the worker runs out at about the same time, so every pump
+    pauses: one line says so when the first pauses, one when the last is no longer paused (resumed
+    once the lease was renewed, or ended because it was lost). ``leaseboard_paused_partitions``
+    follows each pump.
+    """
+
+    def __init__(self, owner_id: str, monotonic: Callable[[], float]) -> None:
+        self._owner_id = owner_id
+        self._monotonic = monotonic
+        self._paused: set[str] = set()
+        self._since = 0.0
+        self._resumed = 0
+        self._ended = 0
+
+    @property
+    def paused(self) -> frozenset[str]:
+        return frozenset(self._paused)
+
+    def pause(self, partition_id: str) -> None:
+        if partition_id in self._paused:
+            return
+        if not self._paused:
+            self._since = self._monotonic()
+            self._resumed = self._ended = 0
+            log.warning(
+                "worker %s: lease of partition %s may have run out (no successful cycle for the expiry): its pump "
+                "pauses, and so will the others that run out; each keeps its position and its pending checkpoint, "
+                "and resumes when its lease is renewed", self._owner_id, partition_id,
+            )  # fmt: skip
+        self._paused.add(partition_id)
+        metrics.PAUSED_PARTITIONS.inc()
+
+    def resume(self, partition_id: str) -> None:
+        """The lease of ``partition_id`` was renewed: its pump goes on from where it was."""
+        self._leave(partition_id, resumed=True)
+
+    def end(self, partition_id: str) -> None:
+        """The pump of ``partition_id`` ends while paused (the lease was lost, or the worker stops)."""
+        self._leave(partition_id, resumed=False)
+
+    def _leave(self, partition_id: str, *, resumed: bool) -> None:
+        if partition_id not in self._paused:
+            return
+        self._paused.discard(partition_id)
+        metrics.PAUSED_PARTITIONS.dec()
+        if resumed:
+            self._resumed += 1
+        else:
+            self._ended += 1
+        if not self._paused:
+            log.warning(
+                "worker %s: pumps no longer paused after %.1fs: %d resumed where they were, %d ended without a "
+                "checkpoint (lease lost or stopping)",
+                self._owner_id, self._monotonic() - self._since, self._resumed, self._ended,
+            )  # fmt: skip
 
 
 class Checkpointer:
@@ -142,6 +206,7 @@ class Checkpointer:
             self._retry_at = now + max(self._seconds, 0.5)
             return True
         self._outage.ok(self._partition_id)
+        self._retry_at = 0.0  # the store answers again: the count and the time say when, as before
         metrics.CHECKPOINTS.inc()
         self._stats.checkpoints += 1
         self._stats.checkpointed = sequence

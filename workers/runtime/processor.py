@@ -5,7 +5,11 @@ Lease renewal never waits behind event processing (the failure mode of ``001_552
 the cycle loop is its own task and awaits nothing but the store; pumps run beside it, their
 reads and sync handlers in threads of their own. When a cycle fails (store down), the worker
 keeps its pumps running for as long as its local lease deadline (``Balancer.holds``) allows and
-tries again next interval; the outage is logged once, not once per cycle.
+tries again next interval; the outage is logged once, not once per cycle. Past the deadline its
+pumps pause (``pump.py``): they keep their position and pending checkpoint and resume when a cycle
+renews the lease. A pump is stopped only when its partition is no longer in ``owned`` (a cycle
+found it in another worker's hands, or lost it in this cycle even if it claimed it back: the
+pump ends without a checkpoint) or is being handed off.
 
 Stopping (SIGTERM, SIGINT, or ``stop()``): the cycle loop ends, every pump finishes the event in
 hand and writes a final checkpoint, then ``release_all`` hands the partitions back so other
@@ -25,7 +29,7 @@ from typing import Any
 import workers.metrics as metrics
 from balancer.protocol import Balancer, CheckpointStore, CycleReport
 from workers.handlers import Handler
-from workers.runtime.checkpoints import CheckpointOutage
+from workers.runtime.checkpoints import CheckpointOutage, PauseLog
 from workers.runtime.config import PumpConfig, PumpStats
 from workers.runtime.deadletters import DeadLetters
 from workers.runtime.pump import PartitionPump, Sleep
@@ -86,7 +90,7 @@ class EventProcessor:
             coordinator.on_handoff = self._hand_off
         self._outage = OutageLog(
             log, f"worker {coordinator.owner_id}: load-balancing cycle",
-            f"retrying every {interval:g}s; pumps keep running while their leases last",
+            f"retrying every {interval:g}s; pumps keep running while their leases last, then pause until renewed",
         )
         # Before its first cycle a worker holds nothing, so it may back off: a fleet started
         # against a store that is not up yet does not hammer it. Once it holds leases it retries
@@ -94,6 +98,7 @@ class EventProcessor:
         self.start_backoff_max = max(interval, START_BACKOFF_MAX)
         self._start_failures = 0
         self._checkpoint_outage = CheckpointOutage(coordinator.owner_id)  # one line per outage, not per pump
+        self._pauses = PauseLog(coordinator.owner_id, coordinator.monotonic)  # likewise
         self._unreachable = OutageLog(
             log, f"worker {coordinator.owner_id}: first load-balancing cycle",
             f"the store may not be up yet: retrying with backoff ({interval:g}s, doubling, at most "
@@ -106,8 +111,13 @@ class EventProcessor:
 
     @property
     def pumping(self) -> frozenset[str]:
-        """Partitions with a pump that is running and not stopping."""
+        """Partitions with a pump that is running (or paused) and not stopping."""
         return frozenset(p for p, (pump, task) in self._pumps.items() if not task.done() and not pump.stopping)
+
+    @property
+    def paused(self) -> frozenset[str]:
+        """Partitions whose pump is paused: its lease may have run out, and it waits for a renewal."""
+        return frozenset(p for p, (pump, task) in self._pumps.items() if not task.done() and pump.paused)
 
     def stats(self) -> dict[str, PumpStats]:
         """The stats of each partition's current pump, else of its last one."""
@@ -141,8 +151,8 @@ class EventProcessor:
     async def step(self) -> CycleReport | None:
         """One cycle, then pumps started for new partitions and stopped for lost ones.
 
-        Returns the cycle's report, or None when the store failed (leases are kept until their
-        local deadline; pumps of partitions past it are stopped).
+        Returns the cycle's report, or None when the store failed (leases are kept; pumps of
+        partitions past their local deadline pause until a cycle renews them).
         """
         report: CycleReport | None = None
         try:
@@ -162,7 +172,7 @@ class EventProcessor:
             metrics.CYCLE_DURATION.observe(report.seconds)
             if report.rebalance and self.on_rebalance is not None:
                 self.on_rebalance()
-        self._reconcile()
+        self._reconcile(frozenset(e.partition_id for e in report.lost) if report is not None else frozenset())
         return report
 
     def _next_delay(self) -> float:
@@ -183,15 +193,26 @@ class EventProcessor:
             for task in (sleeper, stopper, waker):
                 task.cancel()
 
-    def _reconcile(self) -> None:
+    def _reconcile(self, lost: frozenset[str] = frozenset()) -> None:
+        """Stop the pumps of partitions no longer owned, being handed off, or ``lost`` in this cycle (even
+        if claimed back in the same cycle: that pump's position and pending checkpoint are stale);
+        wake the others (a paused pump whose lease was renewed resumes); start pumps for held ones."""
         coordinator = self.coordinator
-        held = {p for p in coordinator.owned if coordinator.holds(p) and not coordinator.handing_off(p)}
+        owned = coordinator.owned
         for pid, (pump, task) in list(self._pumps.items()):
             if task.done():
                 del self._pumps[pid]
                 self._finished(pid, task)
-            elif pid not in held and not pump.stopping:
-                pump.stop()  # lost, released or past its deadline: not one more event
+            elif pump.stopping:
+                continue
+            elif pid not in owned or pid in lost:
+                pump.stop(lost=True)  # lost or released: not one more event, nor a checkpoint
+            elif coordinator.handing_off(pid):
+                pump.stop()  # the event in hand, then the final checkpoint
+            else:
+                pump.wake()  # a paused pump whose lease this cycle renewed resumes now
+        # Past its deadline a partition is not started: its pump would only pause.
+        held = {p for p in owned if coordinator.holds(p) and not coordinator.handing_off(p)}
         for pid in sorted(held - self._pumps.keys()):
             if self._lost_at.get(pid, -1) >= self.cycles:
                 continue  # the store said someone else owns it: wait for a cycle to settle that
@@ -236,7 +257,7 @@ class EventProcessor:
             ref=self.coordinator.ref, partition_id=pid, owner_id=self.owner_id, holds=self.coordinator.holds,
             checkpoints=self._checkpoints, source=self._source, handler=self._handler, config=self._config,
             dead_letters=self.dead_letters, monotonic=self.coordinator.monotonic, sleep=self._sleep,
-            deadline=self.coordinator.deadline, outage=self._checkpoint_outage,
+            deadline=self.coordinator.deadline, outage=self._checkpoint_outage, pauses=self._pauses,
         )  # fmt: skip
         task = asyncio.get_running_loop().create_task(pump.run(), name=f"pump {self.owner_id} {pid}")
         self._pumps[pid] = (pump, task)

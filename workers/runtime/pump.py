@@ -6,10 +6,17 @@ and never a lease renewal. Events of one partition are handled strictly one afte
 batch after another); partitions run concurrently, one thread each.
 
 Ownership. Before every handler call and every checkpoint the pump asks ``holds(partition)``,
-the coordinator's local lease deadline; once it says no, the pump stops without touching another
-event (a sync handler's thread compares the deadline with the clock itself: see ``syncwork.py``).
-A checkpoint refused with ``OwnershipLost`` (the store says another worker owns the partition)
-stops the pump too.
+the coordinator's local lease deadline (a sync handler's thread compares the deadline with the
+clock itself: see ``syncwork.py``). Once it says no, the pump PAUSES without touching another
+event: the lease may have run out in a store outage, yet nobody could claim the partition while
+the store was down, so the pump keeps its reader, its position, the events it read but did not
+handle, and its pending checkpoint (what it handled since the last one), and writes nothing. It
+waits for the next cycle (the processor calls ``wake()``; at the latest every ``PAUSED_CHECK``
+seconds). When the lease is renewed it first writes the pending checkpoint, then goes on where it
+was: nothing is read or handled twice. When the lease is lost instead, the processor stops the
+paused pump, which ends "expired" WITHOUT a checkpoint (the next owner starts after the last one
+stored). A checkpoint refused with ``OwnershipLost`` (the store says another worker owns the
+partition) ends the pump at once ("lost").
 
 Checkpoints: ``checkpoints.py`` (every ``checkpoint_events`` events or ``checkpoint_seconds``
 seconds, and once more when the pump is stopped on purpose; delivery is at least once). Sequence
@@ -22,8 +29,9 @@ Handler errors (the worker never dies of one):
 3. then the event (every event of a failed batch) is set aside to the dead-letter file
    (``deadletters.py``), and processing goes on with the next event, which moves the checkpoint
    past the dead-lettered one.
-If the pump is stopped or loses the partition during retries, the failing event is neither
-handled nor set aside: the checkpoint stays before it and the next owner tries it again.
+If the pump is stopped during retries, the failing event is neither handled nor set aside: the
+checkpoint stays before it and the next owner tries it again. A pump paused during retries goes on
+retrying once it resumes.
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ import workers.metrics as metrics
 from balancer.model import HubRef
 from balancer.protocol import CheckpointStore
 from workers.handlers import Handler, MalformedEvent, PartitionContext, batch_size, is_async
-from workers.runtime.checkpoints import Checkpointer, CheckpointOutage
+from workers.runtime.checkpoints import Checkpointer, CheckpointOutage, PauseLog
 from workers.runtime.config import PumpConfig, PumpStats
 from workers.runtime.deadletters import DeadLetters
 from workers.runtime.lane import ThreadLane
@@ -50,10 +58,12 @@ from workers.sources.base import EventSource, PartitionReader, PartitionTaken, P
 
 log = logging.getLogger("leaseboard.pump")
 Sleep = Callable[[float], Awaitable[None]]
+PAUSED_CHECK = 1.0  # seconds: a paused pump looks at its lease at least this often (besides every wake())
 
 
 class PartitionPump:
-    """Processes one partition for one owner until stopped or the partition is no longer held."""
+    """Processes one partition for one owner until stopped or the partition is lost; paused while
+    its lease may have run out."""
 
     def __init__(
         self,
@@ -71,6 +81,7 @@ class PartitionPump:
         sleep: Sleep = asyncio.sleep,
         deadline: Callable[[str], float] | None = None,
         outage: CheckpointOutage | None = None,
+        pauses: PauseLog | None = None,
     ) -> None:
         self.ref = ref
         self.partition_id = partition_id
@@ -89,39 +100,98 @@ class PartitionPump:
         self.stats = PumpStats()
         self._stopping = threading.Event()
         self._outage = outage or CheckpointOutage(owner_id)  # shared by the worker's pumps
+        self._pauses = pauses or PauseLog(owner_id, monotonic)  # shared by the worker's pumps
+        self._wake = asyncio.Event()  # set by wake() and stop(): a paused pump looks again
+        self._lost = False  # stopped because the partition was lost: not one more checkpoint
+        self.paused = False
         self._label = f"partition {partition_id} ({owner_id})"
         self._sequence = SequenceGuard(self._label, self.stats)
         self._checkpoints = Checkpointer(
-            ref=ref, partition_id=partition_id, owner_id=owner_id, store=checkpoints, holds=holds, config=config,
+            ref=ref, partition_id=partition_id, owner_id=owner_id, store=checkpoints, holds=self._may_write,
+            config=config,
             stats=self.stats, outage=self._outage, monotonic=monotonic, label=self._label,
         )  # fmt: skip
+        # Without a deadline (a pump built by hand) the lane asks ``holds`` once per chunk of events.
+        self._deadline = deadline or (lambda pid: math.inf if holds(pid) else -math.inf)
         self._sync: SyncWork | None = None
         if not self._async:
-            # Without a deadline (a pump built by hand) the lane asks ``holds`` once per chunk of events.
             self._sync = SyncWork(
                 handler=handler, ctx=self.ctx, batch=self._batch, max_events=config.max_events,
-                deadline=deadline or (lambda pid: math.inf if holds(pid) else -math.inf), monotonic=monotonic,
-                may_go_on=self._may_go_on, advance=self._advance, sequence=self._sequence,
-                checkpoints=self._checkpoints,
+                deadline=self._deadline, monotonic=monotonic, may_go_on=self._may_go_on, advance=self._advance,
+                sequence=self._sequence, checkpoints=self._checkpoints,
             )  # fmt: skip
 
-    def stop(self) -> None:
-        """Ask the pump to stop after the event in hand and write a final checkpoint."""
+    def stop(self, *, lost: bool = False) -> None:
+        """Ask the pump to stop after the event in hand and write a final checkpoint. None when ``lost``
+        (the partition was lost, even if claimed back since: this pump's position is stale) or when
+        its lease may have run out: it then ends "expired". Called on the event loop."""
+        self._lost = self._lost or lost
         if self._sync is not None:
             self._sync.stop()
         self._stopping.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Let a paused pump look at its lease now (the processor calls it after every cycle)."""
+        self._wake.set()
 
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
+    def _held(self) -> bool:
+        """The lease is certainly still valid (``holds`` and the deadline the lane thread compares agree)."""
+        return self._holds(self.partition_id) and self._monotonic() < self._deadline(self.partition_id)
+
     def _may_go_on(self) -> bool:
-        return not self._stopping.is_set() and self._holds(self.partition_id)
+        return not self._stopping.is_set() and self._held()
+
+    def _may_write(self, partition_id: str) -> bool:
+        """The checkpointer's ``holds``: never once the partition was lost."""
+        return not self._lost and self._holds(partition_id)
+
+    async def _hold(self) -> bool:
+        """True when the pump may go on: at once while its lease is held, else after a pause, once the
+        lease is renewed and the pending checkpoint written. False when the pump must end: stopped
+        (a paused pump then ends "expired", without a checkpoint) or its partition is lost."""
+        while True:
+            if self.stats.ended is not None:
+                return False
+            if self._stopping.is_set():
+                if self._lost or not self._held():
+                    self.stats.ended = "expired"  # no checkpoint: the next owner starts after the last one stored
+                return False  # else (a handoff, a shutdown) the final checkpoint follows
+            if self._held():
+                if not self.paused:
+                    return True
+                # Renewed: checkpoint what was handled before the pause, then go on where it was.
+                if await self._checkpoints.write(final=True):
+                    self.paused = False
+                    self._pauses.resume(self.partition_id)
+                    log.info("%s: lease renewed, resuming after sequence number %s", self._label,
+                             self.stats.last_sequence)  # fmt: skip
+                    return True
+                continue  # lost (the store said so), or not held again
+            if not self.paused:
+                self.paused = True
+                self._pauses.pause(self.partition_id)
+            await self._await_wake()
+
+    async def _await_wake(self) -> None:
+        """Wait for ``wake()``, ``stop()`` or ``PAUSED_CHECK`` seconds, whichever comes first."""
+        self._wake.clear()
+        sleeper = asyncio.ensure_future(self._sleep(PAUSED_CHECK))
+        waker = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait([sleeper, waker], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            waker.cancel()
 
     # the loop ------------------------------------------------------------------------------
 
     async def run(self) -> PumpStats:
-        """Pump until stopped or no longer held; return the stats (``ended`` says why)."""
+        """Pump until stopped or the partition is lost; return the stats (``ended`` says why)."""
         lane = ThreadLane(f"pump-{self.owner_id}-{self.partition_id}")
         reader: PartitionReader | None = None
         try:
@@ -130,10 +200,12 @@ class PartitionPump:
                 return self._end()
             reader = await lane.call(self._source.reader, self.partition_id, position)
             self._checkpoints.start()
-            while self._may_go_on() and await self._step(lane, reader):
-                pass
-            if self._stopping.is_set() and self.stats.ended is None:
-                await self._checkpoints.write(final=True)
+            while await self._hold():
+                await self._step(lane, reader)
+            if self.stats.ended is None:  # stopped while held: the final checkpoint
+                written = await self._checkpoints.write(final=True)
+                if not written and self.stats.ended is None:
+                    self.stats.ended = "expired"  # the lease ran out just now: no checkpoint
             return self._end()
         except PartitionTaken as exc:
             log.warning("%s: the source gave the partition to another reader: %s", self._label, exc)
@@ -144,6 +216,9 @@ class PartitionPump:
             raise
         finally:
             self._outage.forget(self.partition_id)
+            if self.paused:
+                self.paused = False
+                self._pauses.end(self.partition_id)
             if reader is not None:
                 lane.submit(reader.close)  # queued behind a handler that may still be running
             lane.close()
@@ -159,7 +234,7 @@ class PartitionPump:
 
     async def _start_position(self) -> Position | None:
         """The checkpoint's position, else the configured initial one; None if stopped meanwhile."""
-        while self._may_go_on():
+        while await self._hold():
             try:
                 listed = await self._store.list_checkpoints(self.ref)
             except Exception as exc:
@@ -178,49 +253,48 @@ class PartitionPump:
             return Position.after(found.sequence_number, found.offset)
         return None
 
-    async def _step(self, lane: ThreadLane, reader: PartitionReader) -> bool:
-        """Read and handle until a checkpoint is due or nothing is left; False when the pump must stop."""
+    async def _step(self, lane: ThreadLane, reader: PartitionReader) -> None:
+        """Read and handle until a checkpoint is due or nothing is left, or the pump must stop or pause
+        (the loop in ``run`` asks ``_hold`` next: events read and not handled are kept)."""
         if self._sync is None:
-            return await self._step_on_loop(lane, reader)
+            await self._step_on_loop(lane, reader)
+            return
         run = await lane.call(self._sync.work, reader)
         if run.error is not None:
             if not await self._recover(lane, run.failed, run.error):
-                return False
+                return
         elif run.stopped:
-            return False
+            return
         # Before a held-back read error ends the pump, what was handled is checkpointed.
-        if not await self._checkpoints.write(final=self._sync.deferred is not None):
-            return False
-        if run.idle:
+        if await self._checkpoints.write(final=self._sync.deferred is not None) and run.idle:
             await self._pause(self._config.poll_seconds)
-        return True
 
-    async def _step_on_loop(self, lane: ThreadLane, reader: PartitionReader) -> bool:
-        """Read once (in the lane) and hand what came to an async handler on the loop."""
+    async def _step_on_loop(self, lane: ThreadLane, reader: PartitionReader) -> None:
+        """Read once (in the lane) and hand what came to an async handler on the loop, pausing in
+        place (with the events in hand) while the lease may have run out."""
         events = await lane.call(reader.receive, self._batch or self._config.max_events)
         events = self._sequence.contiguous(events)
         if not events:
-            if not await self._checkpoints.write():
-                return False
-            await self._pause(self._config.poll_seconds)
-            return True
+            if await self._checkpoints.write():
+                await self._pause(self._config.poll_seconds)
+            return
         if self._batch is not None:
-            return await self._handle_batch(lane, events)
+            await self._handle_batch(lane, events)
+            return
         done = 0
         while done < len(events):
+            if not await self._hold():
+                return  # stopped or lost: the rest is the next owner's
             chunk = events[done : done + self._checkpoints.room()]
             handled, error = await self._run_async(chunk)
             self._advance(chunk[:handled])
             done += handled
             if error is not None:
                 if not await self._recover(lane, [chunk[handled]], error):
-                    return False
+                    return
                 done += 1
-            elif handled < len(chunk):
-                return False  # stopped or no longer held between two events
-            if not await self._checkpoints.write():
-                return False
-        return True
+            # Not written when no longer held (handled < len(chunk)): _hold pauses, then writes it.
+            await self._checkpoints.write()
 
     # handler calls -------------------------------------------------------------------------
 
@@ -248,18 +322,19 @@ class PartitionPump:
             return exc
         return None
 
-    async def _handle_batch(self, lane: ThreadLane, events: list[ReceivedEvent]) -> bool:
-        if not self._may_go_on():
-            return False
+    async def _handle_batch(self, lane: ThreadLane, events: list[ReceivedEvent]) -> None:
+        if not await self._hold():
+            return
         error = await self._call_once(lane, events)
         if error is None:
             self._advance(events)
         elif not await self._recover(lane, events, error):
-            return False
-        return await self._checkpoints.write()
+            return
+        await self._checkpoints.write()
 
     async def _recover(self, lane: ThreadLane, events: list[ReceivedEvent], error: Exception) -> bool:
-        """Retry ``events`` per the policy, else set them aside. False when the pump must stop."""
+        """Retry ``events`` per the policy, else set them aside. False when the pump must stop (paused
+        meanwhile, it goes on retrying once the lease is renewed)."""
         attempts = 1
         first = events[0].sequence_number
         while True:
@@ -273,7 +348,7 @@ class PartitionPump:
                 break
             delay = min(self._config.backoff_seconds * 2 ** (attempts - 1), self._config.backoff_max)
             await self._pause(delay)
-            if not self._may_go_on():
+            if not await self._hold():
                 return False  # the next owner (or the next run) tries the event again
             retry_error = await self._call_once(lane, events)
             if retry_error is None:

@@ -9,6 +9,8 @@ two per read (the hops, not the reads, were what cost a worker its throughput). 
 Ownership is judged here without calling into the coordinator per event: the lease deadline is
 read once per chunk of events and compared with the clock before each event, and read again only
 when the clock passes it. A worker woken from SIGSTOP past its deadline handles nothing more.
+Events read and not handled stay pending: a pump that pauses (its lease may have run out) hands
+them to the handler when it resumes, so nothing is read twice or skipped.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from workers.sources.base import PartitionReader, ReceivedEvent
 @dataclass(frozen=True, slots=True)
 class Run:
     """How one lane call ended: a checkpoint is due (all fields empty), the partition had nothing
-    new (``idle``), the pump must stop (``stopped``), or the handler raised ``error`` on ``failed``
-    (one event, or a batch)."""
+    new (``idle``), the pump must stop or pause (``stopped``: the events not handled are kept for
+    the next call), or the handler raised ``error`` on ``failed`` (one event, or a batch)."""
 
     idle: bool = False
     stopped: bool = False
@@ -105,9 +107,9 @@ class SyncWork:
         """Hand the pending events to the handler, up to the next checkpoint; None if all went well."""
         events = self._pending
         if self._batch is not None:
-            self._pending = []
             if not self._may_go_on():
-                return Run(stopped=True)
+                return Run(stopped=True)  # the batch stays pending
+            self._pending = []
             try:
                 self._handler(events, self._ctx)
             except Exception as exc:
@@ -126,7 +128,9 @@ class SyncWork:
             self._pending = events[handled + 1 :] + self._pending
             return Run(failed=[events[handled]], error=error)
         if handled < len(events):
-            return Run(stopped=True)  # stopped or no longer held between two events
+            # Stopped or no longer held between two events: the rest waits (a paused pump resumes with it).
+            self._pending = events[handled:] + self._pending
+            return Run(stopped=True)
         return None
 
     def _one_by_one(self, events: Sequence[ReceivedEvent]) -> tuple[int, Exception | None]:
