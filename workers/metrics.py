@@ -136,7 +136,7 @@ LANDING_WRITE = Histogram(
 # A planned handoff is not told by its reason: a release with ``handoff`` set is labelled HANDOFF.
 REASONS: dict[str, tuple[tuple[str, str], ...]] = {
     EventKind.CLAIM: (("never owned", "never_owned"), ("released", "released")),
-    EventKind.EXPIRE: (("lease of", "lease_expired"),),
+    EventKind.EXPIRE: (("lease of", "lease_expired"), ("corrupt record", "corrupt_record")),
     EventKind.STEAL: (("", "over_share"),),  # refined below: a handoff that timed out
     EventKind.RELEASE: (("shutting down", "shutdown"),),
     EventKind.LOST: (("now held by", "taken"), ("renewal refused", "renewal_refused"), ("taken", "taken")),

@@ -30,6 +30,7 @@ def event(kind: EventKind, reason: str, handoff: bool = False) -> BalancerEvent:
         (EventKind.CLAIM, "never owned", "never_owned"),
         (EventKind.CLAIM, "released", "released"),
         (EventKind.EXPIRE, "lease of w1 not renewed for 31.2s (expiry 30s)", "lease_expired"),
+        (EventKind.EXPIRE, "corrupt record of ghost: last_modified nan", "corrupt_record"),
         (EventKind.STEAL, "w1 did not hand over within 30s", "handoff_timeout"),
         (EventKind.STEAL, "w1 holds 6, above its share", "over_share"),
         (EventKind.RELEASE, "shutting down", "shutdown"),
