@@ -5,9 +5,12 @@ Subclass ``StoreContract`` once per adapter (and per backing server) and provide
 - a ``store`` fixture yielding a fresh, empty store that serves all three protocols;
 - ``connect(store)``: another client of the same backing data with its own connection, as an
   async context manager; the race test opens one per thread, each thread with its own event loop;
+- ``damages``: the damages (``(kind, edit)`` pairs of ``EDITS``) the store can hold, a comment
+  beside the declaration saying why each one left out cannot be; every test marked
+  ``@pytest.mark.damage(kind, *edits)`` runs once per edit of its kind declared there, and a test
+  none of whose edits is declared is not collected for that store (see conftest.py);
 - ``corrupt(store, kind, key, edit)``: damage one record of ``REF`` as an operator's hand edit in
-  that store's own tool would (raw SQL, redis-cli, blob metadata), or ``pytest.skip`` saying why
-  the store cannot hold such damage (see ``EDITS``).
+  that store's own tool would (raw SQL, redis-cli, blob metadata), for every damage declared.
 
 Nothing here knows which adapter it tests. Tests name what holds.
 """
@@ -21,7 +24,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -58,6 +61,8 @@ EDITS = {
     "checkpoint": ("time", "sequence"),
     "member": ("time", "info"),
 }  # fmt: skip
+Damage = tuple[str, str]  # (kind, edit): one hand edit of EDITS
+DAMAGES: frozenset[Damage] = frozenset((kind, edit) for kind, edits in EDITS.items() for edit in edits)
 GARBAGE_ETAG = "#!garbage etag, hand-edited!#"
 GHOST = "ghost-of-a-hand-edit"
 FUTURE = 4102444800.0  # 2100-01-01
@@ -73,7 +78,10 @@ def store_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 class StoreContract:
-    """The shared contract suite (async tests). Subclasses provide ``store`` and ``connect``."""
+    """The shared contract suite (async tests). Subclasses provide ``store``, ``connect``, ``damages``
+    and ``corrupt``."""
+
+    damages: ClassVar[frozenset[Damage]]  # what ``corrupt`` can do to this store (see the module docstring)
 
     @pytest.fixture
     async def store(self) -> AsyncIterator[Store]:
@@ -84,7 +92,7 @@ class StoreContract:
         raise NotImplementedError("a StoreContract subclass provides connect()")
 
     async def corrupt(self, store: Store, kind: str, key: str, edit: str) -> None:
-        """Damage ``kind``'s record ``key`` of ``REF`` by hand edit ``edit`` (see ``EDITS``)."""
+        """Damage ``kind``'s record ``key`` of ``REF`` by hand edit ``edit``, one of ``damages``."""
         raise NotImplementedError("a StoreContract subclass provides corrupt()")
 
     # helpers -------------------------------------------------------------------------------
@@ -391,7 +399,7 @@ class StoreContract:
         assert by_partition(snap.ownership) == first
         return first
 
-    @pytest.mark.parametrize("edit", ["time:nan", "time:inf", "time:-inf", "time:garbage", "time:missing", "ghost"])
+    @pytest.mark.damage("ownership", "time:nan", "time:inf", "time:-inf", "time:garbage", "time:missing", "ghost")
     async def test_a_record_whose_time_is_no_number_is_listed_expired_and_the_claim_with_its_etag_takes_it(
         self, store: Store, edit: str, caplog: pytest.LogCaptureFixture
     ) -> None:
@@ -419,7 +427,7 @@ class StoreContract:
         assert taken is not None and taken.owner_id == "b" and taken.last_modified is not None
         assert await self.listed(store) == {"0": taken, "1": other}
 
-    @pytest.mark.parametrize("edit", ["etag:garbage", "etag:missing"])
+    @pytest.mark.damage("ownership", "etag:garbage", "etag:missing")
     async def test_a_record_whose_etag_is_garbage_is_listed_with_text_the_claim_carrying_it_wins_with(
         self, store: Store, edit: str, caplog: pytest.LogCaptureFixture
     ) -> None:
@@ -442,22 +450,24 @@ class StoreContract:
         assert taken is not None and taken.owner_id == "b"
         assert await self.listed(store) == {"0": taken}
 
+    @pytest.mark.damage("ownership", "future")
     async def test_a_record_modified_in_the_future_is_passed_through_for_the_balancer_to_judge(
-        self, store: Store, caplog: pytest.LogCaptureFixture
+        self, store: Store, edit: str, caplog: pytest.LogCaptureFixture
     ) -> None:
         await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
-        await self.corrupt(store, "ownership", "0", "future")
+        await self.corrupt(store, "ownership", "0", edit)
         with caplog.at_level(logging.WARNING):
             listed = (await self.listed_thrice(store))["0"]
         assert listed.last_modified == FUTURE and store_warnings(caplog) == []
         taken = await self.claim_one(store, listed.claimed_by("b"))
         assert taken is not None and taken.last_modified is not None and taken.last_modified < FUTURE
 
+    @pytest.mark.damage("ownership", "unreadable")
     async def test_a_record_that_cannot_be_read_at_all_is_skipped_and_a_first_claim_replaces_it(
-        self, store: Store, caplog: pytest.LogCaptureFixture
+        self, store: Store, edit: str, caplog: pytest.LogCaptureFixture
     ) -> None:
         [stale, other] = await store.claim_ownership([OwnershipRecord(REF, "0", "a"), OwnershipRecord(REF, "1", "a")])
-        await self.corrupt(store, "ownership", "0", "unreadable")
+        await self.corrupt(store, "ownership", "0", edit)
         with caplog.at_level(logging.WARNING):
             assert await self.listed_thrice(store) == {"1": other}
         assert len(store_warnings(caplog)) == 1
@@ -472,24 +482,26 @@ class StoreContract:
             assert await self.listed_thrice(store) == {"0": taken, "1": other}
         assert store_warnings(caplog) == []
 
+    @pytest.mark.damage("ownership", "partition")
     async def test_a_record_whose_partition_id_is_none_is_skipped_with_one_warning(
-        self, store: Store, caplog: pytest.LogCaptureFixture
+        self, store: Store, edit: str, caplog: pytest.LogCaptureFixture
     ) -> None:
         [held] = await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
-        await self.corrupt(store, "ownership", "abc", "partition")
+        await self.corrupt(store, "ownership", "abc", edit)
         with caplog.at_level(logging.WARNING):
             assert await self.listed_thrice(store) == {"0": held}
         [warning] = store_warnings(caplog)
         assert "abc" in warning, warning
         assert await self.claim_one(store, held) is not None  # the rest goes on as ever
 
+    @pytest.mark.damage("checkpoint", "time")
     async def test_a_checkpoint_whose_time_is_no_number_keeps_its_position(
-        self, store: Store, caplog: pytest.LogCaptureFixture
+        self, store: Store, edit: str, caplog: pytest.LogCaptureFixture
     ) -> None:
         await store.claim_ownership([OwnershipRecord(REF, "0", "a"), OwnershipRecord(REF, "1", "a")])
         await store.update_checkpoint(Checkpoint(REF, "0", 7, "700"), "a")
         kept = await store.update_checkpoint(Checkpoint(REF, "1", 9, "900"), "a")
-        await self.corrupt(store, "checkpoint", "0", "time")
+        await self.corrupt(store, "checkpoint", "0", edit)
         with caplog.at_level(logging.WARNING):
             for _ in range(2):
                 listed = {c.partition_id: c for c in await store.list_checkpoints(REF)}
@@ -500,15 +512,16 @@ class StoreContract:
         assert written.last_modified is not None
         assert {c.partition_id: c for c in await store.list_checkpoints(REF)} == {"0": written, "1": kept}
 
+    @pytest.mark.damage("checkpoint", "sequence")
     async def test_a_checkpoint_without_a_sequence_number_reads_as_absent_until_rewritten(
-        self, store: Store, caplog: pytest.LogCaptureFixture
+        self, store: Store, edit: str, caplog: pytest.LogCaptureFixture
     ) -> None:
         # Absent, not an error: a reader that raised would stall its partition for good; absent, it
         # resumes from the processor's starting position, as a partition never checkpointed.
         await store.claim_ownership([OwnershipRecord(REF, "0", "a"), OwnershipRecord(REF, "1", "a")])
         await store.update_checkpoint(Checkpoint(REF, "0", 7, "700"), "a")
         kept = await store.update_checkpoint(Checkpoint(REF, "1", 9, "900"), "a")
-        await self.corrupt(store, "checkpoint", "0", "sequence")
+        await self.corrupt(store, "checkpoint", "0", edit)
         with caplog.at_level(logging.WARNING):
             for _ in range(2):
                 assert await store.list_checkpoints(REF) == [kept]
@@ -516,7 +529,7 @@ class StoreContract:
         written = await store.update_checkpoint(Checkpoint(REF, "0", 8, "800"), "a")
         assert sorted(await store.list_checkpoints(REF), key=lambda c: c.partition_id) == [written, kept]
 
-    @pytest.mark.parametrize("edit", EDITS["member"])
+    @pytest.mark.damage("member", *EDITS["member"])
     async def test_a_member_that_cannot_be_read_is_not_alive_until_its_next_heartbeat(
         self, store: Store, edit: str, caplog: pytest.LogCaptureFixture
     ) -> None:

@@ -37,6 +37,13 @@ class TestBlobStore(StoreContract):
     def connect(self, store: BlobStore) -> BlobStore:
         return store.clone()  # its own HTTP session, in the thread's own event loop
 
+    # Metadata only. Left out: every ownership time:* edit, ghost, etag:garbage, etag:missing and
+    # future, the checkpoint's time and the member's time, as the service writes every blob's
+    # Last-Modified (every time) and ETag itself: no hand edit can plant a value there.
+    damages = frozenset({
+        ("ownership", "unreadable"), ("ownership", "partition"), ("checkpoint", "sequence"), ("member", "info"),
+    })  # fmt: skip
+
     async def corrupt(self, store: BlobStore, kind: str, key: str, edit: str) -> None:
         """What a hand edit of a blob's metadata (Storage Explorer, ``az storage blob metadata
         update``) could leave. The service writes Last-Modified (every time) and the ETag itself."""
@@ -45,9 +52,7 @@ class TestBlobStore(StoreContract):
             ("ownership", "partition"): (f"{ownership_blob(REF, '0')[:-1]}{key}", {"ownerid": "x"}),
             ("checkpoint", "sequence"): (checkpoint_blob(REF, key), {"offset": "700", "sequencenumber": "ten"}),
             ("member", "info"): (member_blob(REF, key), {"info": "{not json"}),
-        }.get((kind, edit), ("", {}))
-        if not name:
-            pytest.skip(f"{kind} {edit}: the service writes every blob's Last-Modified and ETag itself")
+        }[(kind, edit)]
         async with ContainerClient.from_connection_string(store._service.connection_string, store.container) as raw:
             await raw.upload_blob(name, b"", metadata=metadata, overwrite=True)
 

@@ -21,7 +21,7 @@ from balancer.stores.redis import Keys, RedisStore, scope
 from tests.support.redis_server import RedisServer, start_redis
 from tests.support.servers import free_port
 
-from .base import FUTURE, GARBAGE_ETAG, GHOST, NEIGHBOURS, REF, StoreContract
+from .base import DAMAGES, FUTURE, GARBAGE_ETAG, GHOST, NEIGHBOURS, REF, StoreContract
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +45,8 @@ class TestRedisStore(StoreContract):
 
     def connect(self, store: RedisStore) -> AbstractAsyncContextManager[RedisStore]:
         return aclosing(RedisStore(store.url))  # its own connections, in the thread's own loop
+
+    damages = DAMAGES  # every one: redis-cli HSET can write any text in place of the stored JSON
 
     async def corrupt(self, store: RedisStore, kind: str, key: str, edit: str) -> None:
         """What ``redis-cli HSET`` could leave: the stored JSON with one field changed."""
