@@ -403,7 +403,8 @@
       if (!response.ok) { showAlert(data.error || `state request failed (${response.status})`); return; }
       if (live.top) return; // a socket's snapshot came first
       live.timed(() => live.applySnapshot(data));
-      showAlert(data.source && data.source.error ? data.source.error : null);
+      if (data.stale) showAlert(`showing the last known state: ${data.error}`);
+      else showAlert(data.source && data.source.error ? data.source.error : null);
     } catch (err) {
       showAlert(`dashboard unreachable: ${err}`);
     }

@@ -72,3 +72,16 @@ async def test_a_busy_connection_is_not_checked_so_a_drop_fails_one_call_only(th
     with pytest.raises(DatabaseError):
         await thread.acall(backend_pid)  # used a moment ago: no check, the call finds out
     assert await thread.acall(backend_pid) != first
+
+
+async def test_with_retry_a_call_on_a_connection_the_server_dropped_runs_again_on_a_new_one() -> None:
+    kept = DatabaseThread("test-db-retry", alias="postgres", retry=True)
+    try:
+        first = await kept.acall(backend_pid)
+        await sync_to_async(terminate)(first)  # a database restart, as the kept connection sees it
+
+        assert await kept.acall(backend_pid) not in (first, None)  # used a moment ago, yet no error
+        with pytest.raises(DatabaseError, match="no_such_table"):
+            await kept.acall(fail)  # not a connection error: raised as it is, not run twice
+    finally:
+        await kept.aclose_connection()
