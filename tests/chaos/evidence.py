@@ -3,12 +3,13 @@
 The evidence is on one clock, the machine's monotonic clock (``CLOCK_MONOTONIC`` is shared by every
 process, and a SIGSTOP or a skewed wall clock does not move it): what each worker recorded as it
 handled an event (``recording``), the checkpoints and ownership records the test read from the
-store while the run went on, what the producer wrote and when, and the faults the test injected.
+store while the run went on, what the producer wrote and when, the faults the test injected, and
+what the console (a dashboard process on the same store) answered when polled all the while.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,7 @@ class Fault:
     ended: float
     victims: frozenset[str]
     planned: bool = False
+    partitions: frozenset[str] = frozenset()  # the partitions it struck itself (a corrupted record's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,20 @@ class Phase:
     ended: float
 
 
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One request to the console: sent at ``at``, answered (or given up on) at ``done``; ``status``
+    None when there was no answer (refused, timed out); ``store_up`` the value of
+    ``leaseboard_store_up`` in a ``/metrics`` answer; ``detail`` what an error said."""
+
+    path: str
+    at: float
+    done: float
+    status: int | None
+    store_up: float | None = None
+    detail: str = ""
+
+
 @dataclass
 class Evidence:
     expiry: float
@@ -73,3 +89,5 @@ class Evidence:
     phases: list[Phase]
     final_checkpoints: dict[str, int]
     slack: float = 0.5  # seconds allowed on every comparison of times taken by different processes
+    workers: frozenset[str] = frozenset()  # the fleet's owner ids (empty: any owner named in a record)
+    console: list[Probe] = field(default_factory=list)  # empty: the run had no console

@@ -23,6 +23,7 @@ from tests.chaos.rules import CheckpointHistory
 
 PostCheck = Callable[[Evidence], list[str]]
 SKEW = 180.0  # seconds: "one worker's clock skewed by ±3 minutes"
+SHORT_OUTAGE = 2.0  # expiries: "short-outage" (an outage of at most 3 expiries must move nothing)
 _names = iter(f"w{i}" for i in range(1000))
 
 
@@ -111,7 +112,7 @@ async def corrupt(fleet: Fleet, checks: list[PostCheck]) -> None:
     owners = fleet.owners()
     pid = fleet.rng.choice(sorted(owners, key=int))
     done = await fleet.kit.corrupt(fleet.store, fleet.ref, pid)
-    fleet.fault("corrupt", time.monotonic(), {owners[pid]})
+    fleet.fault("corrupt", time.monotonic(), {owners[pid]}, partitions=frozenset({pid}))
     fleet.notes.append(f"corrupted partition {pid} of {owners[pid]}: {done}")
 
 
@@ -142,7 +143,9 @@ def outage_of(seconds: float) -> Callable[[Fleet, list[PostCheck]], Awaitable[No
                         f"{worker.owner} handled partition {late[0].partition} {late[0].at - started:.1f}s into the "
                         f"outage, after its lease would have expired ({expiry:g}s)"
                     )
-                problems += _outage_log_problems(worker.log, worker.owner, wall, wall + (ended - started))
+                later = [f.started for f in evidence.faults if f.started > ended]  # its log lines are not ours
+                until = wall + (min(later) - started) if later else float("inf")
+                problems += _outage_log_problems(worker.log, worker.owner, wall, wall + (ended - started), until)
             return problems
 
         checks.append(kept_on_then_stopped)
@@ -153,16 +156,17 @@ def outage_of(seconds: float) -> Callable[[Fleet, list[PostCheck]], Awaitable[No
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
 
-def _outage_log_problems(log: Path, owner: str, wall_from: float, wall_to: float) -> list[str]:
+def _outage_log_problems(log: Path, owner: str, wall_from: float, wall_to: float, until: float) -> list[str]:
     """One line saying the cycle fails (not one per retry), at most one saying checkpoints fail (not
-    one per partition), no traceback, and one line when it works again."""
+    one per partition), no traceback, and one line when it works again: the lines from the outage's
+    start to 10 s after it, but not from ``until`` on (the next fault's; one may follow at once)."""
     failed, tracebacks, recovered, checkpoints = 0, 0, 0, 0
     when = 0.0
     for line in log.read_text(errors="replace").splitlines():
         stamp = _STAMP.match(line)
         if stamp:
             when = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        if not wall_from - 1 <= when <= wall_to + 10:
+        if not wall_from - 0.01 <= when <= min(wall_to + 10, until):  # stamps are cut to the millisecond
             continue
         if f"worker {owner}: load-balancing cycle failed" in line:
             failed += 1
@@ -182,6 +186,16 @@ def _outage_log_problems(log: Path, owner: str, wall_from: float, wall_to: float
     if tracebacks:
         problems.append(f"{owner} logged {tracebacks} tracebacks during the outage")
     return problems
+
+
+def injector(name: str, fleet: Fleet, outage_seconds: float) -> Callable[[Fleet, list[PostCheck]], Awaitable[None]]:
+    """The fault called ``name``: one of ``FAULTS``, "outage" (``outage_seconds`` long) or
+    "short-outage" (``SHORT_OUTAGE`` expiries long)."""
+    if name == "outage":
+        return outage_of(outage_seconds)
+    if name == "short-outage":
+        return outage_of(SHORT_OUTAGE * fleet.expiry)
+    return FAULTS[name]
 
 
 FAULTS: dict[str, Callable[[Fleet, list[PostCheck]], Awaitable[None]]] = {

@@ -1,5 +1,5 @@
 """Figures per phase (one line per fault): events produced and handled in it, duplicates handled in
-it, and the longest time a partition had no live owner according to the store.
+it, ownership moves in it, and the longest time a partition had no live owner according to the store.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ class Figures:
     handled: int
     duplicates: int
     longest_unowned: float
+    moves: int = 0
 
     def line(self, store: str) -> str:
         return (
             f"{store:<10} {self.phase:<16} produced {self.produced:>6}  handled {self.handled:>6}  "
-            f"duplicates {self.duplicates:>5}  longest unowned {self.longest_unowned:5.1f}s"
+            f"duplicates {self.duplicates:>5}  moves {self.moves:>3}  longest unowned {self.longest_unowned:5.1f}s"
         )
 
 
@@ -54,8 +55,11 @@ def unowned_intervals(evidence: Evidence) -> list[tuple[str, float, float]]:
 
 
 def _live(lease: Lease | None, now: float, expiry: float) -> bool:
-    return lease is not None and bool(lease.owner) and lease.last_modified is not None and (
-        now - lease.last_modified <= expiry
+    return (
+        lease is not None
+        and bool(lease.owner)
+        and lease.last_modified is not None
+        and (now - lease.last_modified <= expiry)
     )
 
 
@@ -87,12 +91,17 @@ class Timeline:
     """Times of production, handling and repeats, sorted once, so each phase counts by bisection."""
 
     def __init__(
-        self, evidence: Evidence, again: list[tuple[Handling, Handling]], unowned: list[tuple[str, float, float]]
+        self,
+        evidence: Evidence,
+        again: list[tuple[Handling, Handling]],
+        unowned: list[tuple[str, float, float]],
+        moves: list[float] | None = None,
     ) -> None:
         self.produced = sorted(at for events in evidence.produced.values() for at, _ in events)
         self.handled = sorted(h.at for h in evidence.handlings)
         self.repeats = sorted(repeat.at for _, repeat in again)
         self.unowned = unowned
+        self.moves = sorted(moves or [])
 
     def figures(self, phase: Phase) -> Figures:
         def count(times: list[float]) -> int:
@@ -103,4 +112,11 @@ class Timeline:
              if start < phase.ended and end > phase.started),
             default=0.0,
         )  # fmt: skip
-        return Figures(phase.name, count(self.produced), count(self.handled), count(self.repeats), max(longest, 0.0))
+        return Figures(
+            phase.name,
+            count(self.produced),
+            count(self.handled),
+            count(self.repeats),
+            max(longest, 0.0),
+            count(self.moves),
+        )

@@ -255,8 +255,8 @@ class Fleet:
     # faults --------------------------------------------------------------------------------
 
     def fault(self, kind: str, started: float, victims: set[str], *, ended: float | None = None,
-              planned: bool = False) -> Fault:  # fmt: skip
-        fault = Fault(kind, started, ended if ended is not None else started, frozenset(victims), planned)
+              planned: bool = False, partitions: frozenset[str] = frozenset()) -> Fault:  # fmt: skip
+        fault = Fault(kind, started, ended if ended is not None else started, frozenset(victims), planned, partitions)
         self.faults.append(fault)
         return fault
 
@@ -288,4 +288,5 @@ class Fleet:
             faults=list(self.faults),
             phases=list(self.phases),
             final_checkpoints=final,
+            workers=frozenset(w.owner for w in self.workers.values()),
         )

@@ -12,6 +12,8 @@
    failure. Every duplicate is counted.
 5. **Resume at the latest checkpoint.** A worker starting on a partition starts right after a
    checkpoint at least as new as any the store showed before its first event there.
+Also the figures some rules will need: moves, the changes of a partition's owner in the sampled
+ownership records (``ownership_moves``), and whether a console answer is an error (``console_error``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
-from tests.chaos.evidence import CheckpointSample, Evidence, Fault, Handling
+from tests.chaos.evidence import CheckpointSample, Evidence, Fault, Handling, Probe
 
 # 1. coverage -----------------------------------------------------------------------------------
 
@@ -202,3 +204,45 @@ def resumes(evidence: Evidence, runs: list[Run]) -> Iterator[str]:
                 f"partition {run.partition}: {run.owner} started at event {run.first} although checkpoint "
                 f"{latest} was already stored"
             )
+
+
+# moves -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """A partition's ownership record naming ``target`` where it had last named ``source``."""
+
+    partition: str
+    at: float  # the sample that first showed it
+    source: str
+    target: str
+
+
+def ownership_moves(evidence: Evidence) -> list[Move]:
+    """Every change of owner in the sampled records, in time order. Only the fleet's workers count
+    (``evidence.workers``; any non-empty owner when it is empty): a release, a lease that expired
+    and was renewed by its holder, or a record naming a stranger (a corrupted one) is no move by
+    itself; the next worker named after it moves the partition if it is not the one named before."""
+    last: dict[str, str] = {}
+    out = []
+    for sample in evidence.ownership_samples:
+        for pid, lease in sample.leases.items():
+            owner = lease.owner
+            if not owner or (evidence.workers and owner not in evidence.workers):
+                continue
+            before = last.get(pid)
+            if before is not None and before != owner:
+                out.append(Move(pid, sample.at, before, owner))
+            last[pid] = owner
+    return out
+
+
+# the console -----------------------------------------------------------------------------------
+
+
+def console_error(probe: Probe) -> bool:
+    """No answer, a ``/metrics`` other than 200, or an ``/api/state`` other than 200 or 503."""
+    if probe.status is None:
+        return True
+    return probe.status != 200 if probe.path == "/metrics" else probe.status not in (200, 503)

@@ -4,11 +4,16 @@ Per store: three workers (``runworkers --count 1`` each; interval 0.5 s, expiry 
 hub of 8 partitions, a producer writing one numbered event per partition every 20 ms, then one
 fault after another, each phase ending only when the fleet has recovered (every partition owned by
 a running worker, balanced, checkpoints caught up). The short version (``make test``) runs each
-fault once on PostgreSQL, and the kill, the corrupt record and the outage on the other stores; with
-``CHAOS_SECONDS=N`` (``make chaos``) random faults follow each other for N seconds per store.
+fault once on PostgreSQL, and the kill, the corrupt record and both outages (twice the expiry, and
+``CHAOS_OUTAGE_SECONDS``) on the other stores; with ``CHAOS_SECONDS=N`` (``make chaos``) random
+faults follow each other for N seconds per store.
 
-At the end every worker is stopped with SIGTERM and ``invariants.check`` judges the recordings and
-the samples; the test prints one line per fault and fails on any broken invariant.
+All the while a dashboard process on the same store (``console``) is polled: ``/api/state`` and
+``/metrics`` four times a second each, every answer recorded.
+
+At the end every worker is stopped with SIGTERM and ``invariants.check`` judges the recordings, the
+samples and the console's answers; the test prints one line per fault, a summary line (produced,
+landed, missing, duplicates and moves per fault, console errors) and fails on any broken invariant.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.faults import FAULTS, PostCheck, new_name, outage_of
+from tests.chaos.console import Console
+from tests.chaos.faults import FAULTS, PostCheck, injector, new_name
 from tests.chaos.fleet import Fleet
 from tests.chaos.invariants import Report, check
 from tests.chaos.recording import read_handlings
@@ -37,9 +43,18 @@ CHAOS_SECONDS = float(os.environ.get("CHAOS_SECONDS") or 0)
 OUTAGE_SECONDS = float(os.environ.get("CHAOS_OUTAGE_SECONDS") or 20)
 KITS = available_kits()
 SHORT = {
-    "postgresql": ["sigkill", "sigstop", "clock-skew", "add-partitions", "malformed", "corrupt-record", "outage"],
-    "blob": ["sigkill", "corrupt-record", "outage"],
-    "redis": ["sigkill", "corrupt-record", "outage"],
+    "postgresql": [
+        "sigkill",
+        "sigstop",
+        "clock-skew",
+        "add-partitions",
+        "malformed",
+        "corrupt-record",
+        "short-outage",
+        "outage",
+    ],
+    "blob": ["sigkill", "corrupt-record", "short-outage", "outage"],
+    "redis": ["sigkill", "corrupt-record", "short-outage", "outage"],
 }
 MAX_PARTITIONS = 24
 
@@ -73,7 +88,7 @@ def plan(store: str, fleet: Fleet, started: float) -> Iterator[str]:
     if not CHAOS_SECONDS:
         yield from SHORT[store]
         return
-    choices = [*FAULTS, "outage"]
+    choices = [*FAULTS, "short-outage", "outage"]
     while time.monotonic() - started < CHAOS_SECONDS:
         choice = fleet.rng.choice(choices)
         if choice == "add-partitions" and len(fleet.hub.partition_ids()) + 4 > MAX_PARTITIONS:
@@ -92,11 +107,15 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_faults(
     with django_db_blocker.unblock():
         opened = await kit.open()
         fleet = Fleet(kit, tmp_path, opened)
+        console = Console(tmp_path, {**fleet.env, "LEASEBOARD_STORE": kit.store}, fleet.ref)
         sampler = asyncio.create_task(fleet.sample())
         try:
             started = time.monotonic()
+            console.start()
             for _ in range(3):
                 fleet.start(new_name())
+            await console.ready()
+            console.poll()
             fleet.start_producing()
 
             async def nothing() -> None:
@@ -104,11 +123,16 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_faults(
 
             await fleet.phase("start", nothing)
             for name in plan(store, fleet, started):
-                inject = outage_of(OUTAGE_SECONDS) if name == "outage" else FAULTS[name]
+                inject = injector(name, fleet, OUTAGE_SECONDS)
                 await fleet.phase(name, lambda inject=inject: inject(fleet, checks))  # type: ignore[misc]
             problems = await finish(fleet)
+            probes = await asyncio.to_thread(console.stop_polling)
             evidence = await fleet.evidence()
+            evidence.console = probes
+            if console.tracebacks():
+                fleet.notes.append(f"the console logged {console.tracebacks()} tracebacks (see {console.log})")
         finally:
+            console.stop()
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
@@ -179,4 +203,4 @@ def print_report(store: str, report: Report, fleet: Fleet, elapsed: float) -> No
           f"broken invariants {len(report.violations)}")  # fmt: skip
     for violation in report.violations:
         print(f"  {store:<10} BROKEN: {violation}")
-
+    print(f"  {report.summary(store)}")

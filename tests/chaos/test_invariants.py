@@ -132,3 +132,22 @@ def test_an_unowned_partition_is_timed_from_when_its_lease_ran_out_across_a_gap_
     assert unowned_intervals(evidence([], [], ownership_samples=renewed)) == [("0", 12.5, 30.5)]
     steady = [sample(10.0, 1000.0, "a", 999.5), sample(11.0, 1001.0, "a", 1000.5)]
     assert unowned_intervals(evidence([], [], ownership_samples=steady)) == []
+
+
+def owned(at: float, owners: dict[str, str], now: float | None = None) -> OwnershipSample:
+    """A sample in which each partition's record names its owner, renewed just now."""
+    stamp = 1000.0 + at if now is None else now
+    leases = {pid: Lease(owner, stamp) for pid, owner in owners.items()}
+    return OwnershipSample(at, stamp, tuple(sorted(owners)), leases)
+
+
+def test_the_summary_line_has_every_figure_in_one_line() -> None:
+    run = handled("a", range(13), 1.0) + handled("b", range(10, 20), 5.2)
+    faults = [Fault("sigkill", 2.0, 2.0, frozenset("a"))]
+    phases = [Phase("start", 0.0, 1.5), Phase("sigkill", 1.5, 50.0)]
+    samples = [owned(1.2, {"0": "a"}), owned(5.1, {"0": "b"})]
+    report = check(evidence(run, [(1.1, 9), (6.0, 19)], faults, phases=phases, ownership_samples=samples))
+    assert report.summary("postgresql") == (
+        "chaos summary [postgresql]: produced 20, landed 20, missing 0; duplicates: start 0, sigkill 3; "
+        "moves: start 0, sigkill 1; no console"
+    )
