@@ -67,11 +67,16 @@ class Health:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._down: dict[str, tuple[float, str]] = {}  # backend -> (monotonic time it broke, reason)
+        self._answered: dict[str, float] = {}  # backend -> monotonic time it last answered
 
-    def failed(self, found: Outage) -> None:
-        """Record ``found``; logs one line if its backend was up."""
+    def failed(self, found: Outage, started: float | None = None) -> None:
+        """Record ``found``; logs one line if its backend was up. A failure of a call ``started``
+        before the backend last answered is old news (a slow call that began in the outage) and
+        changes nothing."""
         with self._lock:
             if found.backend in self._down:
+                return
+            if started is not None and self._answered.get(found.backend, float("-inf")) > started:
                 return
             self._down[found.backend] = (time.monotonic(), found.reason)
         log.warning("console degraded: the %s stopped answering (%s)", found.backend, found.reason)
@@ -80,6 +85,7 @@ class Health:
         """Record that ``backends`` answered; logs one line for each that was down."""
         for backend in backends:
             with self._lock:
+                self._answered[backend] = time.monotonic()
                 was = self._down.pop(backend, None)
             if was is not None:
                 log.warning(
@@ -99,14 +105,15 @@ class Health:
         """Forget every outage without logging (tests)."""
         with self._lock:
             self._down.clear()
+            self._answered.clear()
 
 
 health = Health()
 
 
-def report(exc: BaseException) -> Outage | None:
-    """``outage(exc)``, recorded in ``health`` when it is one."""
+def report(exc: BaseException, started: float | None = None) -> Outage | None:
+    """``outage(exc)``, recorded in ``health`` when it is one (``started``: see ``Health.failed``)."""
     found = outage(exc)
     if found is not None:
-        health.failed(found)
+        health.failed(found, started)
     return found

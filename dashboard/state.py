@@ -19,6 +19,7 @@ import asyncio
 import logging
 import re
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -197,10 +198,11 @@ _watermarks: dict[HubRef, int] = {}
 
 async def _watermark(ref: HubRef, db: DatabaseThread) -> int:
     """The newest EventLog id of ``ref``; while the database is down, the last one read (or 0)."""
+    started = time.monotonic()
     try:
         found = await db.acall(_last_event_id, ref)
     except DATABASE_ERRORS as exc:
-        report(exc)
+        report(exc, started)
         if store_backend() == DATABASE:
             raise  # the SQL store is down too: nothing to read
         return _watermarks.get(ref, 0)
@@ -233,6 +235,7 @@ async def read(ref: HubRef, *, db: DatabaseThread, stores: Stores | None = None)
     """
     watermark = await _watermark(ref, db)  # first: see the module docstring
     used = stores or configured_stores()
+    started = time.monotonic()
     try:
         now = await _store_call(used.ownership.now)
         ownership = await _store_call(lambda: used.ownership.list_ownership(ref))
@@ -240,7 +243,7 @@ async def read(ref: HubRef, *, db: DatabaseThread, stores: Stores | None = None)
         members = await _store_call(lambda: used.controls.list_members(ref))
         controls = await _store_call(lambda: used.controls.list_controls(ref))
     except Exception as exc:
-        report(exc)
+        report(exc, started)
         raise
     health.ok(store_backend())
     key = _source_key(ref.hub)

@@ -8,6 +8,7 @@ store marked down, or the database driver's OperationalError raised where the OR
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -158,3 +159,21 @@ def test_a_bug_still_raises(client: Client, ref: HubRef, monkeypatch: pytest.Mon
 
     with pytest.raises(ZeroDivisionError):
         client.get("/api/events")
+
+
+def test_a_failure_of_a_call_that_began_before_the_backend_answered_again_is_old_news(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tracker = Health()
+    found = outage(OperationalError(REFUSED))
+    assert found is not None
+    with caplog.at_level(logging.WARNING, "leaseboard.health"):
+        tracker.failed(found)
+        began = time.monotonic()  # a slow call starts during the outage...
+        tracker.ok(DATABASE)  # ...another one finds the database back...
+        tracker.failed(found, started=began)  # ...then the slow one fails
+        assert tracker.down() == {}
+        tracker.failed(found, started=time.monotonic())  # a call that began after: a new outage
+        assert tracker.down() == {DATABASE: found.reason}
+
+    assert len(health_lines(caplog)) == 3
