@@ -13,14 +13,6 @@ import pytest
 from .base import DAMAGES, EDITS, StoreContract
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "damage(kind, *edits): run the test once per hand edit of kind (see EDITS in tests/contract/base.py) "
-        "that the store's class declares in its damages",
-    )
-
-
 def held_edits(cls: type | None, test: Any) -> list[str] | None:
     """The edits ``test`` runs with on ``cls``'s store, in the order the marker names them; None if
     ``test`` is no corrupt-record test."""
