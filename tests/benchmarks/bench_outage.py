@@ -26,6 +26,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tests.chaos.stores import Kit
 
 STORES = {"postgresql": "postgresql", "redis": "redis", "azurite": "blob", "blob": "blob"}
 OUTAGES = (20.0, 50.0)
@@ -50,58 +54,63 @@ class Result:
     error: str = ""
 
 
-async def run_case(store: str, outage: float, root: Path) -> Result:
-    from tests.chaos.faults import PostCheck, new_name, outage_of
-    from tests.chaos.fleet import Fleet
-    from tests.chaos.rules import ownership_moves, repeats
+def run_case(store: str, outage: float, root: Path) -> Result:
+    """One case on stores of its own (Django's database aliases are made and removed outside the loop)."""
     from tests.chaos.stores import DASHBOARD_ALIAS, make_kit, migrated_database, start_cluster
     from tests.support.databases import remove_django_database
 
     cluster = start_cluster()
-    kit = None
     try:
-        database_url = await asyncio.to_thread(migrated_database, cluster)
-        kit = make_kit(store, cluster, database_url)
-        opened = await kit.open()
-        fleet = Fleet(kit, root, opened, interval=INTERVAL, expiry=EXPIRY, partitions=PARTITIONS)
-        sampler = asyncio.create_task(fleet.sample())
+        kit = make_kit(store, cluster, migrated_database(cluster))
         try:
-            for _ in range(WORKERS):
-                fleet.start(new_name())
-            fleet.start_producing()
-            await fleet.settle(RECOVERY_SECONDS)
-            checks: list[PostCheck] = []
-            started = time.monotonic()
-            await outage_of(outage)(fleet, checks)
-            fault = fleet.faults[-1]
-            await fleet.settle(RECOVERY_SECONDS)
-            recovered = time.monotonic()
-            fleet.stop_producing()
-            await fleet.settle(RECOVERY_SECONDS)  # the last events too: then anything unhandled is lost
-            evidence = await fleet.evidence()
+            return asyncio.run(measure(kit, outage, root))
         finally:
-            sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler
-            fleet.shutdown()
-            await kit.close(opened)
-    finally:
-        if kit is not None:
             getattr(kit, "finish", lambda: None)()
+    finally:
         remove_django_database(DASHBOARD_ALIAS)
         cluster.stop()
+
+
+async def measure(kit: Kit, outage: float, root: Path) -> Result:
+    from tests.chaos.faults import PostCheck, new_name, outage_of
+    from tests.chaos.fleet import Fleet
+    from tests.chaos.rules import ownership_moves, repeats
+
+    opened = await kit.open()
+    fleet = Fleet(kit, root, opened, interval=INTERVAL, expiry=EXPIRY, partitions=PARTITIONS)
+    sampler = asyncio.create_task(fleet.sample())
+    try:
+        for _ in range(WORKERS):
+            fleet.start(new_name())
+        fleet.start_producing()
+        await fleet.settle(RECOVERY_SECONDS)
+        checks: list[PostCheck] = []
+        started = time.monotonic()
+        await outage_of(outage)(fleet, checks)
+        fault = fleet.faults[-1]
+        await fleet.settle(RECOVERY_SECONDS)
+        recovered = time.monotonic()
+        fleet.stop_producing()
+        await fleet.settle(RECOVERY_SECONDS)  # the last events too: then anything unhandled is lost
+        evidence = await fleet.evidence()
+    finally:
+        sampler.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sampler
+        fleet.shutdown()
+        await kit.close(opened)
     moves = [m for m in ownership_moves(evidence) if started <= m.at <= recovered]
     per_partition = [m.partition for m in moves]
     again = [repeat for _, repeat in repeats(evidence.handlings) if repeat.at >= started]
     firsts = []
-    for pid in fleet.hub.partition_ids():
+    for pid in evidence.produced:
         after = [h.at for h in evidence.handlings if h.partition == pid and h.at >= fault.ended]
         firsts.append(min(after) if after else None)
     resumed = None if None in firsts else max(at for at in firsts if at is not None) - fault.ended
     handled = {(h.partition, h.sequence) for h in evidence.handlings}
     produced = sum(len(events) for events in evidence.produced.values())
     return Result(
-        store=kit.name if kit is not None else store,
+        store=kit.name,
         outage=fault.ended - fault.started,
         moves=len(moves),
         moved_twice=sum(1 for pid in set(per_partition) if per_partition.count(pid) > 1),
@@ -156,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                 root = Path(tmp) / f"{store}-{outage:g}"
                 root.mkdir()
                 try:
-                    result = asyncio.run(run_case(store, outage, root))
+                    result = run_case(store, outage, root)
                 except Exception as exc:  # one case failing must not hide the others
                     first = str(exc).splitlines()[0] if str(exc) else ""
                     result = Result(store, outage, 0, 0, 0, None, 0.0, 0, 0, f"{type(exc).__name__}: {first[:200]}")
