@@ -55,11 +55,13 @@ def unowned_intervals(evidence: Evidence) -> list[tuple[str, float, float]]:
 
 
 def _live(lease: Lease | None, now: float, expiry: float) -> bool:
+    """Owned: a record naming an owner, modified within the expiry by the store's clock (a record
+    modified further ahead of that clock than the expiry is as good as expired: nobody renews it)."""
     return (
         lease is not None
         and bool(lease.owner)
         and lease.last_modified is not None
-        and (now - lease.last_modified <= expiry)
+        and (abs(now - lease.last_modified) <= expiry)
     )
 
 

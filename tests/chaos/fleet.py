@@ -203,13 +203,14 @@ class Fleet:
             await asyncio.sleep(0.05)
 
     def owners(self) -> dict[str, str]:
-        """Partition -> live owner, by the latest ownership sample."""
+        """Partition -> live owner, by the latest ownership sample (a record modified further ahead of
+        the store's clock than the expiry is no live owner's: nobody renews it)."""
         if not self.ownership_samples:
             return {}
         sample = self.ownership_samples[-1]
         return {
             pid: lease.owner for pid, lease in sample.leases.items()
-            if lease.owner and lease.last_modified is not None and sample.now - lease.last_modified <= self.expiry
+            if lease.owner and lease.last_modified is not None and abs(sample.now - lease.last_modified) <= self.expiry
         }  # fmt: skip
 
     def checkpoints(self) -> dict[str, int]:

@@ -14,14 +14,18 @@ from tests.chaos.evidence import CheckpointSample, Evidence, Fault, Handling, Le
 from tests.chaos.figures import Figures, Timeline, unowned_intervals
 from tests.chaos.rules import (
     CheckpointHistory,
+    bad_records,
     checkpoint_order,
+    console,
     console_error,
     coverage,
+    outages,
     overlaps,
     owner_runs,
     ownership_moves,
     repeats,
     resumes,
+    store_down_shown,
     unexplained,
 )
 
@@ -93,6 +97,10 @@ def check(evidence: Evidence) -> Report:
     report.violations += _limited("duplicates", unexplained(evidence, again))
     report.violations += _limited("resume", resumes(evidence, runs))
     moves = ownership_moves(evidence)
+    report.violations += _limited("store outages", outages(evidence, moves, again))
+    report.violations += _limited("bad records", bad_records(evidence, moves))
+    report.violations += _limited("console", console(evidence))
+    report.violations += _limited("console", store_down_shown(evidence))
     report.moves = len(moves)
     report.produced = sum(len(events) for events in evidence.produced.values())
     report.landed = len({(h.partition, h.sequence) for h in evidence.handlings})

@@ -12,19 +12,30 @@
    failure. Every duplicate is counted.
 5. **Resume at the latest checkpoint.** A worker starting on a partition starts right after a
    checkpoint at least as new as any the store showed before its first event there.
-Also the figures some rules will need: moves, the changes of a partition's owner in the sampled
-ownership records (``ownership_moves``), and whether a console answer is an error (``console_error``).
+6. **A store outage moves nothing.** Moves are changes of a partition's owner in the sampled
+   ownership records (``ownership_moves``), counted from a fault's start to the end of its phase
+   (when the fleet had recovered). After an outage of at most ``SHORT_OUTAGE`` expiries with every
+   worker alive: no move and no event handled twice. After a longer one: no partition moves more
+   than once (and, by rule 1, nothing is lost).
+7. **A bad record costs only itself.** After one partition's ownership record is corrupted (an
+   unknown owner, a garbage ETag, ``last_modified`` in the future or not a number), no other
+   partition moves, and that one is never left unprocessed for more than one expiry.
+8. **The console degrades.** Polled all the while, ``/metrics`` answers 200 and ``/api/state`` 200
+   or 503: never a 500 nor no answer at all; and during every store outage ``/metrics`` shows
+   ``leaseboard_store_up 0`` at least once.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
 from tests.chaos.evidence import CheckpointSample, Evidence, Fault, Handling, Probe
+
+SHORT_OUTAGE = 3.0  # expiries: a store outage at most this long, every worker alive, moves nothing
 
 # 1. coverage -----------------------------------------------------------------------------------
 
@@ -206,7 +217,7 @@ def resumes(evidence: Evidence, runs: list[Run]) -> Iterator[str]:
             )
 
 
-# moves -----------------------------------------------------------------------------------------
+# 6. moves, and store outages -------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +249,86 @@ def ownership_moves(evidence: Evidence) -> list[Move]:
     return out
 
 
-# the console -----------------------------------------------------------------------------------
+def fault_window(evidence: Evidence, fault: Fault) -> tuple[float, float]:
+    """From the fault's start to the end of the phase it struck in (the fleet had recovered then)."""
+    for phase in evidence.phases:
+        if phase.started - evidence.slack <= fault.started <= phase.ended:
+            return fault.started, phase.ended
+    last = max((s.at for s in evidence.ownership_samples), default=fault.ended)
+    return fault.started, max(fault.ended, last)
+
+
+def when(evidence: Evidence, at: float) -> str:
+    """``at`` for a reader: the phase it fell in and how far into it."""
+    for phase in evidence.phases:
+        if phase.started <= at <= phase.ended:
+            return f"{phase.name} +{at - phase.started:.1f}s"
+    return f"t={at:.1f}"
+
+
+def _examples(moves: list[Move], evidence: Evidence, shown: int = 3) -> str:
+    text = ", ".join(f"{m.partition}: {m.source}->{m.target} at {when(evidence, m.at)}" for m in moves[:shown])
+    return text + (", ..." if len(moves) > shown else "")
+
+
+def outages(evidence: Evidence, moves: list[Move], again: list[tuple[Handling, Handling]]) -> Iterator[str]:
+    expiry = evidence.expiry
+    for fault in evidence.faults:
+        if fault.kind != "outage":
+            continue
+        start, end = fault_window(evidence, fault)
+        lasted = fault.ended - fault.started
+        others = [f for f in evidence.faults if f is not fault and start <= f.started <= end]
+        if any(f.victims & fault.victims for f in others):  # not every worker stayed alive: rules 3 and 4 judge
+            continue
+        moved = [m for m in moves if start <= m.at <= end]
+        what = f"store outage of {lasted:.1f}s at {when(evidence, start)}"
+        if lasted <= SHORT_OUTAGE * expiry:
+            if moved:
+                partitions = len({m.partition for m in moved})
+                yield (
+                    f"{what} (at most {SHORT_OUTAGE:g}x the expiry of {expiry:g}s, every worker alive): {len(moved)} "
+                    f"move(s) of {partitions} partition(s), want none ({_examples(moved, evidence)})"
+                )
+            twice = sorted((repeat for _, repeat in again if start <= repeat.at <= end), key=lambda h: h.at)
+            if twice:
+                first = twice[0]
+                yield (
+                    f"{what} (every worker alive): {len(twice)} event(s) handled twice, want none (first: partition "
+                    f"{first.partition} event {first.sequence} again by {first.owner} at {when(evidence, first.at)})"
+                )
+        else:
+            per = Counter(m.partition for m in moved)
+            again_moved = sorted((pid for pid, n in per.items() if n > 1), key=int)
+            if again_moved:
+                counts = ", ".join(f"{pid} ({per[pid]} moves)" for pid in again_moved)
+                yield f"{what} (longer than {SHORT_OUTAGE:g}x the expiry): moved more than once: partition {counts}"
+
+
+# 7. a bad record costs only itself -------------------------------------------------------------
+
+
+def bad_records(evidence: Evidence, moves: list[Move]) -> Iterator[str]:
+    for fault in evidence.faults:
+        if fault.kind != "corrupt" or not fault.partitions:
+            continue
+        start, end = fault_window(evidence, fault)
+        others = [m for m in moves if start <= m.at <= end and m.partition not in fault.partitions]
+        what = f"corrupt record of partition {', '.join(sorted(fault.partitions))} at {when(evidence, start)}"
+        if others:
+            partitions = len({m.partition for m in others})
+            yield f"{what}: {partitions} other partition(s) moved, want none ({_examples(others, evidence)})"
+        for pid in sorted(fault.partitions, key=int):
+            times = sorted(h.at for h in evidence.handlings if h.partition == pid and start <= h.at <= end)
+            since, gap = max(((a, b - a) for a, b in pairwise([start, *times, end])), key=lambda pair: pair[1])
+            if gap > evidence.expiry + evidence.slack:
+                yield (
+                    f"{what}: partition {pid} went unprocessed for {gap:.1f}s from {when(evidence, since)} "
+                    f"(want at most one expiry, {evidence.expiry:g}s)"
+                )
+
+
+# 8. the console --------------------------------------------------------------------------------
 
 
 def console_error(probe: Probe) -> bool:
@@ -246,3 +336,31 @@ def console_error(probe: Probe) -> bool:
     if probe.status is None:
         return True
     return probe.status != 200 if probe.path == "/metrics" else probe.status not in (200, 503)
+
+
+def console(evidence: Evidence) -> Iterator[str]:
+    by_kind: dict[tuple[str, str], list[Probe]] = defaultdict(list)
+    for probe in evidence.console:
+        if console_error(probe):
+            answer = "no answer" if probe.status is None else f"answered {probe.status}"
+            by_kind[(probe.path, answer)].append(probe)
+    for (path, answer), probes in sorted(by_kind.items()):
+        first, last = probes[0], probes[-1]
+        yield (
+            f"{path} {answer} {len(probes)} time(s), from {when(evidence, first.at)} to {when(evidence, last.at)} "
+            f"(first: {first.detail or '-'})"
+        )
+
+
+def store_down_shown(evidence: Evidence) -> Iterator[str]:
+    if not evidence.console:
+        return
+    for fault in evidence.faults:
+        if fault.kind != "outage":
+            continue
+        scrapes = [p for p in evidence.console if p.path == "/metrics" and fault.started <= p.at <= fault.ended]
+        if not any(p.store_up == 0 for p in scrapes):
+            answers = Counter("no answer" if p.status is None else str(p.status) for p in scrapes)
+            seen = ", ".join(f"{answer} x{n}" for answer, n in sorted(answers.items())) or "none"
+            what = f"store outage of {fault.ended - fault.started:.1f}s at {when(evidence, fault.started)}"
+            yield f"{what}: /metrics never showed leaseboard_store_up 0 ({len(scrapes)} scrapes: {seen})"

@@ -42,6 +42,9 @@ class Kit(Protocol):
     async def corrupt(self, store: Any, ref: HubRef, partition_id: str) -> str:
         """Damage ``partition_id``'s ownership record; returns what was done."""
 
+    async def clear(self, store: Any, ref: HubRef, partition_id: str) -> str:
+        """Remove ``partition_id``'s ownership record, as an operator would a stuck one; returns what was done."""
+
 
 # PostgreSQL ----------------------------------------------------------------------------------------
 
@@ -96,13 +99,24 @@ class SqlKit:
     async def corrupt(self, store: Any, ref: HubRef, partition_id: str) -> str:
         from dashboard.models import Ownership
 
+        ahead = await store.now() + 86_400.0
+
         def edit() -> int:
             rows = Ownership.objects.using(DASHBOARD_ALIAS).filter(**Ownership.scope(ref), partition_id=partition_id)
-            return rows.update(owner_id="ghost-of-a-hand-edit", etag="corrupt!", last_modified=float("nan"))
+            return rows.update(owner_id="ghost-of-a-hand-edit", etag="corrupt!", last_modified=ahead)
 
         changed = await asyncio.to_thread(edit)
         assert changed == 1, f"no ownership row of partition {partition_id} to corrupt"
-        return "owner, etag and last_modified overwritten (an unknown owner, last modified NaN)"
+        return "owner, etag and last_modified overwritten (an unknown owner, a garbage etag, last modified a day ahead)"
+
+    async def clear(self, store: Any, ref: HubRef, partition_id: str) -> str:
+        from dashboard.models import Ownership
+
+        def delete() -> int:
+            rows = Ownership.objects.using(DASHBOARD_ALIAS).filter(**Ownership.scope(ref), partition_id=partition_id)
+            return rows.delete()[0]
+
+        return f"deleted its ownership row ({await asyncio.to_thread(delete)} row)"
 
 
 # Azurite ---------------------------------------------------------------------------------------
@@ -148,8 +162,19 @@ class BlobKit:
         from balancer.stores.azure_blob import ownership_blob
 
         async with ContainerClient.from_connection_string(self.azurite.connection_string, self.container) as client:
-            await client.get_blob_client(ownership_blob(ref, partition_id)).set_blob_metadata({"garbage": "1"})
-        return "ownership blob metadata replaced (no ownerid)"
+            await client.get_blob_client(ownership_blob(ref, partition_id)).set_blob_metadata(
+                {"ownerid": "ghost-of-a-hand-edit"}
+            )
+        return "ownership blob's ownerid replaced by an unknown owner that never heartbeats"
+
+    async def clear(self, store: Any, ref: HubRef, partition_id: str) -> str:
+        from azure.storage.blob.aio import ContainerClient
+
+        from balancer.stores.azure_blob import ownership_blob
+
+        async with ContainerClient.from_connection_string(self.azurite.connection_string, self.container) as client:
+            await client.get_blob_client(ownership_blob(ref, partition_id)).delete_blob()
+        return "deleted its ownership blob"
 
     def finish(self) -> None:
         self.azurite.stop()
@@ -207,6 +232,16 @@ class RedisKit:
         finally:
             await client.aclose()
         return "ownership field overwritten: " + ("not JSON" if unreadable else "unknown owner, modified NaN")
+
+    async def clear(self, store: Any, ref: HubRef, partition_id: str) -> str:
+        from balancer.stores.redis import Keys
+
+        client = store.new_client()
+        try:
+            removed = await client.hdel(Keys.of(ref).ownership, partition_id)
+        finally:
+            await client.aclose()
+        return f"deleted its ownership field ({removed} field)"
 
     def finish(self) -> None:
         self.server.stop()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.chaos.evidence import CheckpointSample, Evidence, Fault, Handling, Lease, OwnershipSample, Phase
+from tests.chaos.evidence import CheckpointSample, Evidence, Fault, Handling, Lease, OwnershipSample, Phase, Probe
 from tests.chaos.figures import unowned_intervals
 from tests.chaos.invariants import check
 
@@ -139,6 +139,105 @@ def owned(at: float, owners: dict[str, str], now: float | None = None) -> Owners
     stamp = 1000.0 + at if now is None else now
     leases = {pid: Lease(owner, stamp) for pid, owner in owners.items()}
     return OwnershipSample(at, stamp, tuple(sorted(owners)), leases)
+
+
+def steady(owner: str, pid: str, start: float, end: float) -> list[Handling]:
+    """``owner`` handling ``pid`` every 0.1 s from ``start`` to ``end`` (sequence numbers from 0)."""
+    return handled(owner, range(round((end - start) * 10)), start, step=0.1, pid=pid)
+
+
+def outage_run(
+    lasted: float, after: dict[str, str], handlings: list[Handling] | None = None, **extra: object
+) -> Evidence:
+    """Two partitions held by a and b, the store down from 10 s for ``lasted`` seconds, then ``after``."""
+    ended = 10.0 + lasted
+    samples = [owned(t, {"0": "a", "1": "b"}) for t in (9.0, 9.5)] + [owned(ended + 0.5, after)]
+    faults = [Fault("outage", 10.0, ended, frozenset({"a", "b"}))]
+    phases = [Phase("outage", 9.8, ended + 5.0)]
+    values: dict[str, object] = {
+        "ownership_samples": samples,
+        "phases": phases,
+        "workers": frozenset({"a", "b"}),
+        "produced": {},
+        "final_checkpoints": {},
+        **extra,
+    }
+    return evidence(handlings or [], [], faults, **values)
+
+
+def test_a_short_store_outage_may_move_nothing_and_a_long_one_each_partition_at_most_once() -> None:
+    assert check(outage_run(6.0, {"0": "a", "1": "b"})).violations == []
+    moved = check(outage_run(6.0, {"0": "b", "1": "b"}))
+    assert moved.moves == 1 and moved.figures[0].moves == 1
+    assert moved.violations == [
+        "store outages: store outage of 6.0s at outage +0.2s (at most 3x the expiry of 3s, every worker alive): "
+        "1 move(s) of 1 partition(s), want none (0: a->b at outage +6.7s)"
+    ]
+    assert check(outage_run(20.0, {"0": "b", "1": "b"})).violations == []  # longer: one move each is allowed
+    back = outage_run(20.0, {"0": "b", "1": "b"})
+    back.ownership_samples.append(owned(31.0, {"0": "a", "1": "b"}))
+    assert check(back).violations == [
+        "store outages: store outage of 20.0s at outage +0.2s (longer than 3x the expiry): moved more than once: "
+        "partition 0 (2 moves)"
+    ]
+
+
+def test_events_handled_twice_after_a_short_outage_are_reported() -> None:
+    # a handled 0..9 before the outage, but its checkpoints failed: b, then a again, re-read 5..9.
+    run = handled("a", range(10), 9.0, step=0.1) + handled("a", range(5, 20), 16.5, step=0.1)
+    report = check(
+        outage_run(6.0, {"0": "a", "1": "b"}, run, produced={"0": produced(20)}, final_checkpoints={"0": 19})
+    )
+    assert report.duplicates == 5
+    assert report.violations == [
+        "store outages: store outage of 6.0s at outage +0.2s (every worker alive): 5 event(s) handled twice, want "
+        "none (first: partition 0 event 5 again by a at outage +6.7s)"
+    ]
+
+
+def test_a_corrupt_record_may_move_only_its_own_partition_and_only_briefly() -> None:
+    ghost = {"0": "ghost", "1": "b", "2": "c"}
+    samples = [owned(9.0, {"0": "a", "1": "b", "2": "c"}), owned(10.1, ghost), owned(11.0, {**ghost, "0": "c"})]
+    fault = Fault("corrupt", 10.0, 10.0, frozenset({"a"}), partitions=frozenset({"0"}))
+    handlings = steady("a", "0", 5.0, 10.2) + steady("c", "0", 11.0, 15.0)
+
+    def run(samples: list[OwnershipSample], handlings: list[Handling]) -> Evidence:
+        return evidence(
+            handlings, [], [fault], ownership_samples=samples, workers=frozenset("abc"), produced={},
+            final_checkpoints={}, phases=[Phase("corrupt-record", 9.9, 15.0)],
+        )  # fmt: skip
+
+    assert [v for v in check(run(samples, handlings)).violations if v.startswith("bad records")] == []
+    rebalanced = [*samples, owned(12.0, {**ghost, "0": "c", "2": "a"})]
+    assert [v for v in check(run(rebalanced, handlings)).violations if v.startswith("bad records")] == [
+        "bad records: corrupt record of partition 0 at corrupt-record +0.1s: 1 other partition(s) moved, want none "
+        "(2: c->a at corrupt-record +2.1s)"
+    ]
+    stalled = steady("a", "0", 5.0, 10.2) + steady("c", "0", 14.0, 15.0)
+    assert [v for v in check(run(samples, stalled)).violations if v.startswith("bad records")] == [
+        "bad records: corrupt record of partition 0 at corrupt-record +0.1s: partition 0 went unprocessed for 3.9s "
+        "from corrupt-record +0.2s (want at most one expiry, 3s)"
+    ]
+
+
+def test_the_console_must_answer_and_show_the_store_down_during_an_outage() -> None:
+    def probe(path: str, at: float, status: int | None, up: float | None = None) -> Probe:
+        return Probe(path, at, at + 0.01, status, up, "" if status in (200, 503) else "OperationalError at /metrics")
+
+    fine = [probe("/metrics", 9.0, 200, 1), probe("/api/state", 12.0, 503), probe("/metrics", 12.0, 200, 0)]
+    report = check(outage_run(6.0, {"0": "a", "1": "b"}, console=fine))
+    assert report.violations == [] and (report.console_requests, report.console_errors) == (3, 0)
+    broken = [probe("/metrics", 9.0, 200, 1), probe("/metrics", 12.0, 500), probe("/metrics", 13.0, None)]
+    report = check(outage_run(6.0, {"0": "a", "1": "b"}, console=broken))
+    assert report.console_errors == 2
+    assert report.violations == [
+        "console: /metrics answered 500 1 time(s), from outage +2.2s to outage +2.2s (first: OperationalError at "
+        "/metrics)",
+        "console: /metrics no answer 1 time(s), from outage +3.2s to outage +3.2s (first: OperationalError at "
+        "/metrics)",
+        "console: store outage of 6.0s at outage +0.2s: /metrics never showed leaseboard_store_up 0 (2 scrapes: "
+        "500 x1, no answer x1)",
+    ]
 
 
 def test_the_summary_line_has_every_figure_in_one_line() -> None:
