@@ -11,6 +11,7 @@ judges them (``console``, ``store_down_shown``).
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import subprocess
 import sys
@@ -103,6 +104,19 @@ class Console:
         except OSError as error:  # refused, reset, timed out: no answer
             detail = f"{type(error).__name__}: {error}"[:160]
         return Probe(path, at, time.monotonic(), status, store_up, detail)
+
+    def events(self, page: int = 500) -> list[dict[str, object]]:
+        """Every balancer event of the fleet's hub in the console's log, in id order (``/api/events``)."""
+        out: list[dict[str, object]] = []
+        after = 0
+        while True:
+            url = f"{self.url}/api/events?hub={self.ref.hub}&after={after}&limit={page}"
+            with urllib.request.urlopen(url, timeout=self.timeout) as response:
+                batch = json.loads(response.read())
+            out += batch
+            if len(batch) < page:
+                return out
+            after = int(batch[-1]["id"])
 
     def poll(self) -> None:
         """Start polling every path from a thread of its own (a slow answer on one does not hold the other)."""

@@ -23,6 +23,10 @@
 8. **The console degrades.** Polled all the while, ``/metrics`` answers 200 and ``/api/state`` 200
    or 503: never a 500 nor no answer at all; and during every store outage ``/metrics`` shows
    ``leaseboard_store_up 0`` at least once.
+9. **Time comes from the store.** Every event in the console's log is stamped within ``CLOCK_SLACK``
+   seconds of the real time it happened in (the run's wall-clock span: the store runs on this
+   host), whatever the reporter's own clock says, so none of a worker whose clock is 3 minutes off
+   lands minutes away from its neighbours in the log.
 """
 
 from __future__ import annotations
@@ -364,3 +368,22 @@ def store_down_shown(evidence: Evidence) -> Iterator[str]:
             seen = ", ".join(f"{answer} x{n}" for answer, n in sorted(answers.items())) or "none"
             what = f"store outage of {fault.ended - fault.started:.1f}s at {when(evidence, fault.started)}"
             yield f"{what}: /metrics never showed leaseboard_store_up 0 ({len(scrapes)} scrapes: {seen})"
+
+
+# 9. time comes from the store ------------------------------------------------------------------
+
+CLOCK_SLACK = 15.0  # seconds: publishing delay and the run's own edges, far below a 180 s skew
+
+
+def event_clock(events: list[dict[str, object]], wall_from: float, wall_to: float) -> Iterator[str]:
+    """Events stamped outside the run's wall-clock span (a reporter's own clock, not the store's)."""
+    if not events:
+        yield "event log: no balancer event reached the console (so nothing could be checked)"
+    off = [e for e in events if not wall_from - CLOCK_SLACK <= float(e["at"]) <= wall_to + CLOCK_SLACK]  # type: ignore[arg-type]
+    if off:
+        first = off[0]
+        yield (
+            f"event log: {len(off)} of {len(events)} event(s) stamped outside the run's time "
+            f"(first: {first['kind']} of partition {first['partition_id']} by {first['reporter']}, "
+            f"{float(first['at']) - wall_to:+.0f}s after its end)"  # type: ignore[arg-type]
+        )

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from tests.chaos import rules
 from tests.chaos.console import Console
 from tests.chaos.faults import FAULTS, PostCheck, injector, new_name
 from tests.chaos.fleet import Fleet
@@ -110,7 +111,7 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_faults(
         console = Console(tmp_path, {**fleet.env, "LEASEBOARD_STORE": kit.store}, fleet.ref)
         sampler = asyncio.create_task(fleet.sample())
         try:
-            started = time.monotonic()
+            started, wall_from = time.monotonic(), time.time()
             console.start()
             for _ in range(3):
                 fleet.start(new_name())
@@ -126,6 +127,7 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_faults(
                 inject = injector(name, fleet, OUTAGE_SECONDS)
                 await fleet.phase(name, lambda inject=inject: inject(fleet, checks))  # type: ignore[misc]
             problems = await finish(fleet)
+            problems += rules.event_clock(await asyncio.to_thread(console.events), wall_from, time.time())
             probes = await asyncio.to_thread(console.stop_polling)
             evidence = await fleet.evidence()
             evidence.console = probes

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tests.chaos.evidence import CheckpointSample, Evidence, Fault, Handling, Lease, OwnershipSample, Phase, Probe
 from tests.chaos.figures import unowned_intervals
 from tests.chaos.invariants import check
+from tests.chaos.rules import event_clock
 
 
 def produced(count: int, malformed: frozenset[int] = frozenset()) -> list[tuple[float, bool]]:
@@ -250,3 +251,16 @@ def test_the_summary_line_has_every_figure_in_one_line() -> None:
         "chaos summary [postgresql]: produced 20, landed 20, missing 0; duplicates: start 0, sigkill 3; "
         "moves: start 0, sigkill 1; no console"
     )
+
+
+def test_an_event_stamped_with_a_skewed_workers_own_clock_is_reported() -> None:
+    def event(at: float, reporter: str = "w1") -> dict[str, object]:
+        return {"kind": "release", "partition_id": "3", "reporter": reporter, "at": at}
+
+    assert list(event_clock([event(1000.0), event(1100.0)], 990.0, 1200.0)) == []
+    problems = list(event_clock([event(1000.0), event(1380.0, "skewed")], 990.0, 1200.0))
+    assert problems == [
+        "event log: 1 of 2 event(s) stamped outside the run's time (first: release of partition 3 by skewed, "
+        "+180s after its end)"
+    ]
+    assert list(event_clock([], 990.0, 1200.0)) != []
