@@ -18,6 +18,7 @@ from typing import Any
 from balancer.model import Checkpoint, Control, Controls, HubRef, Member, OwnershipRecord
 from workers.sources.base import PartitionProperties
 
+from .capacity import Capacity, Observation, configured_target, record
 from .lag import STATUSES, Status
 
 Json = dict[str, Any]
@@ -131,6 +132,8 @@ class Summary:
     lag: int | None  # the sum of the known lags; None when none is known
     workers: int
     workers_alive: int
+    workers_draining: int = 0  # drained (by a drain record), alive or not
+    capacity: Capacity | None = None  # with_figures: desired workers (capacity.py)
 
     def as_json(self) -> Json:
         return {
@@ -138,6 +141,8 @@ class Summary:
             "by_status": {k.value: v for k, v in self.by_status.items()},
             "by_lag_status": {k.value: v for k, v in self.by_lag_status.items()},
             "lag": self.lag, "workers": self.workers, "workers_alive": self.workers_alive,
+            "workers_draining": self.workers_draining,
+            "capacity": self.capacity.as_json() if self.capacity is not None else None,
         }  # fmt: skip
 
 
@@ -156,6 +161,7 @@ class ConsoleState:
     sampled_at: float | None = None  # with_figures
     lag_rules: LagRules | None = None  # with_figures
     version: int | None = None  # the monitor's count of the states it published; None: not the monitor's
+    capacity: Capacity | None = None  # with_figures: the workers the group needs (capacity.py)
 
     def partition(self, partition_id: str) -> PartitionRow | None:
         return next((p for p in self.partitions if p.id == partition_id), None)
@@ -171,11 +177,26 @@ class ConsoleState:
                 by_lag_status[p.lag_status] += 1
         return Summary(
             len(self.partitions), by_status, by_lag_status, sum(lags) if lags else None,
-            len(self.workers), sum(1 for w in self.workers if w.alive),
+            len(self.workers), sum(1 for w in self.workers if w.alive), sum(1 for w in self.workers if w.draining),
+            self.capacity,
         )  # fmt: skip
 
+    def observation(self) -> Observation:
+        """What ``capacity`` needs of this state: sequence numbers per partition, the lag, the working workers."""
+        lags = [p.lag for p in self.partitions if p.lag is not None]
+        enqueued = {p.id: p.last_enqueued_sequence_number for p in self.partitions}
+        return Observation(
+            self.generated_at,
+            {pid: seq for pid, seq in enqueued.items() if seq is not None},
+            {p.id: p.sequence_number if p.sequence_number is not None else -1 for p in self.partitions},
+            sum(lags) if lags else None,
+            len({p.owner for p in self.partitions if p.owner is not None}),
+        )
+
     def with_figures(self, figures: Figures) -> ConsoleState:
-        """This state with lag in seconds, lag status and rates: the one place they are applied."""
+        """This state with lag in seconds, lag status, rates and desired workers: the one place they are
+        applied. Desired workers come from this process's history of the hub (``capacity.record``),
+        which this state is added to: the one thing here that is not pure."""
         rates = figures.rates
         per_worker: dict[str, float] = {}
         rows = []
@@ -197,8 +218,14 @@ class ConsoleState:
             replace(w, events_per_second=None if rates is None else round(per_worker.get(w.id, 0.0), 1))
             for w in self.workers
         )
+        needed = record(self.ref, self.observation(), len(self.partitions), configured_target())
         return replace(
-            self, partitions=tuple(rows), workers=workers, sampled_at=figures.sampled_at, lag_rules=figures.rules
+            self,
+            partitions=tuple(rows),
+            workers=workers,
+            sampled_at=figures.sampled_at,
+            lag_rules=figures.rules,
+            capacity=needed,
         )
 
     def as_json(self) -> Json:

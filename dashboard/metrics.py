@@ -73,6 +73,7 @@ class StateCollector(Collector):
         if self.state is not None:
             yield from self._partitions(self.state)
             yield from self._workers(self.state)
+            yield from self._capacity(self.state)
 
     def _partitions(self, state: ConsoleState) -> Iterator[Metric]:
         summary = state.summary
@@ -155,6 +156,49 @@ class StateCollector(Collector):
             if w.events_per_second is not None:
                 rate.add_metric([w.id], w.events_per_second)
         yield from (owned, up, draining, last_seen, rate)
+
+    def _capacity(self, state: ConsoleState) -> Iterator[Metric]:
+        found = state.capacity
+        if found is None:
+            return
+        yield GaugeMetricFamily(
+            "leaseboard_desired_workers",
+            "Workers the group needs to keep up with the enqueue rate and drain the backlog within the target "
+            "catch-up time: ceil((enqueue rate + backlog / target) / per-worker rate), between 1 and the partitions.",
+            value=found.desired_workers,
+        )
+        yield GaugeMetricFamily(
+            "leaseboard_target_catchup_seconds",
+            "The time desired workers allow to drain the backlog (LEASEBOARD_TARGET_CATCHUP_SECONDS).",
+            value=found.target_catchup_seconds,
+        )
+        yield GaugeMetricFamily(
+            "leaseboard_processing_workers", "Workers that own at least one partition now.", value=found.workers
+        )
+        if found.backlog is not None:
+            yield GaugeMetricFamily(
+                "leaseboard_backlog_events",
+                "Events enqueued after the checkpoints, all partitions.",
+                value=found.backlog,
+            )
+        if found.keda_desired_workers is not None:
+            yield GaugeMetricFamily(
+                "leaseboard_keda_desired_workers",
+                "What KEDA's Event Hubs scaler would ask for, from the lag only: ceil(backlog / 64), at most the "
+                "partitions (0 without lag).",
+                value=found.keda_desired_workers,
+            )
+        rates = (
+            ("leaseboard_enqueue_rate_events_per_second", "Events enqueued per second, all partitions, over the "
+             "last minute.", found.enqueue_rate),
+            ("leaseboard_processing_rate_events_per_second", "Events checkpointed per second, all partitions, over "
+             "the last minute.", found.processing_rate),
+            ("leaseboard_processing_rate_per_worker_events_per_second", "The per-worker rate desired workers divides "
+             "by: measured while the fleet was behind, else a lower bound.", found.per_worker_rate),
+        )  # fmt: skip
+        for name, helptext, value in rates:
+            if value is not None:
+                yield GaugeMetricFamily(name, helptext, value=value)
 
 
 def render(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from .env import envbool, envfloat, envint, envstr
 
@@ -178,3 +179,11 @@ LEASEBOARD_LAG_SAMPLE_SECONDS = envfloat("LEASEBOARD_LAG_SAMPLE_SECONDS", 5.0)
 LEASEBOARD_LAG_WINDOW = envint("LEASEBOARD_LAG_WINDOW", 10, minimum=2)
 LEASEBOARD_LAG_STOP_SECONDS = envfloat("LEASEBOARD_LAG_STOP_SECONDS", 300.0)
 LEASEBOARD_LAG_RETENTION_SECONDS = envfloat("LEASEBOARD_LAG_RETENTION_SECONDS", 3600.0)
+# Desired workers (/metrics leaseboard_desired_workers, the fleet page): enough workers to keep up with
+# the enqueue rate and drain the current backlog within this many seconds.
+LEASEBOARD_TARGET_CATCHUP_SECONDS = envfloat("LEASEBOARD_TARGET_CATCHUP_SECONDS", 300.0)
+if not 0 < LEASEBOARD_TARGET_CATCHUP_SECONDS < float("inf"):
+    raise ImproperlyConfigured(
+        "LEASEBOARD_TARGET_CATCHUP_SECONDS must be a positive number of seconds, "
+        f"got {LEASEBOARD_TARGET_CATCHUP_SECONDS}"
+    )

@@ -175,8 +175,31 @@
     }
     setHidden($("no-workers"), ids.length > 0);
     const alive = ids.filter((id) => live.workers.get(id).alive).length;
-    setText($("worker-count"), ids.length ? `(${alive} alive of ${ids.length})` : "");
+    const draining = ids.filter((id) => live.workers.get(id).draining).length;
+    setText($("worker-count"), ids.length ? `(${alive} alive of ${ids.length}${draining ? `, ${draining} draining` : ""})` : "");
     renderLegend();
+    renderCapacity();
+  }
+
+  // --- desired workers ----------------------------------------------------------------------
+
+  const rate = (v) => (v === null || v === undefined ? "–" : fmt.n(v));
+  function renderCapacity() {
+    const c = live.top && live.top.summary ? live.top.summary.capacity : null;
+    setHidden($("capacity"), !c);
+    if (!c) return;
+    setText($("desired-workers"), String(c.desired_workers));
+    setText($("keda-workers"), c.keda_desired_workers === null ? "–" : String(c.keda_desired_workers));
+    setText($("keda-threshold"), String(c.keda_threshold));
+    setText($("capacity-workers"), String(c.workers));
+    setText($("capacity-target"), fmt.duration(c.target_catchup_seconds));
+    setText($("enqueue-rate"), rate(c.enqueue_rate));
+    setText($("processing-rate"), rate(c.processing_rate));
+    setText($("per-worker-rate"), rate(c.per_worker_rate));
+    setText($("per-worker-kind"), c.per_worker_rate === null ? "" : c.measured_capacity ? " (measured while behind)" : " (at least)");
+    setText($("backlog"), fmt.n(c.backlog));
+    setHidden($("capacity-reason"), !c.reason);
+    setText($("capacity-reason"), c.reason || "");
   }
 
   let legendKey = "";

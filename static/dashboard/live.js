@@ -340,7 +340,9 @@
     if (!summary) return;
     setText($("owned-summary"), `${summary.owned} / ${summary.partitions} owned`);
     const alive = summary.workers_alive;
-    setText($("workers-summary"), `${alive} worker${alive === 1 ? "" : "s"} alive`);
+    const draining = summary.workers_draining || 0;
+    setText($("workers-summary"), `${alive} worker${alive === 1 ? "" : "s"} alive${draining ? `, ${draining} draining` : ""}`);
+    setData($("workers-summary"), "draining", draining);
     setText($("lag-summary"), `lag ${fmt.n(summary.lag)}`);
     const statuses = new Map(Object.entries(summary.by_lag_status).filter(([s, n]) => s !== "OK" && n > 0));
     const box = $("status-summary");
