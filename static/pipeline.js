@@ -175,12 +175,10 @@
     const lag = state.lag;
     const t = state.totals;
     $("lag").textContent = seconds(lag.seconds);
-    $("lag-summary").textContent = `lag ${seconds(lag.seconds)}`;
     $("newest-landed").textContent = clock(lag.newest_landed);
     $("newest-aggregated").textContent = clock(lag.newest_aggregated);
     $("latency").textContent = state.batches.length ? latency(state.batches[state.batches.length - 1]) : "–";
     $("total-events").textContent = fmt(t.events);
-    $("events-summary").textContent = `${fmt(t.events)} events`;
     $("total-duplicates").textContent = fmt(t.duplicates);
     $("total-alerts").textContent = fmt(t.alerts);
     $("total-batches").textContent = fmt(t.batches);
@@ -214,8 +212,9 @@
 
   // --- polling --------------------------------------------------------------------------------
 
-  const conn = $("connection");
-  const alertBox = $("alert");
+  // The header's #connection and #alert are the live console's (live.js): the pipeline's are its own.
+  const conn = $("pipeline-connection");
+  const alertBox = $("pipeline-alert");
   function status(state, text) {
     conn.dataset.state = state;
     conn.textContent = text;

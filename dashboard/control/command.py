@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import sys
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -26,6 +27,7 @@ from ..state import forget_stores, parse_ref
 from . import actions
 from .action import Action
 from .registry import REGISTRY
+from .request import Move
 
 
 class ActionCommand(BaseCommand):
@@ -102,11 +104,8 @@ class ActionCommand(BaseCommand):
         self.stdout.write(shown.summary)
         if shown.strategy is not None:
             self.stdout.write(f"  planned with {shown.strategy} ({shown.strategy_basis})")
-        for move in shown.moves:
-            why = "" if move.caused else "  (already on its way)"
-            before = move.before or "nobody"
-            after = (move.after or "nobody") if move.after_known else "whichever live worker wins the race"
-            self.stdout.write(f"  partition {move.partition_id}: {before} -> {after}{why}")
+        for line in move_lines(shown.moves):
+            self.stdout.write(f"  {line}")
         if shown.checkpoint is not None:
             c = shown.checkpoint
             self.stdout.write(
@@ -121,6 +120,35 @@ class ActionCommand(BaseCommand):
             self.stdout.write(prompt, ending="")
             self.stdout.flush()
         return str(self.stdin.readline()).strip()
+
+
+def move_lines(moves: Iterable[Move]) -> list[str]:
+    """The printout of a dry run's moves: one line per pair of owners (from -> to), in the order the
+    preview lists them, each partition once; the moves that happen anyway are named on their pair's
+    line, not listed again under it."""
+    groups: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
+    seen: set[str] = set()
+    for move in moves:
+        if move.partition_id in seen:
+            continue
+        seen.add(move.partition_id)
+        before = move.before or "nobody"
+        after = (move.after or "nobody") if move.after_known else "whichever live worker wins the race"
+        caused, anyway = groups.setdefault((before, after), ([], []))
+        (caused if move.caused else anyway).append(move.partition_id)
+    lines = []
+    for (before, after), (caused, anyway) in groups.items():
+        parts = []
+        if caused:
+            parts.append(_partitions(caused))
+        if anyway:
+            parts.append(f"{_partitions(anyway)} already on {'its' if len(anyway) == 1 else 'their'} way")
+        lines.append(f"{before} -> {after}: {'; '.join(parts)}")
+    return lines
+
+
+def _partitions(ids: list[str]) -> str:
+    return f"partition{'s' if len(ids) != 1 else ''} {', '.join(ids)}"
 
 
 def command_for(name: str) -> type[ActionCommand]:

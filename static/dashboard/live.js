@@ -338,6 +338,10 @@
   function summarise() {
     const summary = live.top && live.top.summary;
     if (!summary) return;
+    // A page whose view knows no hub reference (the pipeline's) learns the scope from the state.
+    for (const [id, key] of [["namespace", "namespace"], ["consumer-group", "consumer_group"]]) {
+      if ($(id) && !$(id).textContent) setText($(id), live.top[key]);
+    }
     setText($("owned-summary"), `${summary.owned} / ${summary.partitions} owned`);
     const alive = summary.workers_alive;
     const draining = summary.workers_draining || 0;

@@ -46,7 +46,7 @@ def test_drain_shows_the_moves_and_applies_with_yes(fleet: EmbeddedHub) -> None:
 
     assert "drain w1: 2 partitions move (w1 → w2: 2)" in output
     assert "planned with cooperative (the default strategy" in output
-    assert "partition 0: w1 -> w2" in output and "Applied (audit #" in output
+    assert "  w1 -> w2: partitions 0, 1\n" in output and "Applied (audit #" in output
     assert list(ControlRow.objects.values_list("kind", "target")) == [("drain", "w1")]
     entry = AuditEntry.objects.get()
     assert (entry.user, entry.action, entry.reason, entry.outcome) == (f"cli:{getpass.getuser()}", "drain", "deploy",
@@ -86,7 +86,7 @@ def test_pin_and_unpin_from_the_command_line(fleet: EmbeddedHub) -> None:
     assert list(ControlRow.objects.values_list("kind", "target", "value")) == [("pin", "0", "w2")]
     unpinned = run("unpin", "0", "--reason", "cooled down", "--yes")
 
-    assert "partition 0: w1 -> w2" in pinned
+    assert "  w1 -> w2: partition 0\n" in pinned
     assert not ControlRow.objects.exists() and "Applied" in unpinned
     assert list(AuditEntry.objects.order_by("id").values_list("action", flat=True)) == ["pin", "unpin"]
 
