@@ -327,7 +327,7 @@
 
   function scalars(state) {
     const out = {};
-    for (const key of ["generated_at", "last_event_id", "expiry", "source", "version", "sampled_at", "lag_rules", "summary"]) {
+    for (const key of ["namespace", "hub", "consumer_group", "generated_at", "last_event_id", "expiry", "source", "version", "sampled_at", "lag_rules", "summary"]) {
       if (key in state) out[key] = state[key];
     }
     return out;
