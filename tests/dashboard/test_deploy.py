@@ -190,7 +190,9 @@ def test_grafana_uses_the_provisioned_datasource_and_compose_mounts_everything()
     for source in mounts:
         assert (ROOT / source).exists(), source
     prometheus_mounts = dict(m.split(":")[:2] for m in compose["prometheus"]["volumes"])
-    assert set(prometheus_mounts.values()) >= {"/etc/prometheus/prometheus.yml", *prometheus["rule_files"]}
+    # Rule files are named relative to the configuration, as Prometheus resolves them (promtool too).
+    rules = {f"/etc/prometheus/{name}" for name in prometheus["rule_files"]}
+    assert set(prometheus_mounts.values()) >= {"/etc/prometheus/prometheus.yml", *rules}
     worker_port = next(c for c in prometheus["scrape_configs"] if c["job_name"] == "leaseboard-workers")
     command = compose["workers"]["command"]
     assert command[command.index("--metrics-port") + 1] == str(worker_port["dns_sd_configs"][0]["port"])
