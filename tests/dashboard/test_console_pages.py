@@ -13,8 +13,12 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.dashboard.test_browser import ROOT, Site, Worker, browser, page  # noqa: F401 (fixtures)
+from tests.dashboard import test_browser
+from tests.dashboard.test_browser import ROOT, Site, Worker
 from workers.hub.embedded import EmbeddedHub
+
+browser = test_browser.browser  # the browser suite's fixtures: one Chromium per module, a page per test
+page = test_browser.page
 
 pytestmark = pytest.mark.slow
 
@@ -94,7 +98,7 @@ def test_the_fleet_page_shows_desired_workers_beside_kedas_figure(site: Site, pa
     expect(page.locator("#capacity")).to_be_visible(timeout=10_000)
     expect(page.locator("#keda-workers")).to_have_text("2", timeout=10_000)  # 100 events waiting / 64
     expect(page.locator("#desired-workers")).to_have_text(re.compile(r"^\d+$"))
-    expect(page.locator("#capacity-target")).not_to_have_text("–")
+    expect(page.locator("#capacity-target")).not_to_have_text("\u2013")
     metrics = urllib.request.urlopen(f"{site.url}/metrics", timeout=10).read().decode()
     assert re.search(r"^leaseboard_desired_workers \d", metrics, re.M)
     assert re.search(r"^leaseboard_keda_desired_workers 2\.0$", metrics, re.M)
