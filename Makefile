@@ -18,10 +18,11 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 venv: $(STAMP)
 
+# Each install step prints what it runs and how long it took (.ci/step.sh).
 $(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) $(PIP_INSTALL) --upgrade pip
-	$(PY) $(PIP_INSTALL) -e ".[test]"
+	@test -x $(PY) || bash .ci/step.sh "virtual environment $(VENV)" $(PYTHON) -m venv $(VENV)
+	@bash .ci/step.sh "pip in $(VENV)" $(PY) $(PIP_INSTALL) --upgrade pip
+	@bash .ci/step.sh "Leaseboard and its test dependencies in $(VENV)" $(PY) $(PIP_INSTALL) -e ".[test]"
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -33,9 +34,9 @@ venv-%: .venv-%/.installed-$(HASH)
 .venv-%/.installed-$(HASH): pyproject.toml
 	@python=$$(bash .ci/pythons.sh - | awk -v v=$* '$$1 == v { print $$2 }'); \
 		if [ -z "$$python" ] || [ "$$python" = - ]; then echo "no Python $* on this machine" >&2; exit 1; fi; \
-		test -x .venv-$*/bin/python || { echo "$$python -m venv .venv-$*"; "$$python" -m venv .venv-$*; }
-	.venv-$*/bin/python $(PIP_INSTALL) --upgrade pip
-	.venv-$*/bin/python $(PIP_INSTALL) -e ".[test]"
+		test -x .venv-$*/bin/python || bash .ci/step.sh "virtual environment .venv-$*" "$$python" -m venv .venv-$*
+	@bash .ci/step.sh "pip in .venv-$*" .venv-$*/bin/python $(PIP_INSTALL) --upgrade pip
+	@bash .ci/step.sh "Leaseboard and its test dependencies in .venv-$*" .venv-$*/bin/python $(PIP_INSTALL) -e ".[test]"
 	@rm -f .venv-$*/.installed-*
 	@touch $@
 

@@ -15,6 +15,7 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 if ((${#missing[@]})); then
+  started=$SECONDS
   echo "installing Debian packages: ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
@@ -24,6 +25,7 @@ if ((${#missing[@]})); then
   if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null 2>&1; then
     $SUDO systemctl disable --now prometheus prometheus-node-exporter 2>/dev/null || true
   fi
+  echo "installed Debian packages in $((SECONDS - started)) s"
 fi
 
 if [ ! -x var/node/node_modules/.bin/azurite-blob ]; then
@@ -31,7 +33,9 @@ if [ ! -x var/node/node_modules/.bin/azurite-blob ]; then
     echo "npm is missing: install Node 20 (Debian: apt-get install nodejs npm)" >&2
     exit 1
   fi
+  started=$SECONDS
   echo "installing Azurite from npm into var/node"
   mkdir -p var/node
   npm install --silent --no-audit --no-fund --prefix var/node azurite@3 >/dev/null
+  echo "installed Azurite in $((SECONDS - started)) s"
 fi

@@ -40,6 +40,8 @@ from the disturbance on (a cold start's disturbance is the start):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from balancer.sim import loop as sim_loop
 from balancer.sim.base import Run
 from balancer.sim.measures import spread
@@ -76,16 +78,23 @@ def simulate(
     workers: int = 4,
     seeds: int = 20,
     settings: Settings | None = None,
+    on_seed: Callable[[int], None] | None = None,
 ) -> dict[str, object]:
     """Run ``seeds`` seeded runs of one scenario; return DESIGN.md's JSON object as a dict.
 
+    ``on_seed(seed)``, if given, is called after each seed's run (a command's progress line); it
+    sees nothing of the run and changes nothing in the result.
     Raises ValueError for an unknown strategy or scenario, or fewer than one partition, worker or seed.
     """
     chosen = check(strategy, scenario, partitions, workers, seeds)
     settings = settings or Settings()
     p, n = effective_size(scenario, partitions, workers)
     runner = run_of(chosen)
-    runs = [sim_loop.run(runner(chosen, scenario, p, n, seed, settings).main()) for seed in range(seeds)]
+    runs = []
+    for seed in range(seeds):
+        runs.append(sim_loop.run(runner(chosen, scenario, p, n, seed, settings).main()))
+        if on_seed is not None:
+            on_seed(seed)
     done = [r for r in runs if r.balanced]
     return {
         "strategy": chosen.name,

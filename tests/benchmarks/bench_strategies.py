@@ -18,6 +18,7 @@ from typing import Any
 
 from balancer.sim.run import SCENARIOS, simulate
 from balancer.strategies import DEFAULT, NAMES
+from workers.progress import progress
 
 SIZES: dict[str, tuple[int, int]] = {  # scenario -> (partitions, workers)
     "scale-out": (32, 5),
@@ -104,8 +105,15 @@ def main(argv: list[str] | None = None) -> None:
     # Rows run in separate processes, the big ones first so that both finish about together; each
     # row's plan_ms is measured inside its own process, one process per core.
     order = sorted(range(len(todo)), key=lambda i: -todo[i][2] * todo[i][4])
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        done = dict(zip(order, pool.map(_simulate, [todo[i] for i in order]), strict=True))
+    seeds = sum(todo[i][4] for i in order)
+    with (
+        ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool,
+        progress("strategies x scenarios", total=seeds, unit="seeds", info=f"{len(todo)} rows") as task,
+    ):  # the progress line (a terminal only) counts the seeds of the rows done
+        futures = {i: pool.submit(_simulate, todo[i]) for i in order}
+        for i, future in futures.items():
+            future.add_done_callback(lambda _f, seeds=todo[i][4]: task.advance(seeds))
+        done = {i: future.result() for i, future in futures.items()}
     rows = [row(done[i]) for i in range(len(todo))]
     title = (
         f"simulator: interval 10 s, expiry 30 s, median/max over seeds; default strategy: {DEFAULT} "

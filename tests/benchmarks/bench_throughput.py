@@ -45,6 +45,7 @@ from balancer.stores.memory import MemoryStore  # noqa: E402
 from balancer.strategies import get_strategy  # noqa: E402
 from workers.handlers import PartitionContext, batch_handler  # noqa: E402
 from workers.hub.embedded import EmbeddedHub  # noqa: E402
+from workers.progress import progress as progress_line  # noqa: E402
 from workers.runtime.config import PumpConfig  # noqa: E402
 from workers.runtime.processor import EventProcessor  # noqa: E402
 from workers.runtime.sink import EventSink  # noqa: E402
@@ -154,11 +155,14 @@ def throughput(events: int, repeat: int) -> list[Row]:
             ),
         ]
         best: dict[str, tuple[float, float]] = {}
-        for _ in range(repeat):
-            for title, run in cases:
-                rate, cpu = run()
-                if title not in best or rate > best[title][0]:
-                    best[title] = (rate, cpu)
+        with progress_line("throughput cases", total=repeat * len(cases), unit="runs") as task:  # a terminal only
+            for _ in range(repeat):
+                for title, run in cases:
+                    task.update(info=title)
+                    rate, cpu = run()
+                    if title not in best or rate > best[title][0]:
+                        best[title] = (rate, cpu)
+                    task.advance()
         one.close()
         sixteen.close()
     floor = max(best["raw read, receive(100)"][0], best["raw read, receive(1000)"][0])
@@ -226,17 +230,19 @@ def memory(total: int) -> list[Row]:
         follower.start()
         samples: list[tuple[int, float]] = []  # (events handled, RSS MB)
         written, last_sample = 0, 0.0
-        while process.poll() is None:
-            if written < per_partition:  # one batch of up to 1000 per partition per round
-                batch = min(1000, per_partition - written)
-                for pid in hub.partition_ids():
-                    hub.send_batch([BODY] * batch, partition_id=pid)
-                written += batch
-            else:
-                time.sleep(0.05)
-            if time.perf_counter() - last_sample >= 0.5:
-                last_sample = time.perf_counter()
-                samples.append((progress["handled"], rss_mb(process.pid)))
+        with progress_line("memory run: events handled", total=total, unit="events") as task:  # a terminal only
+            while process.poll() is None:
+                if written < per_partition:  # one batch of up to 1000 per partition per round
+                    batch = min(1000, per_partition - written)
+                    for pid in hub.partition_ids():
+                        hub.send_batch([BODY] * batch, partition_id=pid)
+                    written += batch
+                else:
+                    time.sleep(0.05)
+                if time.perf_counter() - last_sample >= 0.5:
+                    last_sample = time.perf_counter()
+                    samples.append((progress["handled"], rss_mb(process.pid)))
+                    task.update(completed=progress["handled"], info=f"RSS {samples[-1][1]:.0f} MB")
         follower.join(10)
         handled = progress["handled"]
         elapsed = time.perf_counter() - started

@@ -2,6 +2,8 @@
 
 Each benchmark is a module of this package with a ``main()`` that prints one table; they run one
 after another in this process's interpreter so their figures do not compete for the two cores.
+On a terminal (stderr) a progress line counts the benchmarks (``workers.progress``; some add
+their own steps under it); the tables on stdout are the same with or without it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import importlib
 import os
 import sys
 import time
+
+from workers.progress import progress
 
 BENCHMARKS = [
     ("embedded hub: raw read and write rates", "tests.benchmarks.bench_hub"),
@@ -29,17 +33,19 @@ def main() -> int:
     only = set(sys.argv[1:])
     del sys.argv[1:]  # each benchmark parses its own options; the filter words are not theirs
     failed = []
-    for title, module in BENCHMARKS:
-        if only and not any(word in module for word in only):
-            continue
-        print(f"\n=== {title} ({module})", flush=True)
-        started = time.perf_counter()
-        try:
-            importlib.import_module(module).main()
-        except Exception as exc:  # report and go on: one broken benchmark must not hide the others
-            print(f"FAILED: {type(exc).__name__}: {exc}")
-            failed.append(module)
-        print(f"--- {time.perf_counter() - started:.1f} s", flush=True)
+    chosen = [(title, module) for title, module in BENCHMARKS if not only or any(word in module for word in only)]
+    with progress("benchmarks", total=len(chosen), unit="benchmarks") as task:
+        for title, module in chosen:
+            task.update(info=module.rsplit(".", 1)[-1])
+            print(f"\n=== {title} ({module})", flush=True)
+            started = time.perf_counter()
+            try:
+                importlib.import_module(module).main()
+            except Exception as exc:  # report and go on: one broken benchmark must not hide the others
+                print(f"FAILED: {type(exc).__name__}: {exc}")
+                failed.append(module)
+            print(f"--- {time.perf_counter() - started:.1f} s", flush=True)
+            task.advance()
     if failed:
         print(f"\nbenchmarks that failed: {', '.join(failed)}")
     return 1 if failed else 0

@@ -46,6 +46,46 @@ def batch_files(checkpoint: Path, batch_id: int, source: int = 0) -> list[str] |
     return None
 
 
+def seen_files(checkpoint: Path, source: int = 0) -> set[Path]:
+    """The local files the file source has given any batch so far (every log file and compaction)."""
+    seen: set[Path] = set()
+    folder = checkpoint / "sources" / str(source)
+    if not folder.is_dir():
+        return seen
+    for log_file in folder.iterdir():
+        if log_file.name.startswith("."):
+            continue  # Spark's .crc and temporary files
+        try:
+            lines = log_file.read_text(encoding="utf-8").splitlines()[1:]
+            for line in lines:
+                path = local_path(str(json.loads(line)["path"])) if line.strip() else None
+                if path is not None:
+                    seen.add(path)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # the estimate goes on without it
+    return seen
+
+
+def pending(landing: Path, checkpoint: Path) -> list[Path]:
+    """The landing files no batch has read yet: what ``runpipeline --once`` has left to do."""
+    seen = seen_files(checkpoint)
+    return sorted(p for p in landing.rglob("*.parquet") if p not in seen)
+
+
+def rows(paths: Iterable[Path | str]) -> int:
+    """Rows in the Parquet footers of ``paths`` (files or URIs); 0 for one that cannot be read."""
+    total = 0
+    for item in paths:
+        path = local_path(item) if isinstance(item, str) else item
+        if path is None:
+            continue
+        try:
+            total += pq.read_metadata(path).num_rows
+        except (OSError, pa.ArrowException):
+            continue
+    return total
+
+
 def local_path(uri: str) -> Path | None:
     """The local path of a ``file:`` URI (or plain path); None for a remote one (hdfs:, s3a:, ...)."""
     parsed = urlparse(uri)

@@ -118,6 +118,9 @@ class PipelineJob:
         self._clock = clock
         self._recorded: set[int] = set()  # batch ids whose Spark progress is in the batch log
         self.written: list[int] = []  # batch ids this job wrote (not those skipped as written before)
+        # Called after each batch (written, or skipped as written before) with its id, the events it
+        # wrote (after dedupe) and its files (None if unknown): a command's progress line.
+        self.on_batch: Callable[[int, int, list[str] | None], None] | None = None
 
     def start(self, once: bool = False) -> StreamingQuery:
         """Start the query: ``once`` processes what is landed now (availableNow) and ends."""
@@ -155,6 +158,8 @@ class PipelineJob:
             # The dedupe state of this batch must still be computed and committed (Spark checks
             # that every state partition was): run the plan to the end, writing nothing.
             batch.write.format("noop").mode("overwrite").save()
+            if self.on_batch is not None:
+                self.on_batch(batch_id, 0, audit.batch_files(self.paths.checkpoint, batch_id))
             return
         files = audit.batch_files(self.paths.checkpoint, batch_id)
         bad = audit.unreadable(files or [])
@@ -186,8 +191,12 @@ class PipelineJob:
             write_seconds=time.perf_counter() - started, minutes=minutes, alerts=newest_alerts, unreadable=bad,
         )  # fmt: skip
         if not summary.apply(result, self.database):
+            if self.on_batch is not None:
+                self.on_batch(batch_id, 0, files)
             return
         self.written.append(batch_id)
+        if self.on_batch is not None:
+            self.on_batch(batch_id, count, files)
         metrics.BATCHES.inc()
         metrics.EVENTS.inc(count)
         metrics.ALERTS.inc(result.alert_count)

@@ -7,12 +7,13 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from workers.hub.embedded import EmbeddedHub
+from workers.progress import Tracker, progress
 from workers.sensors import run_producer
 
 
@@ -51,9 +52,11 @@ class Command(BaseCommand):
         hub = self._open_hub(name, partitions)
         stop = threading.Event()
         try:
-            with _stop_on_signals(stop):
+            # A progress line on a terminal (stderr) only; the hub is wrapped only while it shows.
+            with _stop_on_signals(stop), progress(f"hub {name!r}", total=count, unit="events") as task:
+                target = cast(EmbeddedHub, _Counting(hub, task)) if task.enabled else hub
                 produced = run_producer(
-                    hub, rate, stop, random.Random(options["seed"]), homes=options["homes"], count=count,
+                    target, rate, stop, random.Random(options["seed"]), homes=options["homes"], count=count,
                     duration=duration,
                 )  # fmt: skip
         finally:
@@ -82,6 +85,22 @@ class Command(BaseCommand):
                 hub.add_partitions(partitions)
                 self.stdout.write(f"grew hub {name!r} from {current} to {partitions} partitions")
         return hub
+
+
+class _Counting:
+    """The hub, counting each event sent into a progress line."""
+
+    def __init__(self, hub: EmbeddedHub, task: Tracker) -> None:
+        self._hub = hub
+        self._task = task
+
+    def send(self, body: bytes, **where: Any) -> Any:
+        sent = self._hub.send(body, **where)
+        self._task.advance()
+        return sent
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._hub, name)
 
 
 @contextmanager

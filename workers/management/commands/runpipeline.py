@@ -19,14 +19,16 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from workers.models import PipelineBatch
-from workers.pipeline import summary
+from workers.pipeline import audit, summary
 from workers.pipeline.job import DEFAULT_TRIGGER_SECONDS, Paths, PipelineJob
+from workers.progress import Tracker, progress
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
@@ -94,13 +96,25 @@ class Command(BaseCommand):
 
     def _once(self, job: PipelineJob) -> None:
         started = time.monotonic()
-        query = job.start(once=True)
-        try:
-            query.awaitTermination()
-        except Exception as exc:
-            raise CommandError(f"the pipeline failed: {exc}") from exc
-        finally:
-            job.record_progress(query)
+        # On a terminal, a progress line: landed rows read of those no batch had read (the Parquet
+        # footers of the pending files, read only then), batches and events written so far.
+        with progress("pipeline --once", unit="rows") as task:
+            if task.enabled:
+                pending = audit.pending(job.paths.landing, job.paths.checkpoint)
+                task.update(total=audit.rows(pending), info=_info(0, 0, len(pending)))
+                job.on_batch = _on_batch(task, len(pending))
+            query = job.start(once=True)
+            try:
+                if not task.enabled:
+                    query.awaitTermination()
+                # Waking every second only to show Spark's status (none without a progress line).
+                while task.enabled and not query.awaitTermination(1):
+                    task.update(description=f"pipeline --once: {query.status.get('message', '')}".rstrip(": "))
+            except Exception as exc:
+                raise CommandError(f"the pipeline failed: {exc}") from exc
+            finally:
+                job.on_batch = None
+                job.record_progress(query)
         rows = list(PipelineBatch.objects.filter(query_id=str(query.id), batch_id__in=job.written))
         events = sum(b.events for b in rows)
         read = sum(b.input_rows or 0 for b in rows)
@@ -147,3 +161,21 @@ class Command(BaseCommand):
             time.sleep(0.1)
         if query.isActive:
             query.stop()
+
+
+def _info(batches: int, events: int, files_left: int) -> str:
+    return f"{batches} batches, {events:,} events written, {files_left} files left"
+
+
+def _on_batch(task: Tracker, files: int) -> Callable[[int, int, list[str] | None], None]:
+    """The job's ``on_batch`` for a progress line (called on Spark's callback thread)."""
+    done = {"batches": 0, "events": 0, "files": 0}
+
+    def on_batch(_batch_id: int, events: int, batch_files: list[str] | None) -> None:
+        done["batches"] += 1
+        done["events"] += events
+        done["files"] += len(batch_files or [])
+        task.advance(audit.rows(batch_files or []))
+        task.update(info=_info(done["batches"], done["events"], max(files - done["files"], 0)))
+
+    return on_batch

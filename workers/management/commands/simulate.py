@@ -7,8 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from balancer.sim.run import SCENARIOS, Settings, simulate
+from balancer.sim.run import SCENARIOS, Settings, check, simulate
 from balancer.strategies import DEFAULT, NAMES
+from workers.progress import progress
 
 DEFAULTS = Settings()
 
@@ -36,13 +37,17 @@ class Command(BaseCommand):
         interval, expiry = options["interval"], options["expiry"]
         if not 0 < interval < expiry:
             raise CommandError(f"need 0 < --interval < --expiry, got {interval:g} and {expiry:g}")
+        strategy, scenario, seeds = options["strategy"], options["scenario"], options["seeds"]
         try:
-            result = simulate(
-                options["strategy"], options["scenario"], options["partitions"], options["workers"],
-                options["seeds"], Settings(interval=interval, expiry=expiry),
-            )  # fmt: skip
+            chosen = check(strategy, scenario, options["partitions"], options["workers"], seeds)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
+        # A progress line on a terminal (stderr) only; nothing with --json or when piped.
+        with progress(f"{chosen.name} / {scenario}", total=seeds, unit="seeds", enabled=not options["json"]) as task:
+            result = simulate(
+                strategy, scenario, options["partitions"], options["workers"], seeds,
+                Settings(interval=interval, expiry=expiry), on_seed=lambda _seed: task.advance(),
+            )  # fmt: skip
         if options["json"]:
             self.stdout.write(json.dumps(result))
         else:
