@@ -65,10 +65,16 @@ AUDIT = 20
 BATCH = 500
 CHANNEL_LAYER = "channel layer"
 READ_ONLY = "this socket is read-only: actions are POSTed to /api/actions/ with a staff login and a CSRF token"
+MAX_FRAME = 4096  # characters (or bytes) of one client frame; larger: closed with 4413
+FLOOD_FRAMES = 10  # client frames allowed per FLOOD_WINDOW seconds; more: closed with 4429
+FLOOD_WINDOW = 10.0
+CLOSE_TOO_BIG = 4413
+CLOSE_FLOOD = 4429
 
 
 _feed = DatabaseThread("leaseboard-feed", retry=True)  # every consumer's reads (read only), on one kept connection
 _open = 0  # consumers connected in this process
+_pumps: set[asyncio.Task[None]] = set()  # every running pump, so a test can see none is left
 
 
 def _history(ref: HubRef, upto: int, limit: int) -> list[dict[str, Any]]:
@@ -87,10 +93,27 @@ def _unsent(ref: HubRef, floor: int, last_sent: int, sent: frozenset[int], limit
 
 
 class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
-    """Streams one hub and consumer group (``?hub=&consumer_group=``, default: the configured ones)."""
+    """Streams one hub and consumer group (``?hub=&consumer_group=``, default: the configured ones).
+
+    Any client frame is answered: JSON text with the read-only refusal, other text or a binary frame
+    with an error naming it (the socket stays open), a frame over MAX_FRAME or more than
+    FLOOD_FRAMES within FLOOD_WINDOW seconds with a close (4413, 4429). Whatever ends the consumer
+    (a close, an exception anywhere), ``_release`` runs and stops what ``connect`` started.
+    """
+
+    pump: asyncio.Task[None] | None = None
+    watching: tuple[Monitor, int] | None = None
+    grouped = False
+    counted = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._release()
 
     async def connect(self) -> None:
-        self.pump: asyncio.Task[None] | None = None
+        self.pump = None
         self.wake = asyncio.Event()
         self.last_sent: int | None = None  # None until the first snapshot went out
         self.sent: set[int] = set()  # ids above the floor already sent
@@ -101,7 +124,8 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.version = 0
         self.audit_after = 0
         self.error: str | None = None
-        self.watching: tuple[Monitor, int] | None = None
+        self.frames: deque[float] = deque()  # monotonic times of the client's recent frames
+        self.closing = False
         query = parse_qs(self.scope.get("query_string", b"").decode("latin1"))
         await self.accept()
         if not can_read(self.scope.get("user")):
@@ -115,6 +139,7 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.close(code=4400)
             return
         await self._join_group()
+        self.grouped = True
         watched = monitor(self.ref)
         loop = asyncio.get_running_loop()
 
@@ -124,22 +149,67 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.watching = (watched, watched.subscribe(wake))
         global _open
         _open += 1
+        self.counted = True
         self.pump = asyncio.create_task(self._run())
+        _pumps.add(self.pump)
 
     async def disconnect(self, code: int) -> None:
-        if self.watching is not None:
-            self.watching[0].unsubscribe(self.watching[1])
-        if self.channel_layer is not None:
-            with contextlib.suppress(Exception):  # a channel layer that is down forgets the group anyway
-                await self.channel_layer.group_discard(GROUP, self.channel_name)
-        if self.pump is not None:
-            self.pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.pump
+        await self._release()
+
+    async def _release(self) -> None:
+        """Stop what ``connect`` started; safe to call more than once and from any state."""
+        pump, self.pump = self.pump, None
+        if pump is not None:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pump
+            _pumps.discard(pump)
+        watching, self.watching = self.watching, None
+        if watching is not None:
+            watching[0].unsubscribe(watching[1])
+        if self.grouped:
+            self.grouped = False
+            if self.channel_layer is not None:
+                with contextlib.suppress(Exception):  # a channel layer that is down forgets the group anyway
+                    await self.channel_layer.group_discard(GROUP, self.channel_name)
+        if self.counted:
+            self.counted = False
             global _open
             _open -= 1
             if _open == 0:
-                await _feed.aclose_connection()  # nobody left to read for: the kept connection goes
+                with contextlib.suppress(Exception):
+                    await _feed.aclose_connection()  # nobody left to read for: the kept connection goes
+
+    async def _refuse(self, code: int, reason: str) -> None:
+        """Stop streaming, then close: nothing more is sent on this socket."""
+        self.closing = True
+        await self._release()
+        await self.close(code=code, reason=reason)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        """Every client frame lands here, whatever it holds; none raises."""
+        if self.closing:
+            return
+        now = time.monotonic()
+        self.frames.append(now)
+        while self.frames and self.frames[0] <= now - FLOOD_WINDOW:
+            self.frames.popleft()
+        if len(self.frames) > FLOOD_FRAMES:
+            await self._refuse(CLOSE_FLOOD, f"more than {FLOOD_FRAMES} frames in {FLOOD_WINDOW:.0f}s")
+            return
+        size = len(text_data) if text_data is not None else len(bytes_data or b"")
+        if size > MAX_FRAME:
+            await self._refuse(CLOSE_TOO_BIG, f"frame over {MAX_FRAME} characters")
+            return
+        if text_data is None:
+            await self.send_json({"type": "error", "error": "binary frames are not accepted", "code": "bad_frame"})
+            return
+        try:
+            content = await self.decode_json(text_data)
+        except ValueError:
+            await self.send_json({"type": "error", "error": "frames must be JSON text", "code": "bad_frame"})
+            return
+        await self.receive_json(content, **kwargs)
 
     async def _join_group(self) -> None:
         """Join the group workers publish to; when the channel layer (Redis) is down the socket still
