@@ -105,6 +105,7 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     watching: tuple[Monitor, int] | None = None
     grouped = False
     counted = False
+    stopping = False  # set by _release: the pump ends at its next turn even if a cancel was lost
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
@@ -152,33 +153,36 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.counted = True
         self.pump = asyncio.create_task(self._run())
         _pumps.add(self.pump)
+        self.pump.add_done_callback(_pumps.discard)  # the registry holds exactly the pumps still running
 
     async def disconnect(self, code: int) -> None:
         await self._release()
 
     async def _release(self) -> None:
-        """Stop what ``connect`` started; safe to call more than once and from any state."""
+        """Stop what ``connect`` started; safe to call more than once, from any state, and while
+        this task is itself being cancelled (what needs no wait is done before the first await)."""
+        self.stopping = True
         pump, self.pump = self.pump, None
         if pump is not None:
             pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await pump
-            _pumps.discard(pump)
         watching, self.watching = self.watching, None
         if watching is not None:
             watching[0].unsubscribe(watching[1])
-        if self.grouped:
-            self.grouped = False
-            if self.channel_layer is not None:
-                with contextlib.suppress(Exception):  # a channel layer that is down forgets the group anyway
-                    await self.channel_layer.group_discard(GROUP, self.channel_name)
+        last = False
         if self.counted:
             self.counted = False
             global _open
             _open -= 1
-            if _open == 0:
-                with contextlib.suppress(Exception):
-                    await _feed.aclose_connection()  # nobody left to read for: the kept connection goes
+            last = _open == 0
+        grouped, self.grouped = self.grouped, False
+        if pump is not None:
+            await asyncio.wait([pump])  # cancellation of this task propagates; the pump's own is not raised
+        if grouped and self.channel_layer is not None:
+            with contextlib.suppress(Exception):  # a channel layer that is down forgets the group anyway
+                await self.channel_layer.group_discard(GROUP, self.channel_name)
+        if last:
+            with contextlib.suppress(Exception):
+                await _feed.aclose_connection()  # nobody left to read for: the kept connection goes
 
     async def _refuse(self, code: int, reason: str) -> None:
         """Stop streaming, then close: nothing more is sent on this socket."""
@@ -243,7 +247,7 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         assert self.watching is not None
         watched = self.watching[0]
         await self._send_first(watched)
-        while True:
+        while not self.stopping:
             try:
                 if await self._flush() >= BATCH:
                     continue  # a burst: keep reading before waiting
@@ -255,8 +259,9 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             except Exception as exc:  # a database hiccup must not end the stream; the next round retries
                 if report(exc) is None:  # an outage is logged once by health, not per socket and poll
                     log.warning("balancer websocket round failed: %s: %s", type(exc).__name__, exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), POLL_EVERY)
+            with contextlib.suppress(TimeoutError):  # asyncio.timeout: wait_for (3.11) can swallow a cancel
+                async with asyncio.timeout(POLL_EVERY):
+                    await self.wake.wait()
             gathered = self.read_at + GATHER - time.monotonic()
             if gathered > 0:  # a busy hub: let the next events join this read
                 await asyncio.sleep(gathered)
@@ -267,6 +272,8 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         published = watched.published if watched.error is None else None
         state = published.json if published is not None else None
         while state is None:
+            if self.stopping:
+                return
             try:  # the monitor has not read the store yet (or cannot)
                 state = (await current_state(self.ref, _feed)).as_json()
             except Exception as exc:

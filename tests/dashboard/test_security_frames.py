@@ -79,7 +79,8 @@ async def test_bad_frames_are_answered_and_leave_no_task(stores: Stores, hub: Em
 
     replies: list[tuple[str, dict[str, Any]]] = []
     for start in range(0, SOCKETS, 50):
-        replies += await asyncio.gather(*(bad_socket(KINDS[i % len(KINDS)]) for i in range(start, start + 50)))
+        async with asyncio.timeout(120):  # a hang fails here rather than at the suite's timeout
+            replies += await asyncio.gather(*(bad_socket(KINDS[i % len(KINDS)]) for i in range(start, start + 50)))
 
     for kind, reply in replies:
         if kind in ("text", "binary"):
