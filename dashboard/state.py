@@ -40,8 +40,10 @@ log = logging.getLogger(__name__)
 
 # Event Hubs' naming rules (letters, digits, '.', '-', '_', starting with a letter or digit), which
 # also keep a hub name safe as the embedded hub's directory name; "$Default" is the one '$' name.
-_HUB = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,255}$")
-_CONSUMER_GROUP = re.compile(r"^\$?[A-Za-z0-9][A-Za-z0-9._-]{0,255}$")
+# Matched whole (``fullmatch``: a trailing newline is refused) and at most 255 characters: the
+# database's columns and a file name's limit (a hub names the dead-letter folder).
+_HUB = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+_CONSUMER_GROUP = re.compile(r"(?=.{1,255}\Z)\$?[A-Za-z0-9][A-Za-z0-9._-]*", re.DOTALL)
 
 T = TypeVar("T")
 
@@ -49,13 +51,13 @@ T = TypeVar("T")
 def parse_ref(hub: str | None, consumer_group: str | None) -> HubRef:
     """The HubRef for query values (missing or empty: the configured ones); ValueError saying what is wrong."""
     ref = hub_ref(hub or None, consumer_group or None)
-    if not _HUB.match(ref.hub):
+    if not _HUB.fullmatch(ref.hub):
         raise ValueError(
-            f"hub must be 1-256 letters, digits, '.', '-' or '_' starting with a letter or digit, got {ref.hub!r}"
+            f"hub must be 1-255 letters, digits, '.', '-' or '_' starting with a letter or digit, got {ref.hub!r}"
         )
-    if not _CONSUMER_GROUP.match(ref.consumer_group):
+    if not _CONSUMER_GROUP.fullmatch(ref.consumer_group):
         raise ValueError(
-            "consumer_group must be 1-256 letters, digits, '.', '-' or '_' (optionally after one leading '$'), "
+            "consumer_group must be 1-255 letters, digits, '.', '-' or '_' (optionally after one leading '$'), "
             f"got {ref.consumer_group!r}"
         )
     return ref

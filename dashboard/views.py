@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from django.conf import settings
@@ -20,7 +21,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from balancer.errors import StoreError
-from balancer.model import HubRef, check_partition_id
+from balancer.model import HubRef
+from balancer.model import check_partition_id as _check_partition_id
 
 from . import history, metrics
 from .access import STAFF_REQUIRED, can_act, readable_api, readable_page, readable_sync_api
@@ -40,6 +42,16 @@ EVENTS_DEFAULT = 100
 EVENTS_MAX = 500
 HISTORY_EVENTS_MAX = 50_000
 CATEGORIES = ("claim", "steal", "expire", "release", "handoff", "drain", "undrain", "pin", "unpin", "lost")
+
+
+_PARTITION_ID = re.compile(r"0|[1-9][0-9]{0,5}")
+
+
+def check_partition_id(partition_id: str) -> str:
+    """The model's check, matched whole: a trailing newline ("0\\n") is refused too."""
+    if not _PARTITION_ID.fullmatch(partition_id):
+        raise ValueError(f"partition id must be a decimal string like '0', got {partition_id!r}")
+    return _check_partition_id(partition_id)
 
 
 def _bad_request(message: str) -> JsonResponse:
@@ -106,6 +118,7 @@ def history_page(request: HttpRequest) -> HttpResponse:
 # The views' ORM work, on one thread with a kept connection (why this way: ``dbthread.py``); read
 # only, so a call that finds its connection dropped by a database restart runs again on a new one.
 _db = DatabaseThread("leaseboard-views", retry=True)
+
 
 async def _state_or_error(ref: HubRef) -> tuple[ConsoleState | None, str | None]:
     """The current state, or None and why not when the store or the database is down (logged once
@@ -217,13 +230,9 @@ def api_events(request: HttpRequest) -> JsonResponse:
 
 
 def _partition_detail(ref: HubRef, pid: str) -> dict[str, Any]:
-    events = [
-        row.as_json()
-        for row in EventLog.objects.filter(**EventLog.scope(ref), partition_id=pid).order_by("id")
-    ]
+    events = [row.as_json() for row in EventLog.objects.filter(**EventLog.scope(ref), partition_id=pid).order_by("id")]
     samples = [
-        row.as_json()
-        for row in LagSample.objects.filter(**LagSample.scope(ref), partition_id=pid).order_by("at")
+        row.as_json() for row in LagSample.objects.filter(**LagSample.scope(ref), partition_id=pid).order_by("at")
     ]
     return {
         "timeline": history.ownership_timeline(events),
