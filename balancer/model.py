@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-_PARTITION_ID = re.compile(r"^(0|[1-9][0-9]{0,5})$")
+_PARTITION_ID = re.compile(r"0|[1-9][0-9]{0,5}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class HubRef:
 
 def check_partition_id(partition_id: str) -> str:
     """Return ``partition_id`` if it is a decimal id ("0".."999999"); raise ValueError otherwise."""
-    if not isinstance(partition_id, str) or not _PARTITION_ID.match(partition_id):
+    if not isinstance(partition_id, str) or not _PARTITION_ID.fullmatch(partition_id):
         raise ValueError(f"partition id must be a decimal string like '0', got {partition_id!r}")
     return partition_id
 

@@ -76,7 +76,7 @@ ARROW_SCHEMA = pa.schema(
         pa.field("event_time", UTC_MICROS, nullable=False),
     ]
 )
-_FILE = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
+_FILE = re.compile(r"(\d{20})-(\d{20})\.parquet")
 
 
 def landing_root() -> Path:
@@ -93,7 +93,7 @@ def file_name(first: int, last: int) -> str:
 
 def sequence_range(name: str) -> tuple[int, int] | None:
     """(first, last) sequence number of a landing file's name; None for any other name."""
-    match = _FILE.match(name)
+    match = _FILE.fullmatch(name)
     return (int(match[1]), int(match[2])) if match else None
 
 

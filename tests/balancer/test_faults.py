@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from balancer.errors import StoreUnavailable
-from balancer.model import EventKind, OwnershipRecord
+from balancer.model import EventKind, OwnershipRecord, check_partition_id
 from balancer.sim.run import Settings, simulate
 
 from .cluster import REF, Cluster
@@ -225,3 +225,10 @@ async def test_a_release_the_store_refuses_to_hear_keeps_the_lease_for_the_next_
     cluster.store.down = False
     assert pid in a.owned and (await owner_map(cluster))[pid] == "a"
     assert await a.release(pid) is not None and (await owner_map(cluster))[pid] == ""
+
+
+@pytest.mark.parametrize("bad", ["0\n", "12\n", "1\r\n", " 1", "01", "1234567"])
+def test_a_partition_id_is_matched_whole(bad: str) -> None:
+    with pytest.raises(ValueError, match="partition id must be a decimal string"):
+        check_partition_id(bad)
+    assert check_partition_id("0") == "0" and check_partition_id("999999") == "999999"

@@ -43,7 +43,7 @@ __all__ = ["MAX_BODY", "MAX_KEY", "CorruptLog", "EmbeddedHub", "HubReader"]
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _META = "hub.json"
 
 
@@ -88,7 +88,7 @@ class EmbeddedHub:
     def __init__(
         self, root: Path | str, name: str, *, partitions: int = 16, clock: Callable[[], float] = time.time
     ) -> None:
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ValueError(f"hub name must be letters, digits, '.', '_' or '-' (at most 100), got {name!r}")
         _check_count(partitions, "partitions")
         self.name = name
