@@ -17,6 +17,7 @@ from balancer.model import BalancerEvent, EventKind, HubRef
 from balancer.strategies import get_strategy
 from dashboard import state
 from dashboard.host import Host, host
+from tests.support.postgres import Postgres, start_postgres
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores, hub_ref
 
@@ -32,6 +33,16 @@ def pytest_runtest_makereport(
     if report.when == "call":
         item.rep_call = report  # type: ignore[attr-defined]
     return report
+
+
+@pytest.fixture
+def postgres() -> Iterator[Postgres]:
+    """A throwaway PostgreSQL cluster of the test's own (the process suites stop and restart it)."""
+    server = start_postgres()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

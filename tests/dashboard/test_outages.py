@@ -17,7 +17,7 @@ import pytest
 
 from tests.dashboard.console_process import Answer, Console, environment, migrate
 from tests.support.azurite import Azurite, start_azurite
-from tests.support.postgres import Postgres, start_postgres
+from tests.support.postgres import Postgres
 from tests.support.redis_server import RedisServer, start_redis
 from tests.support.waiting import until_sync
 from workers.hub.embedded import EmbeddedHub
@@ -150,15 +150,6 @@ def _restart_unnoticed(console: Console, stop: Callable[[], None], start: Callab
 
 
 # --- PostgreSQL: the database and the SQL store ----------------------------------------------------
-
-
-@pytest.fixture
-def postgres() -> Iterator[Postgres]:
-    server = start_postgres()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

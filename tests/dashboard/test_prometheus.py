@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from tests.support.postgres import Postgres, start_postgres
+from tests.support.postgres import Postgres
 from tests.support.processes import Processes, manage, migrate
 from tests.support.prometheus import (
     DEPLOY,
@@ -153,15 +153,6 @@ class Fleet(Processes):
             return (detail() + "\n" if detail else "") + self.logs()
 
         return until_sync(condition, what, timeout, step=0.25, check=self.check_exits, detail=details)
-
-
-@pytest.fixture
-def postgres() -> Iterator[Postgres]:
-    server = start_postgres()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
