@@ -494,14 +494,20 @@ class StoreContract:
         assert "abc" in warning, warning
         assert await self.claim_one(store, held) is not None  # the rest goes on as ever
 
-    @pytest.mark.damage("checkpoint", "time")
-    async def test_a_checkpoint_whose_time_is_no_number_keeps_its_position(
-        self, store: Store, edit: str, caplog: pytest.LogCaptureFixture
-    ) -> None:
+    async def checkpoint_corrupted(self, store: Store, edit: str) -> Checkpoint:
+        """Checkpoints of partitions 0 (at 7, "700") and 1 of worker "a", then ``edit`` done to 0's;
+        returns 1's, untouched."""
         await store.claim_ownership([OwnershipRecord(REF, "0", "a"), OwnershipRecord(REF, "1", "a")])
         await store.update_checkpoint(Checkpoint(REF, "0", 7, "700"), "a")
         kept = await store.update_checkpoint(Checkpoint(REF, "1", 9, "900"), "a")
         await self.corrupt(store, "checkpoint", "0", edit)
+        return kept
+
+    @pytest.mark.damage("checkpoint", "time")
+    async def test_a_checkpoint_whose_time_is_no_number_keeps_its_position(
+        self, store: Store, edit: str, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        kept = await self.checkpoint_corrupted(store, edit)
         with caplog.at_level(logging.WARNING):
             for _ in range(2):
                 listed = {c.partition_id: c for c in await store.list_checkpoints(REF)}
@@ -518,10 +524,7 @@ class StoreContract:
     ) -> None:
         # Absent, not an error: a reader that raised would stall its partition for good; absent, it
         # resumes from the processor's starting position, as a partition never checkpointed.
-        await store.claim_ownership([OwnershipRecord(REF, "0", "a"), OwnershipRecord(REF, "1", "a")])
-        await store.update_checkpoint(Checkpoint(REF, "0", 7, "700"), "a")
-        kept = await store.update_checkpoint(Checkpoint(REF, "1", 9, "900"), "a")
-        await self.corrupt(store, "checkpoint", "0", edit)
+        kept = await self.checkpoint_corrupted(store, edit)
         with caplog.at_level(logging.WARNING):
             for _ in range(2):
                 assert await store.list_checkpoints(REF) == [kept]
