@@ -1,24 +1,43 @@
-"""Who may read the console and who may act on it.
+"""Who may read the console and who may act on it: the one place that decides.
 
-Reading: everyone when ``LEASEBOARD_ANONYMOUS_READ`` is on (the default), else a logged-in user;
-pages send the others to the login page, the JSON API and the websocket refuse them. Acting: only
-an active staff user, over HTTP POST with Django's CSRF token, never over the websocket.
+Reading: everyone when ``LEASEBOARD_ANONYMOUS_READ`` is on (the default), else a logged-in user.
+The rule is applied to every request before any view runs (``ReadRule``, a middleware) and to
+every websocket before any consumer runs (``ReadRuleSocket``, around the websocket router), so a
+new page, API or socket route cannot forget it. Whoever may not read gets: a page, the login page
+(302); ``/api/…``, 401 with a JSON message; a socket, an error frame and close 4401. The only
+doors open to everyone are listed in ``OPEN`` with the reason each is open.
+
+Acting: only an active staff user, over HTTP POST with Django's CSRF token, never over the
+websocket (``can_act``). What a reader who is not staff sees is trimmed here too: user names in the
+audit log (``audit_for``) and dead letters' error texts, which may repeat an event's body
+(``dead_letters_for``).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 from urllib.parse import urlencode
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 
 LOGIN_REQUIRED = "log in to see this dashboard"
 STAFF_REQUIRED = "a staff login is needed for this action"
+CLOSE_LOGIN_REQUIRED = 4401
 
-A = TypeVar("A", bound=Callable[..., Awaitable[Any]])
+# Path prefixes anyone may reach whatever LEASEBOARD_ANONYMOUS_READ says, and why.
+OPEN: dict[str, str] = {
+    "/login/": "the login form itself",
+    "/logout/": "ends a session; shows nothing",
+    "/admin/": "Django's admin, which asks for its own staff login on every page",
+    "/static/": "stylesheets and scripts, the same for everyone",
+    "/metrics": "Prometheus scrapes it without a session; counts and states only, no user names or bodies",
+}
+HIDDEN_USER = "(staff only)"
+HIDDEN_ERROR = "(the text is shown to staff only: it may repeat the event's body)"
 
 
 def can_read(user: Any) -> bool:
@@ -29,42 +48,92 @@ def can_act(user: Any) -> bool:
     return bool(user is not None and user.is_authenticated and user.is_active and user.is_staff)
 
 
+def is_open(path: str) -> bool:
+    """Whether ``path`` is one of the ``OPEN`` doors."""
+    return any(path == door or path.startswith(door) for door in OPEN)
+
+
 def login_url(next_path: str) -> str:
     return f"{settings.LOGIN_URL}?{urlencode({'next': next_path})}"
 
 
-def readable_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """A page anyone may read when anonymous reading is on; else the login page first."""
-
-    @functools.wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not can_read(request.user):
-            return HttpResponseRedirect(login_url(request.get_full_path()))
-        return view(request, *args, **kwargs)
-
-    return wrapped
+def refusal(request: HttpRequest, user: Any) -> HttpResponse | None:
+    """What ``request`` gets instead of its view when ``user`` may not read it; None when it may."""
+    if is_open(request.path) or can_read(user):
+        return None
+    if request.path.startswith("/api/"):
+        return JsonResponse({"error": LOGIN_REQUIRED, "login": login_url("/")}, status=401)
+    return HttpResponseRedirect(login_url(request.get_full_path()))
 
 
-def readable_api(view: A) -> A:
-    """An async JSON endpoint: 401 with a message for whoever may not read."""
+class ReadRule:
+    """The read rule for every HTTP request (after ``AuthenticationMiddleware``)."""
 
-    @functools.wraps(view)
-    async def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not can_read(await request.auser()):
-            return JsonResponse({"error": LOGIN_REQUIRED, "login": login_url("/")}, status=401)
-        response: HttpResponse = await view(request, *args, **kwargs)
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self._acall(request)
+        refused = None if is_open(request.path) else refusal(request, request.user)
+        return refused or self.get_response(request)
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        # The user is looked up only when the rule needs it (a session read is a database read).
+        needed = not is_open(request.path) and not settings.LEASEBOARD_ANONYMOUS_READ
+        refused = refusal(request, await request.auser()) if needed else None
+        if refused is not None:
+            return refused
+        response: HttpResponse = await self.get_response(request)
         return response
 
-    return cast(A, wrapped)
+
+Scope = Any
+App = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 
 
-def readable_sync_api(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """A sync JSON endpoint: 401 with a message for whoever may not read."""
+class ReadRuleSocket:
+    """The read rule for every websocket (inside ``AuthMiddlewareStack``, which puts the user in
+    the scope): whoever may not read gets ``{"type": "error", ...}`` and close 4401, and no
+    consumer is built for them."""
 
-    @functools.wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not can_read(request.user):
-            return JsonResponse({"error": LOGIN_REQUIRED, "login": login_url("/")}, status=401)
-        return view(request, *args, **kwargs)
+    def __init__(self, app: App) -> None:
+        self.app = app
 
-    return wrapped
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket" and not can_read(scope.get("user")):
+            message = await receive()
+            if message.get("type") == "websocket.connect":
+                await send({"type": "websocket.accept"})
+                await send({"type": "websocket.send", "text": json.dumps({"type": "error", "error": LOGIN_REQUIRED})})
+                await send({"type": "websocket.close", "code": CLOSE_LOGIN_REQUIRED})
+            return
+        await self.app(scope, receive, send)
+
+
+def audit_for(user: Any, entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Audit entries as ``user`` may see them: user names for staff only."""
+    if can_act(user):
+        return list(entries)
+    return [{**entry, "user": HIDDEN_USER} for entry in entries]
+
+
+def dead_letters_for(user: Any, entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Dead-letter entries as ``user`` may see them: error texts (and any body) for staff only."""
+    if can_act(user):
+        return list(entries)
+    return [
+        {k: (_error_kind(v) if k == "error" else v) for k, v in entry.items() if k != "body_base64"} for entry in entries
+    ]
+
+
+def _error_kind(error: Any) -> str:
+    """``"ValueError: <text>"`` → ``"ValueError (the text is shown to staff only: …)"``."""
+    kind = str(error).partition(":")[0].strip()
+    return f"{kind} {HIDDEN_ERROR}" if kind.isidentifier() else HIDDEN_ERROR

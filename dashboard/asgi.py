@@ -27,6 +27,7 @@ from django.core.handlers.exception import response_for_exception  # noqa: E402
 from django.http import Http404, HttpRequest, HttpResponseBase  # noqa: E402
 from django.http.request import split_domain_port  # noqa: E402
 
+from .access import ReadRuleSocket  # noqa: E402
 from .host import watch_configured  # noqa: E402
 from .routing import websocket_urlpatterns  # noqa: E402
 
@@ -139,7 +140,9 @@ application = SampleConfiguredHub(
     ProtocolTypeRouter(
         {
             "http": http_app,
-            "websocket": AllowedHostsOriginValidator(SameOrigin(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))),
+            "websocket": AllowedHostsOriginValidator(
+                SameOrigin(AuthMiddlewareStack(ReadRuleSocket(URLRouter(websocket_urlpatterns))))
+            ),
         }
     )
 )

@@ -11,7 +11,7 @@ Messages to the client (JSON):
   (``sent_at``: the server's clock when it sent them, for measuring the last leg).
 - ``{"type": "error", "error": "..."}`` — the store could not be read (the socket stays open), or the
   client sent something (the socket is read-only: actions are HTTP POSTs with a staff login and
-  CSRF token). Closed with 4401 when anonymous reading is off and nobody is logged in.
+  CSRF token). Whoever may not read never reaches this consumer (``access.ReadRuleSocket``: close 4401).
 
 A page applies exactly the events above a state's ``last_event_id`` on top of it; a state is read
 after that watermark, so every event at or below it is already reflected (see ``state.py``). Before
@@ -41,7 +41,7 @@ from django.db.models import Q
 
 from balancer.model import HubRef
 
-from .access import LOGIN_REQUIRED, can_read
+from .access import audit_for
 from .broadcast import GROUP
 from .console import Json
 from .control.audit import recent_audit
@@ -129,10 +129,6 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.closing = False
         query = parse_qs(self.scope.get("query_string", b"").decode("latin1"))
         await self.accept()
-        if not can_read(self.scope.get("user")):
-            await self.send_json({"type": "error", "error": LOGIN_REQUIRED})
-            await self.close(code=4401)
-            return
         try:
             self.ref = parse_ref(query.get("hub", [""])[0], query.get("consumer_group", [""])[0])
         except ValueError as exc:
@@ -287,7 +283,7 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         await self.send_json({"type": "history", "events": history})
         entries: list[dict[str, Any]] = await _feed.acall(recent_audit, self.ref, AUDIT)
         self.audit_after = max((int(e["id"]) for e in entries), default=0)
-        await self.send_json({"type": "audit", "entries": entries[::-1]})
+        await self.send_json({"type": "audit", "entries": audit_for(self.scope.get("user"), entries[::-1])})
         self.last_sent = watermark
         self.marks.append((time.monotonic(), watermark))
 
@@ -324,7 +320,7 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         entries: list[dict[str, Any]] = await _feed.acall(recent_audit, self.ref, AUDIT, None, self.audit_after)
         if entries:
             self.audit_after = max(int(e["id"]) for e in entries)
-            await self.send_json({"type": "audit", "entries": entries[::-1]})
+            await self.send_json({"type": "audit", "entries": audit_for(self.scope.get("user"), entries[::-1])})
 
     async def _flush(self) -> int:
         """Send unsent events; return how many were read (BATCH means there may be more)."""

@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector
 from workers.landing import landing_root, read_markers
 from workers.models import Alert, MinuteSummary, PipelineBatch, UnreadableFile
 
+from .access import dead_letters_for
 from .state import parse_ref
 
 SENSORS = ("motion", "door", "window", "glass_break", "smoke")
@@ -157,12 +158,14 @@ def page(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def api(request: HttpRequest) -> JsonResponse:
-    """200 with ``pipeline_state``; 400 for a bad hub name."""
+    """200 with ``pipeline_state`` (dead letters' error texts for staff only); 400 for a bad hub name."""
     try:
         hub = _hub(request)
     except ValueError as exc:
         return JsonResponse({"error": str(exc)}, status=400)
-    return JsonResponse(pipeline_state(hub))
+    state = pipeline_state(hub)
+    state["dead_letters"] = dead_letters_for(request.user, state["dead_letters"])
+    return JsonResponse(state)
 
 
 class PipelineCollector(Collector):

@@ -39,6 +39,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Who may read, for every page and API (access.py: the one place that decides).
+    "dashboard.access.ReadRule",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Innermost: a view that finds the database or the store down answers 503, not 500 (degrade.py).

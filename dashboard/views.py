@@ -25,7 +25,7 @@ from balancer.model import HubRef
 from balancer.model import check_partition_id as _check_partition_id
 
 from . import history, metrics
-from .access import STAFF_REQUIRED, can_act, readable_api, readable_page, readable_sync_api
+from .access import STAFF_REQUIRED, audit_for, can_act
 from .console import ConsoleState, Json
 from .control import actions
 from .dbthread import DatabaseThread
@@ -80,7 +80,6 @@ def _page(request: HttpRequest, template: str, page: str, **extra: Any) -> HttpR
 
 @require_GET
 @ensure_csrf_cookie
-@readable_page
 def index(request: HttpRequest) -> HttpResponse:
     """The fleet: workers and the partition grid (its script loads ``/api/state`` and follows the socket)."""
     return _page(request, "dashboard/index.html", "fleet")
@@ -88,7 +87,6 @@ def index(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @ensure_csrf_cookie
-@readable_page
 def partition_page(request: HttpRequest, partition_id: str) -> HttpResponse:
     """One partition: ownership timeline, checkpoint history, lag chart."""
     try:
@@ -99,14 +97,12 @@ def partition_page(request: HttpRequest, partition_id: str) -> HttpResponse:
 
 
 @require_GET
-@readable_page
 def events_page(request: HttpRequest) -> HttpResponse:
     """The filterable feed of balancer events."""
     return _page(request, "dashboard/events.html", "events")
 
 
 @require_GET
-@readable_page
 def history_page(request: HttpRequest) -> HttpResponse:
     """Rebalances over time, derived from the event log."""
     return _page(request, "dashboard/history.html", "history")
@@ -142,7 +138,6 @@ def _last_known(ref: HubRef) -> Json | None:
 
 
 @require_GET
-@readable_api
 async def api_state(request: HttpRequest) -> HttpResponse:
     """200 with the snapshot (``stale: false``); 400 for a bad hub or consumer group. While the store
     cannot be read: 200 with the last known snapshot, ``stale: true`` and the reason in ``error``,
@@ -214,7 +209,6 @@ def _events(
 
 
 @require_GET
-@readable_sync_api
 def api_events(request: HttpRequest) -> JsonResponse:
     """Balancer events in id order: the first ``limit`` after ``after``, or else the newest ``limit``
     (before ``before``); filtered by ``kind`` (comma-separated categories), ``partition``, ``worker``."""
@@ -244,7 +238,6 @@ def _partition_detail(ref: HubRef, pid: str) -> dict[str, Any]:
 
 
 @require_GET
-@readable_api
 async def api_partition(request: HttpRequest, partition_id: str) -> JsonResponse:
     """One partition: current state, ownership timeline, events, lag samples, checkpoint moves, audit."""
     try:
@@ -281,7 +274,6 @@ def _history(ref: HubRef, quiet: float, partitions: int | None) -> dict[str, Any
 
 
 @require_GET
-@readable_api
 async def api_history(request: HttpRequest) -> JsonResponse:
     """Rebalances, newest first (``history.episodes``); ``quiet`` seconds end one (default expiry + interval)."""
     try:
@@ -300,7 +292,6 @@ async def api_history(request: HttpRequest) -> JsonResponse:
 
 
 @require_GET
-@readable_sync_api
 def api_audit(request: HttpRequest) -> JsonResponse:
     """The audit log of the hub, newest first (``after`` an id; ``target`` a worker or partition)."""
     try:
@@ -310,7 +301,8 @@ def api_audit(request: HttpRequest) -> JsonResponse:
     except ValueError as exc:
         return _bad_request(str(exc))
     assert limit is not None and after is not None
-    return JsonResponse(actions.recent_audit(ref, limit, request.GET.get("target") or None, after), safe=False)
+    entries = actions.recent_audit(ref, limit, request.GET.get("target") or None, after)
+    return JsonResponse(audit_for(request.user, entries), safe=False)
 
 
 # --- actions ----------------------------------------------------------------------------------
