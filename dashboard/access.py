@@ -129,7 +129,8 @@ def dead_letters_for(user: Any, entries: Iterable[dict[str, Any]]) -> list[dict[
     if can_act(user):
         return list(entries)
     return [
-        {k: (_error_kind(v) if k == "error" else v) for k, v in entry.items() if k != "body_base64"} for entry in entries
+        {k: (_error_kind(v) if k == "error" else v) for k, v in entry.items() if k != "body_base64"}
+        for entry in entries
     ]
 
 

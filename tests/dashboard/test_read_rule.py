@@ -27,7 +27,9 @@ from workers.wiring import Stores
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # A value for each URL parameter the patterns name (the admin's included).
-SAMPLES = {"partition_id": "0", "id": "1", "app_label": "dashboard", "object_id": "1", "content_type_id": "1", "url": "x/"}
+SAMPLES = {
+    "partition_id": "0", "id": "1", "app_label": "dashboard", "object_id": "1", "content_type_id": "1", "url": "x/",
+}  # fmt: skip
 
 
 def _walk(patterns: list[Any], prefix: str = "", namespace: str = "") -> Iterator[tuple[str, str | None, list[str]]]:
