@@ -37,6 +37,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 from django.db.models import Q
 
 from balancer.model import HubRef
@@ -48,7 +49,7 @@ from .control.audit import recent_audit
 from .dbthread import DatabaseThread
 from .delta import delta
 from .health import Outage, health, report
-from .host import FIRST_ROUND_SECONDS, current_state, monitor
+from .host import FIRST_ROUND_SECONDS, Full, current_state, host, unknown
 from .models import EventLog
 from .monitor import Monitor
 from .state import parse_ref
@@ -70,11 +71,18 @@ FLOOD_FRAMES = 10  # client frames allowed per FLOOD_WINDOW seconds; more: close
 FLOOD_WINDOW = 10.0
 CLOSE_TOO_BIG = 4413
 CLOSE_FLOOD = 4429
+CLOSE_UNKNOWN = 4404  # a hub and consumer group the store does not know: nothing is started for it
+CLOSE_TRY_LATER = 1013  # LEASEBOARD_SOCKETS_MAX sockets open, every monitor slot taken, or the store down
 
 
 _feed = DatabaseThread("leaseboard-feed", retry=True)  # every consumer's reads (read only), on one kept connection
 _open = 0  # consumers connected in this process
 _pumps: set[asyncio.Task[None]] = set()  # every running pump, so a test can see none is left
+
+
+def open_sockets() -> int:
+    """Consumers streaming in this process."""
+    return _open
 
 
 def _history(ref: HubRef, upto: int, limit: int) -> list[dict[str, Any]]:
@@ -135,9 +143,24 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.send_json({"type": "error", "error": str(exc)})
             await self.close(code=4400)
             return
+        if open_sockets() >= settings.LEASEBOARD_SOCKETS_MAX:
+            await self.send_json({"type": "error", "error": "this console serves its maximum of sockets; try later"})
+            await self.close(code=CLOSE_TRY_LATER)
+            return
+        try:
+            watched = await host.admit(self.ref)
+        except Exception as exc:  # the store cannot say whether it knows the hub, or no monitor slot is free
+            if not isinstance(exc, Full) and report(exc) is None:
+                raise
+            await self.send_json({"type": "error", "error": str(exc)})
+            await self.close(code=CLOSE_TRY_LATER)
+            return
+        if watched is None:
+            await self.send_json({"type": "error", "error": unknown(self.ref)})
+            await self.close(code=CLOSE_UNKNOWN)
+            return
         await self._join_group()
         self.grouped = True
-        watched = monitor(self.ref)
         loop = asyncio.get_running_loop()
 
         def wake() -> None:

@@ -1,7 +1,8 @@
 """Answers while a backend is down: a 503 saying why, never a 500 or Django's debug page.
 
-``OutageMiddleware`` turns an outage (``health.outage``: the database or the store not answering)
-that escapes a view into a 503: JSON ``{"error": ...}`` for the API and ``/metrics``, a small page
+``OutageMiddleware`` turns an outage (``health.outage``: the database or the store not answering),
+or a console with every monitor slot taken (``host.Full``), that escapes a view into a 503: JSON
+``{"error": ...}`` for the API and ``/metrics``, a small page
 for everything else. The outage is reported to ``health`` (one log line when it starts); the
 response is not logged again per request by ``django.request``. Views that can still answer
 (``/api/state`` with a last known state, ``/metrics``) handle outages themselves.
@@ -14,6 +15,7 @@ from django.template.loader import render_to_string
 from django.utils.deprecation import MiddlewareMixin
 
 from .health import report
+from .host import Full
 
 RETRY_AFTER = "5"  # seconds a client is told to wait before asking again
 
@@ -52,6 +54,8 @@ class OutageMiddleware(MiddlewareMixin):
     async_capable = True
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, Full):  # every monitor slot is taken (host.py): a 503 too
+            return unavailable(request, str(exception))
         found = report(exception)
         if found is None:
             return None  # a bug: Django's usual 500

@@ -8,6 +8,14 @@ under ``manage.py serve``) and never stops for want of viewers, so it is always 
 monitor's round reads the store once for every partition (``state.read``: one listing each of
 ownership, checkpoints, members and controls), whatever the number of partitions and viewers.
 
+Visitors cannot make the console work for them: a monitor is started only for a hub and consumer
+group the store knows (one with an ownership record or a member: ``Host.admit``, answered from a
+bounded cache after the first look) or the configured one; anything else is None, which the views
+answer with 404 and the socket with close 4404, and nothing starts. At most
+``LEASEBOARD_MONITORS_MAX`` monitors run; a new one evicts the least recently used monitor that no
+socket watches and that is not kept, and when every one is watched or kept, ``admit`` raises
+``Full`` (503).
+
 ``current_state`` is the console state a request serves: a fresh read of the stores with the
 figures of the hub's running monitor, or of the newest stored sampling round when none is fresh.
 
@@ -29,6 +37,10 @@ import sys
 import threading
 import time
 import traceback
+from collections import OrderedDict
+from typing import Any
+
+from django.conf import settings
 
 from balancer.model import HubRef
 from workers.wiring import Stores, build_stores, close_stores, hub_ref
@@ -41,6 +53,14 @@ from .state import lag_rules, read, stored_figures
 
 FIRST_ROUND_SECONDS = 10.0  # how long a first look at a hub waits for its monitor's first round
 FIGURES_MAX_AGE = 5.0  # seconds after which a monitor's figures are not used for a fresh read
+KNOWN_FOR = 60.0  # seconds a hub found in the store is taken as known without asking again
+UNKNOWN_FOR = 5.0  # seconds a hub the store did not know is answered 404 without asking again
+KNOWN_CACHE = 1024  # names remembered either way (least recently used forgotten first)
+ADMIT_TIMEOUT = 10.0  # seconds a look at the store may take
+
+
+class Full(Exception):
+    """Every monitor slot is taken by a hub that is watched or kept: a new hub must wait (503)."""
 
 
 class Host:
@@ -54,19 +74,102 @@ class Host:
         self._monitors: dict[HubRef, Monitor] = {}
         self._tasks: dict[HubRef, asyncio.Task[None]] = {}
         self._stores: Stores | None = None
+        self._known: OrderedDict[HubRef, tuple[bool, float]] = OrderedDict()  # ref: (known, until)
+        self.configured: set[HubRef] = set()  # refs admitted without asking the store
 
     def monitor(self, ref: HubRef) -> Monitor:
-        """The monitor of ``ref``, started if it was not running."""
+        """The monitor of ``ref``, started if it was not running (evicting the least recently used
+        one that is neither watched nor kept when ``LEASEBOARD_MONITORS_MAX`` run; ``Full`` when
+        none can go)."""
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._start_thread()
             found = self._monitors.get(ref)
             if found is None:
+                self._make_room()
                 found = self._monitors[ref] = Monitor(ref, self.db)
                 assert self._loop is not None
                 self._loop.call_soon_threadsafe(self._launch, found)
         found.touched = time.monotonic()
         return found
+
+    def _make_room(self) -> None:
+        cap = max(1, int(getattr(settings, "LEASEBOARD_MONITORS_MAX", 16)))
+        while len(self._monitors) >= cap:
+            idle = [m for m in self._monitors.values() if not m.keep and not m.watched and m.ref not in self.configured]
+            if not idle:
+                raise Full(f"the console watches {len(self._monitors)} hubs, its maximum; try again later")
+            evicted = min(idle, key=lambda m: m.touched)
+            del self._monitors[evicted.ref]
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._evict, evicted)
+
+    def _evict(self, monitor: Monitor) -> None:
+        task = self._tasks.get(monitor.ref)
+        if task is not None and self._monitors.get(monitor.ref) is not monitor:
+            task.cancel()
+
+    async def admit(self, ref: HubRef) -> Monitor | None:
+        """The monitor of ``ref`` if the store knows it (or it is configured), started if need be;
+        None for a hub and consumer group nobody runs (nothing is started). Raises the store's
+        error when it cannot be asked, ``Full`` when no monitor slot is free."""
+        if not await self.known(ref):
+            return None
+        return self.monitor(ref)
+
+    def admit_sync(self, ref: HubRef) -> Monitor | None:
+        """``admit`` for sync code (not on an event loop's thread)."""
+        if not self.known_sync(ref):
+            return None
+        return self.monitor(ref)
+
+    async def known(self, ref: HubRef) -> bool:
+        """Whether the store knows ``ref`` (or it is configured or watched); nothing is started."""
+        cached = self._cached(ref)
+        if cached is not None:
+            return cached
+        return self._remember(ref, await asyncio.wrap_future(self._ask(ref)))
+
+    def known_sync(self, ref: HubRef) -> bool:
+        cached = self._cached(ref)
+        if cached is not None:
+            return cached
+        return self._remember(ref, self._ask(ref).result(ADMIT_TIMEOUT))
+
+    def _cached(self, ref: HubRef) -> bool | None:
+        if ref in self.configured or ref == hub_ref() or ref in self._monitors:
+            return True
+        with self._lock:
+            found = self._known.get(ref)
+            if found is not None and found[1] > time.monotonic():
+                self._known.move_to_end(ref)
+                return found[0]
+        return None
+
+    def _remember(self, ref: HubRef, known: bool) -> bool:
+        with self._lock:
+            self._known[ref] = (known, time.monotonic() + (KNOWN_FOR if known else UNKNOWN_FOR))
+            self._known.move_to_end(ref)
+            while len(self._known) > KNOWN_CACHE:
+                self._known.popitem(last=False)
+        return known
+
+    def _ask(self, ref: HubRef) -> Any:
+        """A concurrent future of whether the store has an ownership record or a member of ``ref``
+        (asked on the host's loop, whose the stores are)."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._start_thread()
+            loop = self._loop
+        assert loop is not None
+        return asyncio.run_coroutine_threadsafe(asyncio.wait_for(self._lookup(ref), ADMIT_TIMEOUT), loop)
+
+    async def _lookup(self, ref: HubRef) -> bool:
+        if self._stores is None:
+            self._stores = build_stores()
+        if await self._stores.ownership.list_ownership(ref):
+            return True
+        return bool(await self._stores.controls.list_members(ref))
 
     def running(self, ref: HubRef) -> Monitor | None:
         """The monitor of ``ref`` if one is running (nothing is started)."""
@@ -88,6 +191,8 @@ class Host:
         with self._lock:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
+            self._known.clear()
+            self.configured.clear()
         if loop is None or thread is None:
             self.db.close()  # monitors driven without the thread (tests) used the database thread only
             return
@@ -124,13 +229,14 @@ class Host:
             self._stores = build_stores()  # on this loop: a store's connections may belong to it
         task = asyncio.get_running_loop().create_task(monitor.run(self._stores), name=f"monitor {monitor.ref}")
         self._tasks[monitor.ref] = task
-        task.add_done_callback(lambda _: self._ended(monitor))
+        task.add_done_callback(lambda _: self._ended(monitor, task))
 
-    def _ended(self, monitor: Monitor) -> None:
+    def _ended(self, monitor: Monitor, task: asyncio.Task[None]) -> None:
         with self._lock:
             if self._monitors.get(monitor.ref) is monitor:
                 del self._monitors[monitor.ref]
-            self._tasks.pop(monitor.ref, None)
+            if self._tasks.get(monitor.ref) is task:
+                del self._tasks[monitor.ref]
 
     async def _shutdown(self) -> None:
         tasks = list(self._tasks.values())
@@ -157,6 +263,11 @@ def _stacks() -> str:
 host = Host()
 
 
+def unknown(ref: HubRef) -> str:
+    """Why ``ref`` gets a 404."""
+    return f"no worker has run hub {ref.hub!r} with consumer group {ref.consumer_group!r} on this store"
+
+
 def monitor(ref: HubRef) -> Monitor:
     """The running monitor of ``ref`` (started on first use)."""
     return host.monitor(ref)
@@ -167,7 +278,9 @@ def watch_configured(ref: HubRef | None = None) -> Monitor:
     sampled, and statuses, ``/metrics`` and alerts exist, whether or not anyone opens a page. The
     ASGI application calls it on every connection of any kind (``asgi.py``), ``serve`` at start (with
     the hub and consumer group of its options as ``ref``)."""
-    watched = host.monitor(ref or hub_ref())
+    wanted = ref or hub_ref()
+    host.configured.add(wanted)
+    watched = host.monitor(wanted)
     watched.keep = True
     return watched
 

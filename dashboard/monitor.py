@@ -200,6 +200,12 @@ class Monitor:
             except RuntimeError:  # the subscriber's event loop has closed
                 self.unsubscribe(token)
 
+    @property
+    def watched(self) -> bool:
+        """Whether a socket follows this monitor."""
+        with self._lock:
+            return bool(self._subscribers)
+
     def _idle(self) -> bool:
         if self.keep or self.ref == hub_ref():
             return False

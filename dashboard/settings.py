@@ -174,6 +174,11 @@ EVENTHUB_CONNECTION_STRING = envstr("EVENTHUB_CONNECTION_STRING", "")
 # Anonymous visitors see the read-only console (True) or are sent to the login page (False).
 # Actions always need a staff login, whatever this says; /metrics stays open for Prometheus.
 LEASEBOARD_ANONYMOUS_READ = envbool("LEASEBOARD_ANONYMOUS_READ", True)
+# Work a visitor can cause is bounded: at most this many hubs are watched at once (the least recently
+# used unwatched one makes room; only hubs the store knows are watched at all), and at most this
+# many websockets are served (more are closed with 1013, try again later).
+LEASEBOARD_MONITORS_MAX = envint("LEASEBOARD_MONITORS_MAX", 16, minimum=1)
+LEASEBOARD_SOCKETS_MAX = envint("LEASEBOARD_SOCKETS_MAX", 500, minimum=1)
 # Lag status (README "Lag and partition status"): a sample of every partition's checkpoint and lag
 # every LAG_SAMPLE_SECONDS; the status is judged over the last LAG_WINDOW samples; STOP after no
 # checkpoint for LAG_STOP_SECONDS; samples are kept LAG_RETENTION_SECONDS for the lag charts.

@@ -31,7 +31,7 @@ from .control import actions
 from .dbthread import DatabaseThread
 from .degrade import unavailable_json
 from .health import DATABASE, DATABASE_ERRORS, health, report
-from .host import current_state, host, monitor
+from .host import current_state, host, unknown
 from .models import EventLog, LagSample, category
 from .pipeline import PipelineCollector
 from .state import lag_rules, last_served, parse_ref, remember
@@ -62,6 +62,30 @@ def _ref(request: HttpRequest) -> HubRef:
     return parse_ref(request.GET.get("hub"), request.GET.get("consumer_group"))
 
 
+def _not_found(ref: HubRef) -> JsonResponse:
+    return JsonResponse({"error": unknown(ref)}, status=404)
+
+
+async def _known(ref: HubRef) -> bool:
+    """Whether the store knows ``ref`` (``host.known``); True while it cannot be asked, so the view
+    answers with what it has (a last known state, a 503) rather than a 404."""
+    try:
+        return await host.known(ref)
+    except Exception as exc:
+        if report(exc) is None:
+            raise
+        return True
+
+
+def _known_sync(ref: HubRef) -> bool:
+    try:
+        return host.known_sync(ref)
+    except Exception as exc:
+        if report(exc) is None:
+            raise
+        return True
+
+
 # --- pages ------------------------------------------------------------------------------------
 
 
@@ -70,7 +94,8 @@ def _page(request: HttpRequest, template: str, page: str, **extra: Any) -> HttpR
         ref = _ref(request)
     except ValueError as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain")
-    monitor(ref)  # the sampler starts with the first look at a hub
+    if host.admit_sync(ref) is None:  # the sampler starts with the first look at a hub the store knows
+        raise Http404(unknown(ref))
     context = {
         "ref": ref, "page": page, "expiry": settings.LEASEBOARD_EXPIRY, "can_act": can_act(request.user),
         "categories": CATEGORIES, **extra,
@@ -146,6 +171,8 @@ async def api_state(request: HttpRequest) -> HttpResponse:
         ref = _ref(request)
     except ValueError as exc:
         return _bad_request(str(exc))
+    if not await _known(ref):
+        return _not_found(ref)
     state, error = await _state_or_error(ref)
     if state is None:
         assert error is not None
@@ -218,6 +245,8 @@ def api_events(request: HttpRequest) -> JsonResponse:
         before = _int_param(request, "before", None, 1, None)
         limit = _int_param(request, "limit", EVENTS_DEFAULT, 1, EVENTS_MAX)
         assert limit is not None
+        if not _known_sync(ref):
+            return _not_found(ref)
         return JsonResponse(_events(ref, request, after, before, limit), safe=False)
     except ValueError as exc:
         return _bad_request(str(exc))
@@ -245,9 +274,12 @@ async def api_partition(request: HttpRequest, partition_id: str) -> JsonResponse
         check_partition_id(partition_id)
     except ValueError as exc:
         return _bad_request(str(exc))
+    if not await _known(ref):
+        return _not_found(ref)
     state, error = await _state_or_error(ref)
     current = state.partition(partition_id) if state is not None else None
     detail: dict[str, Any] = await _db.acall(_partition_detail, ref, partition_id)
+    detail["audit"] = audit_for(await request.auser(), detail["audit"])
     detail.update(
         partition=current.as_json() if current is not None else None, error=error,
         generated_at=state.generated_at if state else None, last_event_id=state.last_event_id if state else None,
@@ -284,6 +316,8 @@ async def api_history(request: HttpRequest) -> JsonResponse:
             raise ValueError(f"quiet must be between 0 and 3600 seconds, got {quiet}")
     except ValueError as exc:
         return _bad_request(str(exc))
+    if not await _known(ref):
+        return _not_found(ref)
     watched = host.running(ref)
     latest = watched.fresh(max_age=10.0) if watched is not None else None
     partitions = len(latest.partitions) if latest is not None else None
@@ -301,6 +335,8 @@ def api_audit(request: HttpRequest) -> JsonResponse:
     except ValueError as exc:
         return _bad_request(str(exc))
     assert limit is not None and after is not None
+    if not _known_sync(ref):
+        return _not_found(ref)
     entries = actions.recent_audit(ref, limit, request.GET.get("target") or None, after)
     return JsonResponse(audit_for(request.user, entries), safe=False)
 
