@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import urlencode
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 
@@ -82,6 +82,8 @@ class ReadRule:
         if self.is_async:
             return self._acall(request)
         refused = None if is_open(request.path) else refusal(request, request.user)
+        if refused is not None:
+            _keep_refused_action(request)
         return refused or self.get_response(request)
 
     async def _acall(self, request: HttpRequest) -> HttpResponse:
@@ -89,9 +91,18 @@ class ReadRule:
         needed = not is_open(request.path) and not settings.LEASEBOARD_ANONYMOUS_READ
         refused = refusal(request, await request.auser()) if needed else None
         if refused is not None:
+            await sync_to_async(_keep_refused_action)(request)
             return refused
         response: HttpResponse = await self.get_response(request)
         return response
+
+
+def _keep_refused_action(request: HttpRequest) -> None:
+    """An action POSTed by someone who may not even read goes on the audit log too (logins.py)."""
+    if request.method == "POST" and request.path.startswith("/api/actions/"):
+        from .control.logins import ANONYMOUS, parsed_body, refused_attempt
+
+        refused_attempt(request, ANONYMOUS, parsed_body(request), LOGIN_REQUIRED)
 
 
 Scope = Any

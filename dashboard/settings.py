@@ -6,6 +6,7 @@ Defaults give a fresh checkout a SQLite file, the embedded hub and the in-proces
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -29,6 +30,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "axes",
     "dashboard",
     "workers",
 ]
@@ -41,10 +43,14 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # Who may read, for every page and API (access.py: the one place that decides).
     "dashboard.access.ReadRule",
+    # Content-Security-Policy on every response (CONTENT_SECURITY_POLICY below).
+    "csp.middleware.CSPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Innermost: a view that finds the database or the store down answers 503, not 500 (degrade.py).
     "dashboard.degrade.OutageMiddleware",
+    # Last, as django-axes asks: answers a locked-out login with the lockout page (AXES_* below).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "dashboard.urls"
@@ -95,6 +101,36 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+# Login throttling (django-axes): after LEASEBOARD_LOGIN_FAILURES wrong passwords for one user name
+# from one address, that pair is refused for LEASEBOARD_LOGIN_COOLOFF_MINUTES, on /login/ and on
+# the admin's login alike; each refusal and lockout is logged and kept in the audit log
+# (dashboard/control/logins.py). A right password resets the count.
+AUTHENTICATION_BACKENDS = ["dashboard.control.logins.LoginThrottle", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = envint("LEASEBOARD_LOGIN_FAILURES", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=envfloat("LEASEBOARD_LOGIN_COOLOFF_MINUTES", 15.0))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "dashboard/locked.html"
+AXES_VERBOSE = False  # our own log lines say it once (logins.py)
+# Content-Security-Policy (django-csp): scripts, styles, images and sockets from this console only;
+# no inline script or style anywhere (the pages take their data from data- attributes).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+# The page takes the CSRF token from a <meta> tag, so no script needs to read the cookie.
+CSRF_COOKIE_HTTPONLY = True
+CSRF_FAILURE_VIEW = "dashboard.control.logins.csrf_failure"
+
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/"

@@ -1,0 +1,113 @@
+"""Logins throttled (django-axes) and kept on the audit log with every refused action attempt;
+a Content-Security-Policy with no inline script or style; a CSRF cookie scripts cannot read."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from axes.models import AccessAttempt
+from django.conf import LazySettings
+from django.contrib.auth.models import User
+from django.db.models import F
+from django.test import Client
+
+from dashboard.models import AuditEntry
+from workers.hub.embedded import EmbeddedHub
+from workers.wiring import Stores
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+A, B = "203.0.113.7", "198.51.100.9"
+LOCKED = "locked out after too many wrong passwords: refused until the cool-off has passed"
+DRAIN = {"action": "drain", "target": "w1", "reason": "try"}
+
+
+@pytest.fixture
+def staff() -> User:
+    return User.objects.create_user("ops", password="right-password-123", is_staff=True)
+
+
+def login(path: str, password: str, address: str, username: str = "ops") -> int:
+    client = Client(REMOTE_ADDR=address)
+    response = client.post(path, {"username": username, "password": password})
+    return response.status_code
+
+
+def logins() -> list[tuple[str, str, str]]:
+    return [(e.user, e.target, e.message) for e in AuditEntry.objects.filter(action="login").order_by("id")]
+
+
+@pytest.mark.parametrize("path", ["/login/", "/admin/login/"])
+def test_a_few_wrong_passwords_lock_the_user_out_from_that_address_until_the_cool_off(
+    settings: LazySettings, staff: User, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    limit = settings.AXES_FAILURE_LIMIT
+    assert [login(path, f"wrong-{i}", A) for i in range(limit)] == [200] * (limit - 1) + [429]
+
+    assert login(path, "right-password-123", A) == 429  # the right password, too late
+    assert login(path, "right-password-123", B) == 302  # the same user from another address
+    kept = logins()
+    # The last wrong password is the one that locks: kept as the lockout, as is each refusal after it.
+    assert [k[2] for k in kept] == ["wrong user name or password"] * (limit - 1) + [LOCKED] * 2
+    assert {k[0] for k in kept} == {"ops"} and {k[1] for k in kept} == {A}
+    assert "right-password-123" not in caplog.text and "wrong-0" not in caplog.text
+    assert "login locked out: 'ops' from 203.0.113.7" in caplog.text
+
+    # The cool-off passes (the attempts' times moved back by it): the right password works again.
+    AccessAttempt.objects.update(attempt_time=F("attempt_time") - settings.AXES_COOLOFF_TIME - timedelta(seconds=1))
+    assert login(path, "right-password-123", A) == 302
+
+
+def test_a_right_password_resets_the_count(settings: LazySettings, staff: User) -> None:
+    limit = settings.AXES_FAILURE_LIMIT
+    for _ in range(limit - 1):
+        assert login("/login/", "wrong", A) == 200
+    assert login("/login/", "right-password-123", A) == 302
+    assert login("/login/", "wrong", A) == 200  # counting starts again
+
+
+def test_refused_action_attempts_are_on_the_audit_log(
+    settings: LazySettings, stores: Stores, hub: EmbeddedHub
+) -> None:
+    User.objects.create_user("viewer", password="x")
+    viewer = Client(enforce_csrf_checks=True, REMOTE_ADDR=A)
+    viewer.login(username="viewer", password="x")
+    viewer.get("/")
+    token = viewer.cookies["csrftoken"].value
+    not_staff = viewer.post("/api/actions/apply", DRAIN, content_type="application/json", HTTP_X_CSRFTOKEN=token)
+    no_token = viewer.post("/api/actions/apply", DRAIN, content_type="application/json")
+    settings.LEASEBOARD_ANONYMOUS_READ = False
+    anonymous = Client(REMOTE_ADDR=B).post("/api/actions/preview", {**DRAIN, "action": "no-such-action"})
+
+    assert (not_staff.status_code, no_token.status_code, anonymous.status_code) == (403, 403, 401)
+    assert no_token.json()["code"] == "csrf"
+    kept = list(AuditEntry.objects.order_by("id").values_list("user", "action", "target", "outcome", "message"))
+    assert [k[:4] for k in kept] == [
+        ("viewer", "drain", "w1", "refused"),
+        ("viewer", "drain", "w1", "refused"),
+        ("(anonymous)", "invalid", "", "refused"),
+    ]
+    assert "staff login" in kept[0][4] and "CSRF" in kept[1][4] and "log in" in kept[2][4]
+
+
+def test_every_page_has_a_policy_that_allows_no_inline_script_and_carries_none(
+    client: Client, stores: Stores, hub: EmbeddedHub
+) -> None:
+    for path in ("/", "/events/", "/history/", "/partitions/0/", "/pipeline/", "/login/"):
+        response = client.get(path)
+        assert response.status_code == 200, path
+        policy = response["Content-Security-Policy"]
+        assert "script-src 'self'" in policy and "style-src 'self'" in policy, policy
+        assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
+        html = response.content.decode()
+        assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", html), path  # every script is a file
+        assert not re.search(r"<style\b|\son[a-z]+=|\sstyle=", html), path  # no inline style or handler
+
+
+def test_the_csrf_cookie_is_http_only(client: Client, stores: Stores, hub: EmbeddedHub) -> None:
+    client.get("/")
+    cookie = client.cookies["csrftoken"]
+
+    assert cookie["httponly"] is True
