@@ -126,6 +126,8 @@ def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
     opened = context.new_page()
     errors: list[str] = []
     opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    # The Content-Security-Policy refuses what a page should not do; a refusal is a bug of the page.
+    opened.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
     yield opened
     report = getattr(request.node, "rep_call", None)
     if report is None or report.failed:
