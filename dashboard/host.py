@@ -171,6 +171,22 @@ class Host:
             return True
         return bool(await self._stores.controls.list_members(ref))
 
+    def running_count(self) -> int:
+        """Monitors running."""
+        return len(self._monitors)
+
+    async def tasks_count(self) -> int:
+        """asyncio tasks on the caller's loop (a view's: the server's) and on the host's."""
+        here = len(asyncio.all_tasks()) - 1  # not the caller
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return here
+        try:
+            theirs = await asyncio.wait_for(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_count(), loop)), 2.0)
+        except (TimeoutError, RuntimeError):
+            theirs = 0
+        return here + theirs
+
     def running(self, ref: HubRef) -> Monitor | None:
         """The monitor of ``ref`` if one is running (nothing is started)."""
         return self._monitors.get(ref)
@@ -249,6 +265,10 @@ class Host:
             with contextlib.suppress(Exception):  # a store that cannot close cleanly is dropped all the same
                 await close_stores(stores)
         await self.db.aclose()  # after any statement a cancelled round left running on it
+
+
+async def _count() -> int:
+    return len(asyncio.all_tasks()) - 1  # not this one
 
 
 def _stacks() -> str:

@@ -34,6 +34,24 @@ ADMIN_ACTIONS = Counter(
 )
 
 
+class ConsoleLoad(Collector):
+    """What visitors make this console process do: hubs watched, sockets served, asyncio tasks on
+    the serving loop and the monitors' loop (bounded by ``LEASEBOARD_MONITORS_MAX`` and
+    ``LEASEBOARD_SOCKETS_MAX``; see ``host.py``)."""
+
+    def __init__(self, monitors: int, sockets: int, tasks: int) -> None:
+        self.figures = {"monitors": monitors, "sockets": sockets, "tasks": tasks}
+
+    def collect(self) -> Iterator[Metric]:
+        helps = {
+            "monitors": "Hubs and consumer groups this console process watches (one monitor each).",
+            "sockets": "Websockets this console process streams to.",
+            "tasks": "asyncio tasks on this console process's serving loop and monitors' loop.",
+        }
+        for name, value in self.figures.items():
+            yield GaugeMetricFamily(f"leaseboard_console_{name}", helps[name], value=value)
+
+
 class StateCollector(Collector):
     """Yields the ``leaseboard_…`` series of one console state (or only ``leaseboard_store_up 0`` without one)."""
 
