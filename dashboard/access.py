@@ -37,6 +37,7 @@ OPEN: dict[str, str] = {
     "/metrics": "Prometheus scrapes it without a session; counts and states only, no user names or bodies",
 }
 HIDDEN_USER = "(staff only)"
+OPERATOR = "dashboard:"  # the reporter prefix of an event an operator's action caused (control/action.py)
 HIDDEN_ERROR = "(the text is shown to staff only: it may repeat the event's body)"
 
 
@@ -133,6 +134,22 @@ def audit_for(user: Any, entries: Iterable[dict[str, Any]]) -> list[dict[str, An
     if can_act(user):
         return list(entries)
     return [{**entry, "user": HIDDEN_USER} for entry in entries]
+
+
+def reporter_for(staff: bool, reporter: str) -> str:
+    """An event's reporter as a reader sees it: ``dashboard:<user>`` (an operator's action) is
+    ``dashboard`` for whoever is not staff."""
+    if staff or not reporter.startswith(OPERATOR):
+        return reporter
+    return OPERATOR.rstrip(":")
+
+
+def events_for(user: Any, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Balancer events as ``user`` may see them: who applied an operator's action for staff only."""
+    staff = can_act(user)
+    if staff:
+        return list(events)
+    return [{**e, "reporter": reporter_for(False, str(e.get("reporter") or ""))} for e in events]
 
 
 def dead_letters_for(user: Any, entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -42,7 +42,7 @@ from django.db.models import Q
 
 from balancer.model import HubRef
 
-from .access import audit_for
+from .access import audit_for, events_for
 from .broadcast import GROUP
 from .console import Json
 from .control.audit import recent_audit
@@ -303,7 +303,7 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         watermark = int(state["last_event_id"])
         await self.send_json({"type": "snapshot", "state": state})
         history: list[dict[str, Any]] = await _feed.acall(_history, self.ref, watermark, HISTORY)
-        await self.send_json({"type": "history", "events": history})
+        await self.send_json({"type": "history", "events": events_for(self.scope.get("user"), history)})
         entries: list[dict[str, Any]] = await _feed.acall(recent_audit, self.ref, AUDIT)
         self.audit_after = max((int(e["id"]) for e in entries), default=0)
         await self.send_json({"type": "audit", "entries": audit_for(self.scope.get("user"), entries[::-1])})
@@ -360,7 +360,8 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         )
         fresh = [row for row in rows if row["id"] not in self.sent]
         if fresh:
-            await self.send_json({"type": "events", "events": fresh, "sent_at": time.time()})
+            shown = events_for(self.scope.get("user"), fresh)
+            await self.send_json({"type": "events", "events": shown, "sent_at": time.time()})
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "sent %d events, the oldest reported %.0f ms ago",

@@ -150,3 +150,25 @@ def test_dead_letter_texts_are_for_staff_only(
     assert anonymous[0]["sequence_number"] == 7 and "1234" not in json.dumps(anonymous)
     assert re.match(r"ValueError \(the text is shown to staff only", anonymous[0]["error"])
     assert staff[0]["error"] == letter["error"] and "body_base64" not in staff[0]
+
+
+def test_who_applied_an_operator_action_is_for_staff_only(client: Client, stores: Stores, hub: EmbeddedHub) -> None:
+    from dashboard.models import EventLog
+    from dashboard.state import parse_ref
+
+    ref = parse_ref(None, None)
+    EventLog.objects.create(
+        namespace=ref.namespace, hub=ref.hub, consumer_group=ref.consumer_group, kind="drain", partition_id="",
+        owner_id="w1", previous_owner="", reporter="dashboard:alice", reason="drain: maintenance", at=1.0,
+    )  # fmt: skip
+    EventLog.objects.create(
+        namespace=ref.namespace, hub=ref.hub, consumer_group=ref.consumer_group, kind="claim", partition_id="0",
+        owner_id="w2", previous_owner="w1", reporter="w2", reason="handed off", at=2.0,
+    )  # fmt: skip
+    anonymous = [client.get("/api/events").json(), client.get("/api/history").json()]
+    User.objects.create_user("ops", password="x", is_staff=True)
+    client.login(username="ops", password="x")
+    staff = [client.get("/api/events").json(), client.get("/api/history").json()]
+
+    assert "alice" not in json.dumps(anonymous) and anonymous[0][0]["reporter"] == "dashboard"
+    assert staff[0][0]["reporter"] == "dashboard:alice" and staff[1]["episodes"]
