@@ -31,6 +31,7 @@ from workers.landing import landing_root, read_markers
 from workers.models import Alert, MinuteSummary, PipelineBatch, UnreadableFile
 
 from .access import dead_letters_for
+from .methods import read_only
 from .state import parse_ref
 
 SENSORS = ("motion", "door", "window", "glass_break", "smoke")
@@ -156,7 +157,7 @@ def page(request: HttpRequest) -> HttpResponse:
     return render(request, "pipeline.html", {"hub": hub, "poll_seconds": 3})
 
 
-@require_GET
+@read_only
 def api(request: HttpRequest) -> JsonResponse:
     """200 with ``pipeline_state`` (dead letters' error texts for staff only); 400 for a bad hub name."""
     try:

@@ -48,8 +48,14 @@ _CONSUMER_GROUP = re.compile(r"(?=.{1,255}\Z)\$?[A-Za-z0-9][A-Za-z0-9._-]*", re.
 T = TypeVar("T")
 
 
-def parse_ref(hub: str | None, consumer_group: str | None) -> HubRef:
-    """The HubRef for query values (missing or empty: the configured ones); ValueError saying what is wrong."""
+def parse_ref(hub: object, consumer_group: object) -> HubRef:
+    """The HubRef for query values or a JSON body's (missing, null or empty: the configured ones);
+    ValueError saying what is wrong (a value that is no string included: ``{}`` is no name)."""
+    for name, value in (("hub", hub), ("consumer_group", consumer_group)):
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{name} must be a string, got {value!r}")
+    assert hub is None or isinstance(hub, str)
+    assert consumer_group is None or isinstance(consumer_group, str)
     ref = hub_ref(hub or None, consumer_group or None)
     if not _HUB.fullmatch(ref.hub):
         raise ValueError(

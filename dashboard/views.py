@@ -25,13 +25,15 @@ from balancer.model import HubRef
 from balancer.model import check_partition_id as _check_partition_id
 
 from . import history, metrics
-from .access import STAFF_REQUIRED, audit_for, can_act
+from .access import STAFF_REQUIRED, audit_for, can_act, events_for, reporter_for
 from .console import ConsoleState, Json
-from .control import actions
+from .consumers import open_sockets
+from .control import actions, logins
 from .dbthread import DatabaseThread
 from .degrade import unavailable_json
 from .health import DATABASE, DATABASE_ERRORS, health, report
 from .host import current_state, host, unknown
+from .methods import read_only
 from .models import EventLog, LagSample, category
 from .pipeline import PipelineCollector
 from .state import lag_rules, last_served, parse_ref, remember
@@ -41,6 +43,7 @@ log = logging.getLogger(__name__)
 EVENTS_DEFAULT = 100
 EVENTS_MAX = 500
 HISTORY_EVENTS_MAX = 50_000
+ID_MAX = 2**63 - 1  # the largest id a database column holds: a greater ``after`` or ``before`` is a 400
 CATEGORIES = ("claim", "steal", "expire", "release", "handoff", "drain", "undrain", "pin", "unpin", "lost")
 
 
@@ -162,7 +165,7 @@ def _last_known(ref: HubRef) -> Json | None:
     return max((k for k in known if k is not None), key=lambda k: float(k["generated_at"]), default=None)
 
 
-@require_GET
+@read_only
 async def api_state(request: HttpRequest) -> HttpResponse:
     """200 with the snapshot (``stale: false``); 400 for a bad hub or consumer group. While the store
     cannot be read: 200 with the last known snapshot, ``stale: true`` and the reason in ``error``,
@@ -185,7 +188,7 @@ async def api_state(request: HttpRequest) -> HttpResponse:
     return JsonResponse({**served, "stale": False})
 
 
-def _int_param(request: HttpRequest, name: str, default: int | None, low: int, high: int | None) -> int | None:
+def _int_param(request: HttpRequest, name: str, default: int | None, low: int, high: int = ID_MAX) -> int | None:
     raw = request.GET.get(name, "")
     if raw == "":
         return default
@@ -193,9 +196,8 @@ def _int_param(request: HttpRequest, name: str, default: int | None, low: int, h
         value = int(raw)
     except ValueError:
         raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
-    if value < low or (high is not None and value > high):
-        span = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise ValueError(f"{name} must be {span}, got {value}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low} and {high}, got {value}")
     return value
 
 
@@ -235,19 +237,19 @@ def _events(
     return [row.as_json() for row in chosen]
 
 
-@require_GET
+@read_only
 def api_events(request: HttpRequest) -> JsonResponse:
     """Balancer events in id order: the first ``limit`` after ``after``, or else the newest ``limit``
     (before ``before``); filtered by ``kind`` (comma-separated categories), ``partition``, ``worker``."""
     try:
         ref = _ref(request)
-        after = _int_param(request, "after", None, 0, None)
-        before = _int_param(request, "before", None, 1, None)
+        after = _int_param(request, "after", None, 0)
+        before = _int_param(request, "before", None, 1)
         limit = _int_param(request, "limit", EVENTS_DEFAULT, 1, EVENTS_MAX)
         assert limit is not None
         if not _known_sync(ref):
             return _not_found(ref)
-        return JsonResponse(_events(ref, request, after, before, limit), safe=False)
+        return JsonResponse(events_for(request.user, _events(ref, request, after, before, limit)), safe=False)
     except ValueError as exc:
         return _bad_request(str(exc))
 
@@ -266,7 +268,7 @@ def _partition_detail(ref: HubRef, pid: str) -> dict[str, Any]:
     }
 
 
-@require_GET
+@read_only
 async def api_partition(request: HttpRequest, partition_id: str) -> JsonResponse:
     """One partition: current state, ownership timeline, events, lag samples, checkpoint moves, audit."""
     try:
@@ -279,7 +281,9 @@ async def api_partition(request: HttpRequest, partition_id: str) -> JsonResponse
     state, error = await _state_or_error(ref)
     current = state.partition(partition_id) if state is not None else None
     detail: dict[str, Any] = await _db.acall(_partition_detail, ref, partition_id)
-    detail["audit"] = audit_for(await request.auser(), detail["audit"])
+    user = await request.auser()
+    detail["audit"] = audit_for(user, detail["audit"])
+    detail["events"] = events_for(user, detail["events"])
     detail.update(
         partition=current.as_json() if current is not None else None, error=error,
         generated_at=state.generated_at if state else None, last_event_id=state.last_event_id if state else None,
@@ -288,12 +292,13 @@ async def api_partition(request: HttpRequest, partition_id: str) -> JsonResponse
     return JsonResponse(detail)
 
 
-def _history(ref: HubRef, quiet: float, partitions: int | None) -> dict[str, Any]:
+def _history(ref: HubRef, quiet: float, partitions: int | None, staff: bool) -> dict[str, Any]:
     rows = EventLog.objects.filter(**EventLog.scope(ref), kind__in=(*history.OWNERSHIP, *history.OPERATOR))
     fields = ("id", "kind", "partition_id", "owner_id", "previous_owner", "reporter", "reason", "at", "handoff")
     newest: list[dict[str, Any]] = [dict(row) for row in rows.order_by("-id").values(*fields)[:HISTORY_EVENTS_MAX]]
     newest.reverse()
     for event in newest:
+        event["reporter"] = reporter_for(staff, event["reporter"])
         event["category"] = category(event["kind"], event["handoff"])
     found = history.episodes(newest, quiet, partitions)
     return {
@@ -305,7 +310,7 @@ def _history(ref: HubRef, quiet: float, partitions: int | None) -> dict[str, Any
     }
 
 
-@require_GET
+@read_only
 async def api_history(request: HttpRequest) -> JsonResponse:
     """Rebalances, newest first (``history.episodes``); ``quiet`` seconds end one (default expiry + interval)."""
     try:
@@ -321,17 +326,18 @@ async def api_history(request: HttpRequest) -> JsonResponse:
     watched = host.running(ref)
     latest = watched.fresh(max_age=10.0) if watched is not None else None
     partitions = len(latest.partitions) if latest is not None else None
-    found: dict[str, Any] = await _db.acall(_history, ref, quiet, partitions)
+    staff = can_act(await request.auser())
+    found: dict[str, Any] = await _db.acall(_history, ref, quiet, partitions, staff)
     return JsonResponse(found)
 
 
-@require_GET
+@read_only
 def api_audit(request: HttpRequest) -> JsonResponse:
     """The audit log of the hub, newest first (``after`` an id; ``target`` a worker or partition)."""
     try:
         ref = _ref(request)
         limit = _int_param(request, "limit", 50, 1, EVENTS_MAX)
-        after = _int_param(request, "after", 0, 0, None)
+        after = _int_param(request, "after", 0, 0)
     except ValueError as exc:
         return _bad_request(str(exc))
     assert limit is not None and after is not None
@@ -349,7 +355,9 @@ Parsed = tuple[HubRef, actions.Request, str, Any]
 
 async def _action_request(request: HttpRequest) -> Parsed | JsonResponse:
     user = await request.auser()
-    if not can_act(user):
+    if not can_act(user):  # kept on the audit log: who tried what
+        who = user.get_username() if user.is_authenticated else logins.ANONYMOUS
+        await _db.acall(logins.refused_attempt, request, who, logins.parsed_body(request), STAFF_REQUIRED)
         return JsonResponse({"error": STAFF_REQUIRED, "code": "forbidden"}, status=403)
     try:
         data = json.loads(request.body or b"{}") if request.content_type == "application/json" else request.POST
@@ -408,7 +416,7 @@ def _logged_by_kind(ref: HubRef) -> dict[str, int]:
     return {row["kind"]: row["n"] for row in rows}
 
 
-@require_GET
+@read_only
 async def metrics_view(request: HttpRequest) -> HttpResponse:
     """Prometheus text for the configured hub and consumer group (always 200; ``leaseboard_store_up``
     says whether the store answered). Open to Prometheus whatever ``LEASEBOARD_ANONYMOUS_READ`` says."""
@@ -417,7 +425,7 @@ async def metrics_view(request: HttpRequest) -> HttpResponse:
     if state is None:  # it could not read the store lately: try once more here
         state, _ = await _state_or_error(ref)
     logged: dict[str, int] = {}
-    extra: list[Collector] = []
+    extra: list[Collector] = [metrics.ConsoleLoad(host.running_count(), open_sockets(), await host.tasks_count())]
     try:
         logged = await _db.acall(_logged_by_kind, ref)
         extra.append(await _db.acall(PipelineCollector, ref.hub))
