@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth
 from django.urls import path
 
-from . import pipeline, views
+from . import openapi, pipeline, views
 
 urlpatterns = [
     path("", views.index, name="index"),
@@ -18,6 +18,7 @@ urlpatterns = [
     path("api/audit", views.api_audit, name="api-audit"),
     path("api/actions/preview", views.action_preview, name="action-preview"),
     path("api/actions/apply", views.action_apply, name="action-apply"),
+    path("api/schema", openapi.schema, name="api-schema"),
     path("metrics", views.metrics_view, name="metrics"),
     path("login/", auth.LoginView.as_view(template_name="dashboard/login.html"), name="login"),
     path("logout/", auth.LogoutView.as_view(), name="logout"),

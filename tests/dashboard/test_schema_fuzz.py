@@ -1,0 +1,174 @@
+"""The console's API against its OpenAPI document (``/api/schema``, ``dashboard/openapi.py``).
+
+``test_no_input_reaches_a_500_or_leaves_the_schema`` runs schemathesis (its CLI, in a subprocess)
+against a real Daphne console on SQLite whose store knows two hubs (``seed_fleet``), logged in as
+staff with a CSRF token so that the actions are fuzzed past the CSRF check into their own code:
+every operation, positive and negative inputs, every default check (no 500, status codes, content
+types, headers and bodies as documented, invalid input refused, ...). The run is bounded by
+``MAX_EXAMPLES`` per operation and a fixed seed. The plain tests check that the document is valid
+OpenAPI, that every ``/api/`` URL pattern is in it, and that it is read under the read rule.
+"""
+
+from __future__ import annotations
+
+import http.cookiejar
+import os
+import re
+import subprocess
+import sys
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+import schemathesis
+from django.conf import LazySettings
+from django.http import HttpResponse
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from dashboard.openapi import document
+from tests.dashboard.console_process import ROOT, Console, environment, migrate
+from workers.hub.embedded import EmbeddedHub
+
+HUBS = ("sensors", "orders")  # the configured hub, and one only the store knows
+PASSWORD = "fuzz-the-console"
+CONFIG = Path(__file__).with_name("schemathesis.toml")  # seed, examples per operation, checks, auth
+
+
+def _run(*command: str, env: dict[str, str]) -> None:
+    subprocess.run(command, cwd=ROOT, env=env, check=True, timeout=180, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    var = tmp_path_factory.mktemp("fuzz")
+    for name in HUBS:
+        with EmbeddedHub(var / "hub", name, partitions=4) as hub:
+            hub.send_batch([b'{"sensor": "door"}'] * 5, partition_id="0")
+    env = environment(var, LEASEBOARD_ADMIN_PASSWORD=PASSWORD)
+    migrate(env)
+    _run(sys.executable, "manage.py", "ensureadmin", env=env)
+    _run(sys.executable, "-m", "tests.dashboard.seed_fleet", *HUBS, env=env)
+    server = Console(var, env)
+    server.start_daphne()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def staff_login(url: str) -> dict[str, str]:
+    """The cookies of a staff session (``sessionid``, ``csrftoken``), logged in through ``/login/``."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    with opener.open(f"{url}/login/", timeout=30):
+        pass
+    token = next(c.value for c in jar if c.name == "csrftoken")
+    form = {"username": "admin", "password": PASSWORD, "csrfmiddlewaretoken": token, "next": "/"}
+    with opener.open(f"{url}/login/", urllib.parse.urlencode(form).encode(), timeout=30):
+        pass
+    cookies = {c.name: c.value for c in jar}
+    assert "sessionid" in cookies, f"the staff login failed: {sorted(cookies)}"
+    return cookies
+
+
+def run_schemathesis(url: str, cookies: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """schemathesis's CLI against ``url``'s document, with ``CONFIG`` and the staff session ``cookies``."""
+    command = [
+        sys.executable, "-m", "schemathesis.cli", "--config-file", str(CONFIG), "--no-color", "run",
+        f"{url}/api/schema",
+    ]  # fmt: skip
+    env = {
+        **os.environ, "LEASEBOARD_FUZZ_SESSION": cookies["sessionid"], "LEASEBOARD_FUZZ_CSRF": cookies["csrftoken"],
+    }  # fmt: skip
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_no_input_reaches_a_500_or_leaves_the_schema(console: Console) -> None:
+    run = run_schemathesis(console.url, staff_login(console.url))
+    summary = run.stdout[run.stdout.rfind("\n", 0, run.stdout.rfind(" SUMMARY ")) + 1 :]
+    print(f"python {' '.join(run.args[1:])}\n{summary}")
+    assert run.returncode == 0, f"{run.stdout[-20_000:]}\n{run.stderr[-4000:]}\nconsole:\n{console.output()[-4000:]}"
+    # Every operation but GET /api/schema itself, which schemathesis leaves out when it reads the document there.
+    operations = sum(len(methods) for methods in document()["paths"].values()) - 1
+    assert f"Tested: {operations}\n" in run.stdout and "Skipped:" not in run.stdout, summary
+
+
+# --- the document -------------------------------------------------------------------------------
+
+
+def api_patterns() -> list[str]:
+    """Every URL pattern of the console under ``/api/``, as an OpenAPI path (``<str:x>`` → ``{x}``)."""
+    found: list[str] = []
+
+    def walk(patterns: list[URLPattern | URLResolver], prefix: str) -> None:
+        for pattern in patterns:
+            route = prefix + str(pattern.pattern)
+            if isinstance(pattern, URLResolver):
+                walk(pattern.url_patterns, route)
+            elif route.startswith("api/"):
+                found.append("/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", route))
+
+    walk(get_resolver().url_patterns, "")
+    return found
+
+
+def test_the_document_is_valid_openapi() -> None:
+    loaded = schemathesis.openapi.from_dict(document())
+    operations = [result.ok() for result in loaded.get_all_operations()]
+    assert len(operations) >= 10
+    assert document()["openapi"].startswith("3.")
+
+
+def test_every_api_url_pattern_is_in_the_document() -> None:
+    patterns = api_patterns()
+    assert "/api/state" in patterns and "/api/partitions/{partition_id}" in patterns
+    missing = sorted(set(patterns) - set(document()["paths"]))
+    assert not missing, f"API URLs without an OpenAPI description in dashboard/openapi.py: {missing}"
+
+
+def conforms(path: str, method: str, url: str, response: HttpResponse) -> None:
+    """Raises unless ``response`` (Django's) is one the document gives ``method`` ``path`` (its template)."""
+    doc = document()
+    documented = doc["paths"][path][method.lower()]["responses"].get(str(response.status_code))
+    assert documented is not None, f"{method} {path}: {response.status_code} is not documented"
+    if "$ref" in documented:
+        documented = doc["components"]["responses"][documented["$ref"].rsplit("/", 1)[1]]
+    media_type = response["Content-Type"].split(";")[0]
+    assert media_type in documented["content"], f"{method} {path}: {response.status_code} as {media_type}"
+    operation = schemathesis.openapi.from_dict(doc)[path][method]
+    request = requests.Request(method, f"http://testserver{url}").prepare()
+    headers = {name: [value] for name, value in response.items()}
+    answer = schemathesis.Response(response.status_code, headers, response.content, request, elapsed=0, verify=True)
+    operation.validate_response(answer)
+
+
+@pytest.mark.django_db
+def test_the_schema_is_served_under_the_read_rule(client: Client, settings: LazySettings) -> None:
+    served = client.get("/api/schema")
+    assert served.status_code == 200 and served["Content-Type"] == "application/json"
+    assert served.json() == document()
+    conforms("/api/schema", "GET", "/api/schema", served)
+
+    settings.LEASEBOARD_ANONYMOUS_READ = False
+    refused = client.get("/api/schema")
+    assert refused.status_code == 401 and set(refused.json()) >= {"error", "login"}
+
+
+@pytest.mark.django_db
+def test_with_anonymous_reading_off_every_api_answers_the_documented_401(
+    client: Client, settings: LazySettings
+) -> None:
+    settings.LEASEBOARD_ANONYMOUS_READ = False
+    for path, operations in document()["paths"].items():
+        if not path.startswith("/api/"):
+            continue  # /metrics is open to Prometheus (access.OPEN)
+        url = path.replace("{partition_id}", "0")
+        for method in operations:
+            response = client.generic(method.upper(), url)
+            assert response.status_code == 401, (method, url, response.status_code)
+            conforms(path, method.upper(), url, response)
