@@ -24,7 +24,7 @@ BENCHMARKS = [
     ("Spark pipeline: 1M landed events vs a pyarrow scan; demo latency", "tests.benchmarks.bench_pipeline"),
     ("Microsoft's processor vs Leaseboard's workers over AMQP", "tests.benchmarks.bench_amqp"),
     ("console: event -> browser latency, /metrics render", "tests.benchmarks.bench_dashboard"),
-    ("console under 1,000 anonymous requests and 200 websockets: CPU, memory, tasks", "tests.benchmarks.bench_visitors"),
+    ("console under 1,000 anonymous requests and 200 sockets: CPU, memory, tasks", "tests.benchmarks.bench_visitors"),
     ("store outages of 2x and 5x the expiry: moves, duplicates, recovery", "tests.benchmarks.bench_outage"),
 ]
 
