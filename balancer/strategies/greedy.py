@@ -1,21 +1,28 @@
-"""``greedy``: take the whole fair share in one cycle.
+"""``greedy``: Microsoft's greedy load balancing (azure-eventhub's ``LoadBalancingStrategy.GREEDY``).
 
-With N the active owners (this worker included) and P the partitions, the share is ``P // N``
-and ``P % N`` workers may hold one more. This worker aims at ``P // N + 1`` when it already holds
-more than ``P // N`` or fewer than ``P % N`` other workers do, else at ``P // N``. It claims what
-it lacks in one cycle: unclaimed partitions first (never owned, released or expired, in random
-order), then steals from the other workers' surplus. A worker's surplus is what it holds beyond
-its allowance, where the ``P % N`` fullest other workers are allowed ``P // N + 1`` and the rest
-``P // N``; so a steal always comes from a worker above ``P // N + 1`` or from one of too many
-workers sitting at ``P // N + 1``. It never gives anything up on its own.
+The rule of azure-eventhub 5.x's ownership manager (``_balance_ownership``), in this package's
+terms. With N the active owners (this worker counted even when it holds nothing) and P the
+partitions, a worker may hold at most ``ceil(P / N)``. Below that maximum it claims, in one cycle,
+as many unclaimed partitions (never owned, released or expired, picked at random) as it lacks to
+reach the maximum. Only when there is nothing to claim does it steal: one partition a cycle, at
+random, from the fullest owner (ties broken by owner id, so every worker picks the same victim).
 
-The price of speed: simultaneous starters each see themselves alone and claim everything (the
-store lets one win each partition), and the others then steal their shares back, so a cold start
-moves far more partitions than the minimum. Expiry is judged by the worker's own clock.
+Microsoft's code steals only while the worker is below ``P // N``; that leaves some fleets
+unbalanced for good (5 partitions on 3 workers held 3, 1, 1: nobody is below 1, so nobody steals).
+Here a worker also steals when it is below its fair target (``target``: ``P // N``, or ``P // N + 1``
+when fewer than ``P % N`` others hold that many) and an owner holds more than its allowance
+(``surplus``), so every fleet ends with counts at most one apart; where Microsoft's code does
+balance, the two make the same moves (``tests/balancer/test_strategies.py`` compares them on the
+SDK's own code). It never gives anything up on its own.
+
+The price of grabbing: simultaneous starters each see themselves alone and claim up to everything
+(the store lets one win each partition), and the others then steal their shares back one
+partition a cycle. Expiry is judged by the worker's own clock, as Microsoft's processor does.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 
@@ -52,32 +59,30 @@ def plan(view: View, rng: random.Random) -> Plan:
     active = view.active()
     counts = view.counts(active)
     p = len(view.partition_ids)
-    need = target(counts, view.owner_id, p) - counts[view.owner_id]
-    if need <= 0:
+    mine = counts[view.owner_id]
+    most = math.ceil(p / len(counts))
+    if mine >= most:
         return Plan()
 
     unclaimed = view.unclaimed(active)
-    picked = rng.sample(unclaimed, min(need, len(unclaimed)))
-    claims = [claim_for(view, pid, active) for pid in sorted(picked, key=int)]
-    need -= len(claims)
-    if need <= 0:
-        return Plan(claims=tuple(claims))
+    picked = rng.sample(unclaimed, min(most - mine, len(unclaimed)))
+    if picked:
+        return Plan(claims=tuple(claim_for(view, pid, active) for pid in sorted(picked, key=int)))
+    share = target(counts, view.owner_id, p)
+    over = surplus(counts, view.owner_id, p)
+    if mine >= share or not over:
+        return Plan()
 
-    floor = p // len(counts)
-    for owner, spare in sorted(surplus(counts, view.owner_id, p).items()):
-        if need <= 0:
-            break
-        theirs = sorted((pid for pid, r in active.items() if r.owner_id == owner), key=int)
-        for pid in sorted(rng.sample(theirs, min(spare, need)), key=int):
-            reason = f"{owner} owns {counts[owner]}, {spare} above its share ({floor}..{floor + 1})"
-            claims.append(Claim(pid, EventKind.STEAL, active[pid], reason))
-            need -= 1
-    return Plan(claims=tuple(claims))
+    victim = min(over, key=lambda o: (-counts[o], o))
+    theirs = sorted((pid for pid, r in active.items() if r.owner_id == victim), key=int)
+    pid = rng.choice(theirs)
+    reason = f"{victim} owns {counts[victim]}, the most; this worker owns {mine}, below its share of {share}"
+    return Plan(claims=(Claim(pid, EventKind.STEAL, active[pid], reason),))
 
 
 STRATEGY = Strategy(
     name="greedy",
     plan=plan,
     store_clock=False,
-    summary="the whole fair share in one cycle: unclaimed first, then the surplus of over-loaded owners",
+    summary="Microsoft's greedy: free and expired partitions up to ceil(P/N) in one cycle, then one steal a cycle",
 )

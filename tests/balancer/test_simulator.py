@@ -121,12 +121,14 @@ def test_the_race_has_a_run_of_its_own_and_every_plan_strategy_the_lease_table_r
 
 
 def test_cold_start_one_claim_per_cycle_against_all_at_once() -> None:
+    # balanced claims one a cycle and moves nothing; greedy (Microsoft's) grabs everything free at
+    # once, so the first to cycle takes all, and the others steal back one partition a cycle each.
     slow = simulate("balanced", "cold-start", 32, 4, seeds=3, settings=QUICK)
-    fast = simulate("greedy", "cold-start", 32, 4, seeds=3, settings=QUICK)
-    assert slow["balanced_runs"] == fast["balanced_runs"] == 3
+    grab = simulate("greedy", "cold-start", 32, 4, seeds=3, settings=QUICK)
+    assert slow["balanced_runs"] == grab["balanced_runs"] == 3
     assert slow["cycles_to_balance"]["median"] >= 8  # type: ignore[index]
-    assert fast["cycles_to_balance"]["max"] <= 2  # type: ignore[index]
-    assert slow["moves"]["max"] == 0 < fast["moves"]["median"]  # type: ignore[index]
+    assert grab["cycles_to_balance"]["max"] <= 32 // 4 + 2  # type: ignore[index]
+    assert slow["moves"]["max"] == 0 < grab["moves"]["median"] <= 32 * 3 // 4  # type: ignore[index,operator]
 
 
 def test_crashed_workers_partitions_are_taken_only_after_expiry() -> None:

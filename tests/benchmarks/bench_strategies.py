@@ -46,7 +46,29 @@ def cases(seeds: int, big_seeds: int) -> list[tuple[str, str, int, int, int]]:
 
 
 def _simulate(case: tuple[str, str, int, int, int]) -> dict[str, Any]:
+    from tests.benchmarks.microsoft_greedy import register
+
+    register()  # "microsoft-greedy" (azure-eventhub's own code) for the side-by-side rows
     return simulate(*case)
+
+
+# ``greedy`` beside azure-eventhub's own greedy code in the same harness: (scenario, P, N).
+MICROSOFT_CASES = [("cold-start", 32, 4), ("cold-start", 1024, 64), ("clock-skew", 32, 4), ("scale-out", 32, 5),
+                   ("crash", 16, 4)]  # fmt: skip
+
+
+def microsoft_rows(seeds: int, big_seeds: int, jobs: int) -> list[list[str]]:
+    """``greedy`` and ``microsoft-greedy`` row by row, the last cell greedy's moves over Microsoft's."""
+    todo = [(name, sc, p, n, big_seeds if p > 100 else seeds)
+            for sc, p, n in MICROSOFT_CASES for name in ("greedy", "microsoft-greedy")]  # fmt: skip
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        done = list(pool.map(_simulate, todo))
+    rows = []
+    for ours, theirs in zip(done[::2], done[1::2], strict=True):
+        mine, microsoft = ours["moves"]["median"] or 0, theirs["moves"]["median"] or 0
+        ratio = f"{mine / microsoft:.2f}" if microsoft else ("1.00" if mine == microsoft else "-")
+        rows += [[*row(ours), ratio], [*row(theirs), ""]]
+    return rows
 
 
 def _mm(value: dict[str, Any], digits: int = 1) -> str:
@@ -120,6 +142,14 @@ def main(argv: list[str] | None = None) -> None:
         f"({time.perf_counter() - started:.0f} s)"
     )
     render(rows, title)
+    started = time.perf_counter()
+    side = microsoft_rows(args.seeds, max(1, args.big_seeds // 4), args.jobs)
+    COLUMNS.append("moves vs MS")
+    try:
+        render(side, f"greedy beside azure-eventhub's own greedy (OwnershipManager), same harness and seeds "
+                     f"({time.perf_counter() - started:.0f} s)")  # fmt: skip
+    finally:
+        COLUMNS.pop()
 
 
 if __name__ == "__main__":
