@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.dashboard.api_document import conforms
 from tests.dashboard.console_process import Answer, Console, environment, migrate
 from tests.support.azurite import Azurite, start_azurite
 from tests.support.postgres import Postgres
@@ -70,17 +71,21 @@ def _down(console: Console) -> bool:
 def _no_server_errors(path: str, answer: Answer) -> None:
     assert answer.status < 500 or answer.status == 503, f"{path} answered {answer}"
     assert "Traceback" not in answer.text and "technical_500" not in answer.text, f"{path}: a debug page: {answer}"
+    if path.startswith(("/api/", "/metrics")):  # the 503s and the stale state are in the API's document too
+        conforms("GET", path, answer.status, answer.content_type, answer.body)
 
 
 def _degraded(console: Console, *, database_down: bool, backend: str) -> None:
     """One sweep over every endpoint during an outage of ``backend``."""
     state = console.get("/api/state")
+    _no_server_errors("/api/state", state)
     assert state.status == 200, state  # it was read before the outage: the last known state, marked stale
     body = state.json()
     assert body["stale"] is True and "unavailable" in body["error"], body
     assert len(body["partitions"]) == 4
 
     metrics = console.get("/metrics")
+    _no_server_errors("/metrics", metrics)
     assert metrics.status == 200, metrics
     assert "\nleaseboard_store_up 0.0\n" in metrics.text, metrics
     assert f"\nleaseboard_database_up {0.0 if database_down else 1.0}\n" in metrics.text, metrics

@@ -22,14 +22,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
 import schemathesis
 from django.conf import LazySettings
-from django.http import HttpResponse
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from dashboard.openapi import document
+from tests.dashboard.api_document import conforms_response
 from tests.dashboard.console_process import ROOT, Console, environment, migrate
 from workers.hub.embedded import EmbeddedHub
 
@@ -131,28 +130,12 @@ def test_every_api_url_pattern_is_in_the_document() -> None:
     assert not missing, f"API URLs without an OpenAPI description in dashboard/openapi.py: {missing}"
 
 
-def conforms(path: str, method: str, url: str, response: HttpResponse) -> None:
-    """Raises unless ``response`` (Django's) is one the document gives ``method`` ``path`` (its template)."""
-    doc = document()
-    documented = doc["paths"][path][method.lower()]["responses"].get(str(response.status_code))
-    assert documented is not None, f"{method} {path}: {response.status_code} is not documented"
-    if "$ref" in documented:
-        documented = doc["components"]["responses"][documented["$ref"].rsplit("/", 1)[1]]
-    media_type = response["Content-Type"].split(";")[0]
-    assert media_type in documented["content"], f"{method} {path}: {response.status_code} as {media_type}"
-    operation = schemathesis.openapi.from_dict(doc)[path][method]
-    request = requests.Request(method, f"http://testserver{url}").prepare()
-    headers = {name: [value] for name, value in response.items()}
-    answer = schemathesis.Response(response.status_code, headers, response.content, request, elapsed=0, verify=True)
-    operation.validate_response(answer)
-
-
 @pytest.mark.django_db
 def test_the_schema_is_served_under_the_read_rule(client: Client, settings: LazySettings) -> None:
     served = client.get("/api/schema")
     assert served.status_code == 200 and served["Content-Type"] == "application/json"
     assert served.json() == document()
-    conforms("/api/schema", "GET", "/api/schema", served)
+    conforms_response("GET", "/api/schema", served)
 
     settings.LEASEBOARD_ANONYMOUS_READ = False
     refused = client.get("/api/schema")
@@ -171,4 +154,4 @@ def test_with_anonymous_reading_off_every_api_answers_the_documented_401(
         for method in operations:
             response = client.generic(method.upper(), url)
             assert response.status_code == 401, (method, url, response.status_code)
-            conforms(path, method.upper(), url, response)
+            conforms_response(method.upper(), url, response)
