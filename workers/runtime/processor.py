@@ -23,6 +23,7 @@ import contextlib
 import logging
 import random
 import signal
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ from workers.runtime.config import PumpConfig, PumpStats
 from workers.runtime.deadletters import DeadLetters
 from workers.runtime.pump import PartitionPump, Sleep
 from workers.runtime.sink import EventSink, OutageLog
+from workers.runtime.slowcycles import CycleWatch
 from workers.sources.base import EventSource
 
 log = logging.getLogger("leaseboard.worker")
@@ -68,6 +70,7 @@ class EventProcessor:
         self._handler = handler
         self.interval = interval
         self._jitter = jitter
+        self._watch = CycleWatch(self.owner_id, self.interval)  # a cycle over half the interval is warned once
         self.shutdown_timeout = shutdown_timeout
         self._config = pump_config or PumpConfig()
         self.dead_letters = dead_letters or DeadLetters(self._config.dead_letter_dir)
@@ -170,6 +173,7 @@ class EventProcessor:
             self._outage.ok()
             self.cycles += 1
             metrics.CYCLE_DURATION.observe(report.seconds)
+            self._watch.judge(report)
             if report.rebalance and self.on_rebalance is not None:
                 self.on_rebalance()
         self._reconcile(frozenset(e.partition_id for e in report.lost) if report is not None else frozenset())
@@ -183,11 +187,14 @@ class EventProcessor:
 
     async def _wait(self, seconds: float) -> None:
         """Sleep ``seconds`` (the injected sleep) or until ``stop()`` or ``wake()``, whichever comes first."""
+        due = time.monotonic() + seconds
         sleeper = asyncio.ensure_future(self._sleep(seconds))
         stopper = asyncio.ensure_future(self._stop.wait())
         waker = asyncio.ensure_future(self._wake.wait())
         try:
             await asyncio.wait([sleeper, stopper, waker], return_when=asyncio.FIRST_COMPLETED)
+            if sleeper.done() and not waker.done():
+                self._watch.waited(time.monotonic() - due)  # how late the loop ran this worker's timer
         finally:
             self._wake.clear()
             for task in (sleeper, stopper, waker):

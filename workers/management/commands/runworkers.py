@@ -106,6 +106,12 @@ class Command(BaseCommand):
             raise CommandError(f"{interval_name} must be more than 0 seconds, got {interval}")
         if expiry <= interval:
             raise CommandError(f"{expiry_name} ({expiry:g}s) must be longer than {interval_name} ({interval:g}s)")
+        if expiry < 3 * interval:
+            log.warning(
+                "%s (%gs) is under three %s (%gs): one slow or missed cycle can let a lease lapse and move a "
+                "partition; keep the expiry at three intervals or more (the defaults: 30s over 10s)",
+                expiry_name, expiry, interval_name, interval,
+            )  # fmt: skip
         check_limits(options)
         skew = clock_skew()
         clock = skewed_clock(skew)
