@@ -1,0 +1,63 @@
+"""The test network itself: hosts reach each other, a cut drops packets both ways and heals, and
+closing leaves no namespace, link or process behind, even when the test fails inside it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.netns import Network, available
+from tests.support.waiting import until_sync
+
+
+
+PORT = 8765
+CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()"
+
+
+def listen(net: Network) -> None:
+    """A TCP listener on PORT in every host, answered until the network closes."""
+    for host in net.hosts.values():
+        host.popen([sys.executable, "-m", "http.server", "-b", host.address, str(PORT)],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    for name in net.hosts:
+        until_sync(lambda name=name: reaches(net, name, name), f"{name}'s listener")
+
+
+def reaches(net: Network, a: str, b: str) -> bool:
+    """Whether a TCP connection from host ``a`` to host ``b``'s listener opens within a second."""
+    done = net[a].run(sys.executable, "-c", CONNECT, net[b].address, str(PORT), check=False)
+    return done.returncode == 0
+
+
+def test_namespaces_can_be_made_here() -> None:
+    assert available() is None
+
+
+def test_hosts_reach_each_other_until_cut_and_again_after_heal() -> None:
+    with Network(["store", "w1", "w2"]) as net:
+        listen(net)
+        assert reaches(net, "w1", "store") and reaches(net, "w2", "w1")
+        net.cut("w1", "store")
+        assert not reaches(net, "w1", "store") and not reaches(net, "store", "w1")
+        assert reaches(net, "w2", "store") and reaches(net, "w1", "w2")  # only that link
+        net.heal("w1", "store")
+        assert reaches(net, "w1", "store")
+        net.isolate("w2")
+        assert not reaches(net, "w2", "store") and not reaches(net, "w2", "w1")
+        observer = subprocess.run([sys.executable, "-c", CONNECT, net["w2"].address, str(PORT)], capture_output=True)
+        assert observer.returncode == 0  # the observer's link is never cut
+        net.heal_all()
+        assert reaches(net, "w2", "w1")
+
+
+def test_closing_leaves_nothing_even_after_a_failure_with_processes_running() -> None:
+    net = Network(["a", "b"])
+    with pytest.raises(RuntimeError), net:
+        sleeper = net["a"].popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        assert sleeper.poll() is None
+        raise RuntimeError("the test failed here")
+    assert sleeper.poll() is not None
+    assert net.leftovers() == []
