@@ -11,8 +11,6 @@ import pytest
 from tests.support.netns import Network, available
 from tests.support.waiting import until_sync
 
-
-
 PORT = 8765
 CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()"
 
