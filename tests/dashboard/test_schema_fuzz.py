@@ -3,10 +3,12 @@
 ``test_no_input_reaches_a_500_or_leaves_the_schema`` runs schemathesis (its CLI, in a subprocess)
 against a real Daphne console on SQLite whose store knows two hubs (``seed_fleet``), logged in as
 staff with a CSRF token so that the actions are fuzzed past the CSRF check into their own code:
-every operation, positive and negative inputs, every default check (no 500, status codes, content
-types, headers and bodies as documented, invalid input refused, ...). The run is bounded by
-``MAX_EXAMPLES`` per operation and a fixed seed. The plain tests check that the document is valid
-OpenAPI, that every ``/api/`` URL pattern is in it, and that it is read under the read rule.
+every operation, positive and negative inputs, every phase (examples, coverage, fuzzing, stateful)
+and every default check (no 500; status codes, content types, headers and bodies as documented;
+invalid input refused; valid input accepted, but for the actions: see ``schemathesis.toml``). The
+run is bounded by the examples per operation and the fixed seed in ``schemathesis.toml``; its
+output is kept in ``test-artifacts/schemathesis.txt``. The plain tests check that the document is
+valid OpenAPI, that every ``/api/`` URL pattern is in it, and that it is read under the read rule.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from workers.hub.embedded import EmbeddedHub
 HUBS = ("sensors", "orders")  # the configured hub, and one only the store knows
 PASSWORD = "fuzz-the-console"
 CONFIG = Path(__file__).with_name("schemathesis.toml")  # seed, examples per operation, checks, auth
+ARTIFACTS = ROOT / "test-artifacts"  # schemathesis.txt: the whole output of the last run
 
 
 def _run(*command: str, env: dict[str, str]) -> None:
@@ -91,6 +94,8 @@ def test_no_input_reaches_a_500_or_leaves_the_schema(console: Console) -> None:
     run = run_schemathesis(console.url, staff_login(console.url))
     summary = run.stdout[run.stdout.rfind("\n", 0, run.stdout.rfind(" SUMMARY ")) + 1 :]
     print(f"python {' '.join(run.args[1:])}\n{summary}")
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "schemathesis.txt").write_text(f"python {' '.join(run.args[1:])}\n{run.stdout}{run.stderr}")
     assert run.returncode == 0, f"{run.stdout[-20_000:]}\n{run.stderr[-4000:]}\nconsole:\n{console.output()[-4000:]}"
     # Every operation but GET /api/schema itself, which schemathesis leaves out when it reads the document there.
     operations = sum(len(methods) for methods in document()["paths"].values()) - 1
