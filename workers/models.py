@@ -138,3 +138,19 @@ class UnreadableFile(models.Model):
 
     def as_json(self) -> dict[str, Any]:
         return {"path": self.path, "error": self.error, "size": self.size, "found_at": self.found_at.timestamp()}
+
+
+class CountedRange(models.Model):
+    """Per hub and partition, the sequence ranges the pipeline has counted (``workers.pipeline.ranges``):
+    its whole dedupe state, written in the same transaction as the batch that counted them."""
+
+    hub = models.CharField(max_length=255)
+    partition_id = models.CharField(max_length=16)
+    intervals = models.TextField(help_text="JSON [[first, last], ...], sorted and disjoint, both ends included")
+    batch_id = models.BigIntegerField(help_text="the batch that last changed them")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["hub", "partition_id"], name="one_range_row_per_partition")]
+
+    def __str__(self) -> str:
+        return f"{self.hub}/{self.partition_id}: {self.intervals}"

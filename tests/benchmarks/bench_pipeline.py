@@ -9,7 +9,7 @@ written durably with ``workers.landing.write_atomically``); they are synthetic s
 * pyarrow: a scan of every column (the floor: reading is all it does), and a scan plus the
   per-home/minute/sensor count (the aggregation without the dedupe);
 * Spark (``local[2]``, the session started once): the real job, ``runpipeline --once`` minus the
-  command (``PipelineJob.start(once=True)``: file source, dedupe with its RocksDB state, aggregates
+  command (``PipelineJob.start(once=True)``: file source, dedupe by counted ranges, aggregates
   and alerts to Parquet, summary to a throw-away SQLite database), from a fresh checkpoint; twice,
   the first run paying the JVM's warm-up.
 

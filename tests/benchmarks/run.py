@@ -22,6 +22,7 @@ BENCHMARKS = [
     ("strategies x scenarios (simulator)", "tests.benchmarks.bench_strategies"),
     ("store requests per worker per cycle, every real store", "tests.benchmarks.bench_stores"),
     ("Spark pipeline: 1M landed events vs a pyarrow scan; demo latency", "tests.benchmarks.bench_pipeline"),
+    ("Spark pipeline's dedupe state after 1M and 10M events", "tests.benchmarks.bench_pipeline_state"),
     ("Microsoft's processor vs Leaseboard's workers over AMQP", "tests.benchmarks.bench_amqp"),
     ("console: event -> browser latency, /metrics render", "tests.benchmarks.bench_dashboard"),
     ("console under 1,000 anonymous requests and 200 sockets: CPU, memory, tasks", "tests.benchmarks.bench_visitors"),

@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 
 from workers.landing import file_name
 from workers.models import UnreadableFile
+from workers.pipeline import summary
 from workers.sensors import SensorEvent
 
 from .conftest import HUB, Landing, fleet_events
@@ -131,3 +132,31 @@ def test_unreadable_landing_files_are_reported_once_and_skipped_not_retried(
     assert minutes_in_db() == expected_minutes(readings)
     with pytest.raises(pa.ArrowInvalid):
         pq.read_table(truncated)  # it really is unreadable
+
+
+def test_the_dedupe_state_is_a_few_ranges_per_partition_across_gaps_late_files_and_odd_names(
+    spark: SparkSession, landing: Landing
+) -> None:
+    readings = fleet_events(500, seed=17)
+    bodies = [e.to_json() for e in readings]
+    landing.land("0", 200, bodies[200:300])  # out of order: a gap before it
+    landing.land("1", 0, bodies[:100])
+    run_once(spark, landing.paths)
+    assert summary.counted_ranges(HUB) == {"0": [(200, 299)], "1": [(0, 99)]}
+
+    landing.land("0", 0, bodies[:210])  # the late file, overlapping the counted range
+    landing.land("0", 150, bodies[150:250])  # and another owner's cut of the same events
+    run_once(spark, landing.paths)
+    assert summary.counted_ranges(HUB) == {"0": [(0, 299)], "1": [(0, 99)]}
+
+    # A file whose name is not a range: the slow path (every counted range excluded, ranges from the data).
+    odd = landing.root / HUB / "1" / "copied-by-hand.parquet"
+    landing.land("1", 50, bodies[50:150])
+    (landing.root / HUB / "1" / file_name(50, 149)).rename(odd)
+    run_once(spark, landing.paths)
+
+    assert summary.counted_ranges(HUB) == {"0": [(0, 299)], "1": [(0, 149)]}
+    counted = readings[:300] + readings[:150]
+    assert minutes_in_db() == expected_minutes(counted)
+    assert aggregates_in_parquet(spark, landing.paths) == expected_aggregates(counted)
+    assert [b.events for b in batches()] == [200, 200, 50]

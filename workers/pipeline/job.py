@@ -1,27 +1,29 @@
 """The streaming job: landing files in, deduplicated aggregates and alerts out. I/O lives here.
 
-    landing/<hub>/<partition>/*.parquet ─ file source (new files only, a file once)
-        └▶ transforms.deduplicate (state: every (partition, sequence) seen, in the Spark checkpoint)
-            └▶ foreachBatch: transforms.per_home_minute_sensor ─▶ results/aggregates/batch_id=N/
-                             transforms.alerts                 ─▶ results/alerts/batch_id=N/
-                             transforms.per_minute_sensor + newest alerts ─▶ Django DB (summary)
+    landing/<hub>/<partition>/<first>-<last>.parquet ─ file source (new files only, a file once; stateless)
+        └▶ foreachBatch: ranges.plan (from the batch's file names and the counted ranges in the database)
+                         transforms.drop_counted (+ deduplicate within the batch if its files overlap)
+                         transforms.per_home_minute_sensor ─▶ results/aggregates/batch_id=N/
+                         transforms.alerts                 ─▶ results/alerts/batch_id=N/
+                         transforms.per_minute_sensor + newest alerts + counted ranges ─▶ Django DB
 
-Exactly once, end to end. Delivery into the landing is at least once; the stream drops an event
-whose key it has seen before, keeping the keys in its state store, versioned with the batches
-in the checkpoint, so the dedupe holds across restarts and without a watermark (a redelivery may
-come arbitrarily late: a worker killed before its checkpoint, or a checkpoint reset by an
-operator). The price is one state entry per event ever seen, in RocksDB on local disk. The
-alternative, a MERGE by key into the results, needs a table format with MERGE (Delta, Iceberg:
-jars this project does not download) or a rewrite of the results per batch.
+Exactly once, end to end. Delivery into the landing is at least once; a duplicate is an event
+whose sequence number its partition has counted already. The state that says so is, per partition,
+the ranges counted so far (``ranges``: usually one interval per partition, whatever the number of
+events), committed in the same database transaction as the batch's summary; the stream itself
+keeps no state but the file source's log. It holds across restarts and without a watermark (a
+redelivery may come arbitrarily late: a worker killed before its checkpoint, or a checkpoint reset
+by an operator).
 
-Spark replays a batch whose commit it did not record, with the same files and the same state, so
-the same rows. Each output is therefore idempotent per batch id: the Parquet folder of batch N is
+Spark replays a batch whose commit it did not record, with the same files; the plan is made again
+from the same counted ranges (the batch's were not committed, or the batch is skipped), so the
+same rows. Each output is therefore idempotent per batch id: the Parquet folder of batch N is
 overwritten, and the database summary is applied in one transaction only if the batch log lacks
 (query id, N) (``summary.apply``). The Parquet is written first: a batch in the log has its files.
 
 A landing file Spark cannot read is skipped (``ignoreCorruptFiles``), reported once (log,
-``leaseboard_pipeline_unreadable_files_total``, an ``UnreadableFile`` row) and never read again:
-the file source lists each file once.
+``leaseboard_pipeline_unreadable_files_total``, an ``UnreadableFile`` row), never read again (the
+file source lists each file once) and adds no counted range: its events count if landed again.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from . import audit, metrics, summary, transforms
+from . import audit, metrics, ranges, summary, transforms
 from .schema import LANDING
 
 log = logging.getLogger("leaseboard.pipeline")
@@ -53,7 +55,7 @@ class Paths:
     """Where one hub's pipeline reads and writes."""
 
     landing: Path  # <landing root>/<hub>: <partition>/<first>-<last>.parquet
-    checkpoint: Path  # the query's offsets, commits and dedupe state
+    checkpoint: Path  # the query's offsets, commits and the file source's log
     results: Path  # aggregates/ and alerts/, one batch_id=N folder per batch
 
     @classmethod
@@ -125,7 +127,7 @@ class PipelineJob:
     def start(self, once: bool = False) -> StreamingQuery:
         """Start the query: ``once`` processes what is landed now (availableNow) and ends."""
         landed = landed_events(self.spark, self.paths)
-        events = transforms.deduplicate(transforms.used_columns(transforms.well_formed(landed)))
+        events = transforms.used_columns(transforms.well_formed(landed))
         writer = (
             events.writeStream.queryName(f"leaseboard-{self.hub}")
             .foreachBatch(self.process)
@@ -153,19 +155,21 @@ class PipelineJob:
         query_id = self.paths.query_id()
         if query_id is None:
             raise RuntimeError(f"no query metadata in {self.paths.checkpoint}")
+        files = audit.batch_files(self.paths.checkpoint, batch_id)
         if summary.applied(query_id, batch_id, self.database):
             log.info("batch %d was committed before a restart: already written, skipped", batch_id)
-            # The dedupe state of this batch must still be computed and committed (Spark checks
-            # that every state partition was): run the plan to the end, writing nothing.
-            batch.write.format("noop").mode("overwrite").save()
             if self.on_batch is not None:
-                self.on_batch(batch_id, 0, audit.batch_files(self.paths.checkpoint, batch_id))
+                self.on_batch(batch_id, 0, files)
             return
-        files = audit.batch_files(self.paths.checkpoint, batch_id)
         bad = audit.unreadable(files or [])
         for item in bad:
             log.error("landing file %s is unreadable and is skipped for good: %s", item.path, item.error)
-        events = batch.persist()
+        before = summary.counted_ranges(self.hub, self.database)
+        plan = ranges.plan(before, files, [item.path for item in bad])
+        fresh = transforms.drop_counted(batch, plan.exclude)
+        if plan.dedupe:
+            fresh = transforms.deduplicate(fresh)
+        events = fresh.persist()
         try:
             stats = transforms.summary(events).first()
             assert stats is not None
@@ -182,6 +186,12 @@ class PipelineJob:
                 ]
                 newest = alerts.orderBy(F.desc("event_time"), F.desc("enqueued_time")).limit(summary.ALERTS_KEPT)
                 newest_alerts = [self._alert(row.asDict()) for row in newest.collect()]
+            counted = plan.after
+            if counted is None:  # the slow path: the ranges from the data
+                found: dict[str, list[tuple[int, int]]] = {}
+                for row in transforms.islands(events).collect() if count else []:
+                    found.setdefault(row["partition_id"], []).append((int(row["first"]), int(row["last"])))
+                counted = ranges.add(before, found)
         finally:
             events.unpersist()
         result = summary.BatchResult(
@@ -189,6 +199,7 @@ class PipelineJob:
             newest_enqueued=_utc(stats["newest_enqueued"]), newest_event=_utc(stats["newest_event"]),
             oldest_enqueued=_utc(stats["oldest_enqueued"]),
             write_seconds=time.perf_counter() - started, minutes=minutes, alerts=newest_alerts, unreadable=bad,
+            counted=counted,
         )  # fmt: skip
         if not summary.apply(result, self.database):
             if self.on_batch is not None:
@@ -203,7 +214,11 @@ class PipelineJob:
         metrics.UNREADABLE_FILES.inc(len(bad))
         log.info(
             "batch %d: %d events from %s files, %d alerts, %d unreadable files, written in %.2fs",
-            batch_id, count, "?" if files is None else len(files), result.alert_count, len(bad),
+            batch_id,
+            count,
+            "?" if files is None else len(files),
+            result.alert_count,
+            len(bad),
             result.write_seconds,
         )
 

@@ -14,8 +14,6 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-
 BASE_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -23,10 +21,6 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     # Results as standard UTC timestamps (not Spark's legacy INT96), so pyarrow and others read them as such.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-    # The dedupe state (one key per event ever seen) lives on disk in RocksDB, not on the JVM heap.
-    "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
-    # Checkpoint the state as a changelog per batch rather than a snapshot: about a third faster.
-    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
 }
 

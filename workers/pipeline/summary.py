@@ -8,6 +8,7 @@ always with the same data, so checking the log inside the same transaction makes
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,7 +17,9 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 
-from workers.models import Alert, MinuteSummary, PipelineBatch, UnreadableFile
+from workers.models import Alert, CountedRange, MinuteSummary, PipelineBatch, UnreadableFile
+
+from . import ranges
 
 ALERTS_KEPT = 1000  # newest alerts kept per hub; the Parquet results keep them all
 
@@ -44,6 +47,7 @@ class BatchResult:
     minutes: Sequence[tuple[datetime, str, int, int]] = ()  # (minute, sensor, events, alerts)
     alerts: Sequence[dict[str, Any]] = ()  # the newest ALERTS_KEPT rows of transforms.alerts
     unreadable: Sequence[Unreadable] = field(default_factory=list)
+    counted: ranges.Ranges | None = None  # the counted ranges after this batch (None: unchanged)
 
     @property
     def alert_count(self) -> int:
@@ -60,6 +64,8 @@ def apply(result: BatchResult, using: str = "default") -> bool:
         if applied(result.query_id, result.batch_id, using):
             return False
         _add_minutes(result.hub, result.minutes, using)
+        if result.counted is not None:
+            _store_ranges(result.hub, result.batch_id, result.counted, using)
         _add_alerts(result, using)
         for bad in result.unreadable:
             UnreadableFile.objects.using(using).get_or_create(
@@ -92,14 +98,30 @@ def _add_alerts(result: BatchResult, using: str) -> None:
         Alert(hub=result.hub, raised_at=result.finished_at, batch_id=result.batch_id, **alert)
         for alert in result.alerts[:ALERTS_KEPT]
     ]
-    # The pipeline drops duplicate events before this, so a conflict here means the summary was
-    # kept across a reset of the Spark checkpoint: the alert is already there, once.
+    # The pipeline drops duplicate events before this (``ranges``), so no conflict is expected; one
+    # would leave the alert there once.
     alerts = Alert.objects.using(using)
     alerts.bulk_create(rows, ignore_conflicts=True)
     oldest_kept = alerts.filter(hub=result.hub).order_by("-event_time", "-id").values_list("id", flat=True)
     stale = list(oldest_kept[ALERTS_KEPT : ALERTS_KEPT + 10_000])
     if stale:
         alerts.filter(id__in=stale).delete()
+
+
+def counted_ranges(hub: str, using: str = "default") -> ranges.Ranges:
+    """The ranges the pipeline of ``hub`` has counted, per partition (its dedupe state)."""
+    rows = CountedRange.objects.using(using).filter(hub=hub).values_list("partition_id", "intervals")
+    return {partition: [(int(a), int(b)) for a, b in json.loads(text)] for partition, text in rows}
+
+
+def _store_ranges(hub: str, batch_id: int, counted: ranges.Ranges, using: str) -> None:
+    before = counted_ranges(hub, using)
+    rows = CountedRange.objects.using(using)
+    for partition, intervals in counted.items():
+        if before.get(partition) == intervals:
+            continue
+        text = json.dumps([list(i) for i in intervals], separators=(",", ":"))
+        rows.update_or_create(hub=hub, partition_id=partition, defaults={"intervals": text, "batch_id": batch_id})
 
 
 def record_progress(query_id: str, progress: Iterable[dict[str, Any]], using: str = "default") -> int:
@@ -110,9 +132,13 @@ def record_progress(query_id: str, progress: Iterable[dict[str, Any]], using: st
         if batch_id is None or entry.get("numInputRows") is None:
             continue
         duration_ms = (entry.get("durationMs") or {}).get("triggerExecution")
-        updated += PipelineBatch.objects.using(using).filter(query_id=query_id, batch_id=batch_id).update(
-            input_rows=entry["numInputRows"],
-            duration_seconds=None if duration_ms is None else duration_ms / 1000.0,
+        updated += (
+            PipelineBatch.objects.using(using)
+            .filter(query_id=query_id, batch_id=batch_id)
+            .update(
+                input_rows=entry["numInputRows"],
+                duration_seconds=None if duration_ms is None else duration_ms / 1000.0,
+            )
         )
     return updated
 
@@ -127,7 +153,7 @@ def forget(hub: str) -> int:
     """Delete the pipeline's summary of ``hub`` (for ``runpipeline --reset``); returns rows deleted."""
     total = 0
     with transaction.atomic():
-        for model in (PipelineBatch, MinuteSummary, Alert, UnreadableFile):
+        for model in (PipelineBatch, MinuteSummary, Alert, UnreadableFile, CountedRange):
             deleted, _ = model.objects.filter(hub=hub).delete()
             total += deleted
     return total

@@ -7,7 +7,9 @@ alarm is armed.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from collections.abc import Mapping, Sequence
+
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from .schema import KEY, LANDING
@@ -38,12 +40,37 @@ def used_columns(events: DataFrame) -> DataFrame:
 
 
 def deduplicate(events: DataFrame) -> DataFrame:
-    """``events`` with one row per (partition_id, sequence_number).
-
-    On a stream this keeps every key ever seen in the query's state store (no watermark), so an
-    event landed again any time later, across restarts, is still dropped.
-    """
+    """``events`` with one row per (partition_id, sequence_number), within this batch (no state)."""
     return events.dropDuplicates(KEY)
+
+
+def drop_counted(events: DataFrame, counted: Mapping[str, Sequence[tuple[int, int]]]) -> DataFrame:
+    """``events`` without the rows whose sequence number lies in their partition's ``counted`` intervals
+    (``ranges.Plan.exclude``: what earlier batches counted)."""
+    condition: Column | None = None
+    for partition, intervals in sorted(counted.items()):
+        if not intervals:
+            continue
+        inside = F.lit(False)
+        for first, last in intervals:
+            inside = inside | F.col("sequence_number").between(first, last)
+        term = (F.col("partition_id") == partition) & inside
+        condition = term if condition is None else condition | term
+    return events if condition is None else events.where(~condition)
+
+
+def islands(events: DataFrame) -> DataFrame:
+    """The runs of consecutive sequence numbers in ``events`` (one row per key): (partition_id, first,
+    last). The slow path of ``ranges``, for a batch whose files do not name their ranges."""
+    order = Window.partitionBy("partition_id").orderBy("sequence_number")
+    run = F.col("sequence_number") - F.row_number().over(order)
+    return (
+        events.select("partition_id", "sequence_number")
+        .withColumn("run", run)
+        .groupBy("partition_id", "run")
+        .agg(F.min("sequence_number").alias("first"), F.max("sequence_number").alias("last"))
+        .drop("run")
+    )
 
 
 def alert_kind(sensor: Column, event: Column, armed: Column) -> Column:
@@ -82,8 +109,10 @@ def alerts(events: DataFrame) -> DataFrame:
     """One row per alerting event: (partition_id, sequence_number, home, kind, sensor, sensor_id,
     event, event_time, enqueued_time)."""
     kind = alert_kind(events["sensor"], events["event"], events["armed"])
-    return events.withColumn("kind", kind).where(F.col("kind").isNotNull()).select(
-        *KEY, "home", "kind", "sensor", "sensor_id", "event", "event_time", "enqueued_time"
+    return (
+        events.withColumn("kind", kind)
+        .where(F.col("kind").isNotNull())
+        .select(*KEY, "home", "kind", "sensor", "sensor_id", "event", "event_time", "enqueued_time")
     )
 
 
