@@ -1,0 +1,171 @@
+"""A small cluster of hosts for the network-partition suite, each in a network namespace.
+
+Hosts (``tests.support.netns``): ``store`` (PostgreSQL: the SQL store, the event log), ``hub``
+(``manage.py runhub``, Event Hubs' AMQP, on the hub's own address), ``console`` (Daphne), and
+``w1``..``w3``, one ``runworkers --count 1 --source eventhubs`` process each, reading the hub over
+AMQP and the store over TCP. The test process is the observer: it writes the events into the hub's
+files (``runhub`` serves what is appended), samples the store and polls the console, on a link no
+nemesis cuts. Everything a worker records (``tests.chaos.recording``) and lands is on the shared
+file system, stamped with the machine's monotonic clock, which namespaces share.
+
+``NetFleet`` is the chaos suite's ``Fleet`` (phases, settling, sampling, evidence, the same
+invariant checker) with its processes placed on hosts.
+"""
+
+from __future__ import annotations
+
+import pwd
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from balancer.model import HubRef
+from tests.chaos.console import Console
+from tests.chaos.fleet import Fleet, Worker
+from tests.support.netns import IP, Host, Network
+from tests.support.postgres import Postgres, postgres_bin_dir
+from tests.support.processes import ROOT, manage, start_logged, worker_env
+from workers.hub.embedded import EmbeddedHub
+
+HOSTS = ("store", "hub", "console", "w1", "w2", "w3")
+WORKER_HOSTS = ("w1", "w2", "w3")
+POSTGRES_PORT = 5432
+AMQP_PORT = 5672
+CONSOLE_PORT = 8000
+HUB = "netsplit"
+
+
+class HostedPostgres(Postgres):
+    """The chaos suite's PostgreSQL, served from the ``store`` host's address (as the ``postgres``
+    user, dropped to inside the namespace: ``ip netns exec`` needs root)."""
+
+    def __init__(self, host: Host, home: Path, settings: dict[str, str], user: tuple[int, int] | None) -> None:
+        super().__init__(POSTGRES_PORT, home, settings, user)
+        self.where = host
+        self.host = host.address
+        with (home / "data" / "pg_hba.conf").open("a") as hba:
+            hba.write(f"host all all {host.address.rsplit('.', 1)[0]}.0/24 trust\n")
+
+    def command(self) -> list[str]:
+        drop = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups"] if self.user else []
+        return [IP, "netns", "exec", self.where.namespace, *drop, *super().command()]
+
+    def popen_options(self) -> dict[str, Any]:
+        return {**super().popen_options(), "user": None, "group": None}
+
+
+def start_store(host: Host, home: Path) -> HostedPostgres:
+    from tests.chaos.stores import CHAOS_POSTGRES
+    from tests.support.postgres import FAST
+
+    user = HostedPostgres.initdb(home)
+    server = HostedPostgres(host, home, {**FAST, **CHAOS_POSTGRES}, user)
+    server.start()
+    return server
+
+
+@dataclass
+class Hub:
+    process: subprocess.Popen[str]
+    connection_string: str
+    namespace: str  # what the workers name in --namespace: the hub host's address and port
+
+
+def start_hub(host: Host, root: Path, partitions: int, env: dict[str, str]) -> Hub:
+    """``runhub`` on the hub host, serving ``root/hub`` (where the observer appends events)."""
+    command = [*manage("runhub", "--host", host.address, "--port", str(AMQP_PORT), "--hub", HUB,
+                       "--partitions", str(partitions))]  # fmt: skip
+    process = host.popen(
+        command, cwd=ROOT, env={**env, "LEASEBOARD_LOG_LEVEL": "WARNING"}, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert process.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = process.stdout.readline().decode(errors="replace")
+        found = re.match(r"EVENTHUB_CONNECTION_STRING=(\S+)", line)
+        if found:
+            return Hub(process, found.group(1), f"{host.address}:{AMQP_PORT}")  # type: ignore[arg-type]
+        if process.poll() is not None:
+            break
+    raise RuntimeError(f"runhub did not print its connection string on {host.name}")
+
+
+class HostedConsole(Console):
+    """The chaos suite's console (Daphne, polled by the observer) on the console host."""
+
+    host: Host | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.host is not None
+        return f"http://{self.host.address}:{CONSOLE_PORT}"
+
+    def start(self) -> None:
+        assert self.host is not None
+        env = {
+            **self.env, "LEASEBOARD_NAMESPACE": self.ref.namespace, "LEASEBOARD_HUB": self.ref.hub,
+            "LEASEBOARD_CONSUMER_GROUP": self.ref.consumer_group, "DJANGO_ALLOWED_HOSTS": self.host.address,
+        }  # fmt: skip
+        command = [IP, "netns", "exec", self.host.namespace, sys.executable, "-m", "daphne",
+                   "-b", self.host.address, "-p", str(CONSOLE_PORT), "dashboard.asgi:application"]  # fmt: skip
+        self.process = start_logged(self.log, command, env)
+
+
+@dataclass
+class NetFleet(Fleet):
+    """``Fleet`` with a worker per worker host, each reading the hub over AMQP (``hub_server``,
+    started once the fleet has made the hub's files)."""
+
+    net: Network | None = None
+    hub_server: Hub | None = None
+    placed: dict[str, str] = field(default_factory=dict)  # worker name -> host name
+
+    def __post_init__(self) -> None:
+        assert self.net is not None
+        self.ref = HubRef(f"{self.net['hub'].address}:{AMQP_PORT}", HUB, "$Default")
+        self.hub = EmbeddedHub(self.root / "hub", HUB, partitions=self.partitions)
+        self.env = worker_env(self.root, **self.kit.env(), LEASEBOARD_DEADLETTER_DIR=str(self.root / "deadletter"))
+        self.env.pop("LEASEBOARD_CLOCK_SKEW", None)
+        self._write = threading.Lock()
+        self._counter = 0
+        self._producing = threading.Event()
+        self._producer = None
+
+    def host_of(self, owner: str) -> str:
+        """The host a worker (owner id ``name-0``) runs on."""
+        return self.placed[owner.removesuffix("-0")]
+
+    def start(self, name: str, skew: float = 0.0) -> Worker:
+        assert self.net is not None and self.hub_server is not None
+        taken = {self.placed[w.name] for w in self.workers.values() if w.running}
+        host = next(h for h in WORKER_HOSTS if h not in taken)
+        command = [IP, "netns", "exec", self.net[host].namespace, *manage(
+            "runworkers", "--count", "1", "--owner-prefix", name,
+            "--store", self.kit.store, "--source", "eventhubs", "--hub", HUB, "--namespace", self.hub_server.namespace,
+            "--interval", str(self.interval), "--expiry", str(self.expiry),
+            "--handler", "tests.chaos.recording.Recorder",
+            "--checkpoint-events", "50", "--checkpoint-seconds", "1", "--shutdown-timeout", "5",
+        )]  # fmt: skip
+        env = {**self.env, "EVENTHUB_CONNECTION_STRING": self.hub_server.connection_string}
+        if skew:
+            env["LEASEBOARD_CLOCK_SKEW"] = str(skew)
+        log = self.root / f"{name}.log"
+        process = start_logged(log, command, env)
+        worker = Worker(name, process, log, time.monotonic(), skew)
+        self.workers[name] = worker
+        self.placed[name] = host
+        return worker
+
+
+def postgres_user_exists() -> bool:
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        return False
+    return postgres_bin_dir().exists()

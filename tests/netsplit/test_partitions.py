@@ -1,0 +1,130 @@
+"""Network partitions between hosts (issue 19, first slice): workers on hosts of their own, cut off
+from the store, the hub or everything, the store cut from every worker, the workers split, a
+flapping link; nothing may be lost and no invariant of the chaos suite may break.
+
+The hosts are network namespaces (``cluster.py``); the workers read the hub over AMQP and the store
+over TCP, so every fault is a real partition: packets dropped silently, connections hanging until
+their timeouts. One nemesis after another (``NETSPLIT_NEMESES=a,b`` chooses; ``NETSPLIT_SECONDS=N``
+runs random ones for N seconds with the seed printed; ``CHAOS_SEED`` replays), each phase ending
+only when the fleet has recovered: every partition owned by a running worker, balanced, every
+checkpoint caught up. The chaos suite's checker (``tests.chaos.invariants``) then judges what the
+workers recorded, the store's ownership and checkpoints sampled by the observer, and the console's
+answers: no event lost, no event handled twice except within the expiry after an unplanned failure
+of its handler (a worker cut from the store or from everything is one), checkpoints never going
+back, and the console never a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chaos import rules
+from tests.chaos.faults import PostCheck, new_name
+from tests.chaos.invariants import check
+from tests.chaos.stores import DASHBOARD_ALIAS, SqlKit, migrated_database
+from tests.chaos.test_chaos import crash_loops, finish, print_report
+from tests.netsplit.cluster import HOSTS, HostedConsole, NetFleet, start_hub, start_store
+from tests.netsplit.nemeses import NEMESES
+from tests.support.databases import remove_django_database
+from tests.support.netns import Network, available
+from tests.support.postgres import Postgres
+
+pytestmark = pytest.mark.slow
+
+SECONDS = float(os.environ.get("NETSPLIT_SECONDS") or 0)
+
+
+def plan(fleet: NetFleet, started: float) -> Iterator[str]:
+    chosen = os.environ.get("NETSPLIT_NEMESES")
+    if chosen:
+        yield from (name.strip() for name in chosen.split(",") if name.strip())
+        return
+    if not SECONDS:
+        yield from NEMESES
+        return
+    while time.monotonic() - started < SECONDS:
+        yield fleet.rng.choice(sorted(NEMESES))
+
+
+def test_this_machine_can_make_hosts() -> None:
+    assert available() is None, available()
+
+
+@pytest.fixture
+def hosts(django_db_blocker: Any) -> Iterator[tuple[Network, Postgres, str]]:
+    """The hosts, with PostgreSQL serving on the store host, its database migrated (sync: Django's
+    migrations), removed after the test whatever happened."""
+    home = Path(tempfile.mkdtemp(prefix="leaseboard-netsplit-pg-"))
+    with Network(HOSTS) as net, django_db_blocker.unblock():
+        server = start_store(net["store"], home)
+        try:
+            yield net, server, migrated_database(server)
+        finally:
+            remove_django_database(DASHBOARD_ALIAS)
+            server.kill()
+            shutil.rmtree(home, ignore_errors=True)
+    assert net.leftovers() == [], f"the network left {net.leftovers()} behind"
+
+
+@pytest.mark.timeout(900 + 3 * SECONDS)
+async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions(
+    hosts: tuple[Network, Postgres, str], tmp_path: Path, django_db_blocker: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    net, server, url = hosts
+    seed = int(os.environ.get("CHAOS_SEED") or time.time_ns() % 1_000_000)
+    os.environ["CHAOS_SEED"] = str(seed)  # the fleet's generator reads it
+    with capsys.disabled():
+        print(f"\nnetsplit: seed {seed} (CHAOS_SEED={seed} replays the choices)")
+    checks: list[PostCheck] = []
+    kit = SqlKit(server, url)
+    with django_db_blocker.unblock():
+        opened = await kit.open()
+        fleet = NetFleet(kit, tmp_path, opened, net=net)
+        fleet.hub_server = start_hub(net["hub"], tmp_path, fleet.partitions, fleet.env)
+        console = HostedConsole(tmp_path, {**fleet.env, "LEASEBOARD_STORE": kit.store}, fleet.ref)
+        console.host = net["console"]
+        sampler = asyncio.create_task(fleet.sample())
+        try:
+            started, wall_from = time.monotonic(), time.time()
+            console.start()
+            for _ in range(3):
+                fleet.start(new_name())
+            await console.ready()
+            console.poll()
+            fleet.start_producing()
+
+            async def nothing() -> None:
+                pass
+
+            await fleet.phase("start", nothing)
+            for name in plan(fleet, started):
+                nemesis = NEMESES[name]
+                await fleet.phase(name, lambda nemesis=nemesis: nemesis(fleet, checks))  # type: ignore[misc]
+            problems = await finish(fleet)
+            problems += rules.event_clock(await asyncio.to_thread(console.events), wall_from, time.time())
+            probes = await asyncio.to_thread(console.stop_polling)
+            evidence = await fleet.evidence()
+            evidence.console = probes
+        finally:
+            console.stop()
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+            fleet.shutdown()
+            await kit.close(opened)
+    report = check(evidence)
+    report.violations += problems + [p for post in checks for p in post(evidence)] + crash_loops(fleet) + fleet.problems
+    with capsys.disabled():
+        print_report("netsplit", report, fleet, time.monotonic() - started)
+    assert not report.violations, "broken invariants:\n" + "\n".join(report.violations)
