@@ -317,7 +317,9 @@ HTML = {"text/html": {"schema": STRING}}
 RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before asking again", "schema": STRING}}
 
 RESPONSES: dict[str, Schema] = {
-    "BadRequest": json_body(ref("Error"), "A parameter is malformed (the message says which)."),
+    "BadRequest": json_body(
+        ref("Error"), "A parameter is malformed, or there are more than Django parses (the message says which)."
+    ),
     "LoginRequired": json_body(ref("LoginRequired"), "Anonymous reading is off (LEASEBOARD_ANONYMOUS_READ=false)."),
     "UnknownHub": json_body(ref("Error"), "No worker has run this hub and consumer group on this store."),
     "NotAllowed": {
@@ -355,7 +357,11 @@ def action(summary: str, body: str, ok: Schema) -> Schema:
             "requestBody": {"required": True, "content": {"application/json": {"schema": ref(body)}}},
             "responses": {
                 "200": ok,
-                "400": json_body(ref("ActionError"), refused),
+                "400": {
+                    "description": f"{refused} Django's HTML page: a body it will not read (over "
+                    "DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MB, or, as a form, over DATA_UPLOAD_MAX_NUMBER_FIELDS, 1000).",
+                    "content": {"application/json": {"schema": ref("ActionError")}, **HTML},
+                },
                 "401": {"$ref": "#/components/responses/LoginRequired"},
                 "403": {
                     "description": "No staff session (JSON), or no valid CSRF token (Django's HTML page).",
@@ -402,7 +408,7 @@ def document() -> Schema:
         },
         "paths": {
             "/api/schema": get("This document.", json_body({"type": "object"}, "The OpenAPI document."), [],
-                               "401", "405"),
+                               "400", "401", "405"),
             "/api/state": get(
                 "The state of one hub and consumer group (DESIGN.md's /api/state).",
                 {**json_body(ref("State"), "The state; while the store is down, the last known one (stale: true)."),
@@ -473,6 +479,7 @@ def document() -> Schema:
                             "description": "Every series of ours is named leaseboard_...",
                             "content": {"text/plain": {"schema": STRING}},
                         },
+                        "400": {"$ref": "#/components/responses/BadRequest"},
                         "405": {"$ref": "#/components/responses/NotAllowed"},
                     },
                 }

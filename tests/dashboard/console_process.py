@@ -143,7 +143,16 @@ class Console:
 
     def get(self, path: str, headers: dict[str, str] | None = None, timeout: float = 30.0) -> Answer:
         """GET ``path``: its status, body and content type, whatever the status."""
-        request = urllib.request.Request(f"{self.url}{path}", headers=headers or {})
+        return self.request("GET", path, None, headers, timeout)
+
+    def post(self, path: str, body: bytes, headers: dict[str, str] | None = None, timeout: float = 30.0) -> Answer:
+        """POST ``body`` to ``path``: the answer's status, body and content type, whatever the status."""
+        return self.request("POST", path, body, headers, timeout)
+
+    def request(
+        self, method: str, path: str, body: bytes | None, headers: dict[str, str] | None, timeout: float
+    ) -> Answer:
+        request = urllib.request.Request(f"{self.url}{path}", body, headers or {}, method=method)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return Answer(response.status, response.read(), response.headers.get("Content-Type", ""))

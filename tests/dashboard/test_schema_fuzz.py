@@ -14,6 +14,7 @@ valid OpenAPI, that every ``/api/`` URL pattern is in it, and that it is read un
 from __future__ import annotations
 
 import http.cookiejar
+import json
 import os
 import re
 import subprocess
@@ -30,7 +31,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from dashboard.openapi import document
-from tests.dashboard.api_document import conforms_response
+from tests.dashboard.api_document import conforms, conforms_response
 from tests.dashboard.console_process import ROOT, Console, environment, migrate
 from workers.hub.embedded import EmbeddedHub
 
@@ -102,6 +103,31 @@ def test_no_input_reaches_a_500_or_leaves_the_schema(console: Console) -> None:
     assert f"Tested: {operations}\n" in run.stdout and "Skipped:" not in run.stdout, summary
 
 
+@pytest.mark.slow
+def test_what_django_will_not_parse_is_answered_as_documented(console: Console) -> None:
+    """What schemathesis does not send: more query fields than Django parses (a 500 with DEBUG on, the
+    console's default, before ``methods.read_only``), a body over its size limit, a form over its
+    field limit; on the live console with DEBUG on."""
+    many = "&".join(f"p{i}=1" for i in range(1_100))
+    for path, methods in document()["paths"].items():
+        if "get" in methods:
+            url = f"{path.replace('{partition_id}', '0')}?{many}"
+            answer = console.get(url)
+            assert answer.status == 400 and answer.json()["error"].startswith("too many query parameters"), answer
+            conforms("GET", url, answer.status, answer.content_type, answer.body)
+
+    cookies = staff_login(console.url)
+    staff = {"Cookie": f"sessionid={cookies['sessionid']}; csrftoken={cookies['csrftoken']}",
+             "X-CSRFToken": cookies["csrftoken"]}  # fmt: skip
+    too_big = json.dumps({"action": "drain", "target": "x" * 3_000_000, "reason": "r"}).encode()
+    bodies = [("application/json", too_big), ("application/x-www-form-urlencoded", many.encode())]
+    for path in ("/api/actions/preview", "/api/actions/apply"):
+        for content_type, body in bodies:
+            answer = console.post(path, body, {**staff, "Content-Type": content_type})
+            assert answer.status == 400, (path, content_type, answer)
+            conforms("POST", path, answer.status, answer.content_type, answer.body)
+
+
 # --- the document -------------------------------------------------------------------------------
 
 
@@ -145,6 +171,16 @@ def test_the_schema_is_served_under_the_read_rule(client: Client, settings: Lazy
     settings.LEASEBOARD_ANONYMOUS_READ = False
     refused = client.get("/api/schema")
     assert refused.status_code == 401 and set(refused.json()) >= {"error", "login"}
+
+
+@pytest.mark.django_db
+def test_more_query_fields_than_django_parses_are_a_documented_400(client: Client, settings: LazySettings) -> None:
+    settings.DEBUG = True  # the console's default: Django's debug page read the query again and failed (500)
+    many = "&".join(f"p{i}=1" for i in range(settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 1))
+    for path in ("/api/state", "/api/events", "/api/audit", "/api/pipeline", "/api/schema", "/metrics"):
+        response = client.get(f"{path}?{many}")
+        assert response.status_code == 400, (path, response.status_code)
+        conforms_response("GET", f"{path}?{many}", response)
 
 
 @pytest.mark.django_db
