@@ -14,12 +14,14 @@ invariant checker) with its processes placed on hosts.
 
 from __future__ import annotations
 
+import json
 import pwd
 import re
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +103,15 @@ class HostedConsole(Console):
 
     host: Host | None = None
 
+    def state(self) -> dict[str, Any] | None:
+        """``/api/state`` of the fleet's hub, or None when it does not answer 200."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/state?hub={self.ref.hub}", timeout=self.timeout) as answer:
+                found: dict[str, Any] = json.loads(answer.read())
+                return found
+        except (OSError, ValueError):
+            return None
+
     @property
     def url(self) -> str:
         assert self.host is not None
@@ -124,6 +135,7 @@ class NetFleet(Fleet):
 
     net: Network | None = None
     hub_server: Hub | None = None
+    console: HostedConsole | None = None
     placed: dict[str, str] = field(default_factory=dict)  # worker name -> host name
 
     def __post_init__(self) -> None:

@@ -21,6 +21,39 @@ Nemesis = Callable[[NetFleet, list[PostCheck]], Awaitable[None]]
 HOLD = 4.0  # expiries a cut lasts: long enough for every lease of a cut-off worker to expire
 
 
+async def console_tells_the_truth(fleet: NetFleet, owner: str) -> list[str]:
+    """While ``owner`` is cut from the store: within expiry plus two intervals (and a second for the
+    console's own sampling) the console shows it not alive and owning nothing, its partitions taken
+    by others, and the events say why (an expiry naming it). Returns what it got wrong."""
+    assert fleet.console is not None
+    console = fleet.console
+    held = {pid for pid, o in fleet.owners().items() if o == owner}
+    deadline = fleet.expiry + 2 * fleet.interval + 1.0
+    started, wall_from = time.monotonic(), time.time() - 1.0
+
+    def shown() -> tuple[bool | None, int | None]:
+        state = console.state()
+        row = next((w for w in state.get("workers", []) if w.get("id") == owner), None) if state else None
+        return (row.get("alive"), row.get("owned")) if row else (None, None)
+
+    seen: tuple[bool | None, int | None] = (None, None)
+    while time.monotonic() - started < deadline:
+        seen = await asyncio.to_thread(shown)
+        if seen == (False, 0):
+            break
+        await asyncio.sleep(0.25)  # the poll's period
+    problems = []
+    if seen not in ((False, 0), (None, None)):
+        problems.append(f"console: {owner} cut from the store still shown alive={seen[0]} owning {seen[1]} "
+                        f"{deadline:.1f}s after the cut")  # fmt: skip
+    await asyncio.sleep(max(0.0, HOLD * fleet.expiry - 1.0 - (time.monotonic() - started)))  # to the cut's end
+    taken = [f"{e.get('kind')}: {e.get('reason')}" for e in await asyncio.to_thread(console.events)
+             if e.get("partition_id") in held and float(e.get("at") or 0) >= wall_from]  # fmt: skip
+    if held and not any(owner in r for r in taken):
+        problems.append(f"console: no event naming {owner} for its partitions {sorted(held)}: {taken}")
+    return problems
+
+
 def _victim(fleet: NetFleet) -> tuple[str, str]:
     """(owner id, host) of a running worker, chosen by the fleet's seeded generator."""
     worker = fleet.pick()
@@ -28,13 +61,19 @@ def _victim(fleet: NetFleet) -> tuple[str, str]:
 
 
 async def _hold(
-    fleet: NetFleet, cut: Callable[[], None], heal: Callable[[], None], kind: str, victims: set[str]
+    fleet: NetFleet, cut: Callable[[], None], heal: Callable[[], None], kind: str, victims: set[str],
+    cut_off: str | None = None,
 ) -> None:
+    """Cut, hold for HOLD expiries, heal. ``cut_off``: a worker that cannot reach the store meanwhile;
+    the console must show it as it is by the end of the hold (``console_tells_the_truth``)."""
     assert fleet.net is not None
     started = time.monotonic()
     cut()
     try:
+        watch = asyncio.create_task(console_tells_the_truth(fleet, cut_off)) if cut_off else None
         await asyncio.sleep(HOLD * fleet.expiry)  # the fault's own length, not a wait for a condition
+        if watch is not None:
+            fleet.problems.extend(await watch)
     finally:
         heal()
     fleet.fault(kind, started, victims, ended=time.monotonic())
@@ -46,7 +85,7 @@ async def worker_from_store(fleet: NetFleet, checks: list[PostCheck]) -> None:
     assert fleet.net is not None
     owner, host = _victim(fleet)
     net = fleet.net
-    await _hold(fleet, lambda: net.cut(host, "store"), lambda: net.heal(host, "store"), "cut-store", {owner})
+    await _hold(fleet, lambda: net.cut(host, "store"), lambda: net.heal(host, "store"), "cut-store", {owner}, owner)
 
 
 async def worker_from_hub(fleet: NetFleet, checks: list[PostCheck]) -> None:
@@ -67,7 +106,7 @@ async def worker_from_everything(fleet: NetFleet, checks: list[PostCheck]) -> No
             if other != host:
                 net.heal(host, other)
 
-    await _hold(fleet, lambda: net.isolate(host), heal, "isolated", {owner})
+    await _hold(fleet, lambda: net.isolate(host), heal, "isolated", {owner}, owner)
 
 
 async def store_from_workers(fleet: NetFleet, checks: list[PostCheck]) -> None:
