@@ -12,6 +12,7 @@ from django.test import Client
 from prometheus_client import CollectorRegistry, generate_latest
 
 from dashboard.pipeline import MINUTES, PipelineCollector
+from tests.dashboard.api_document import conforms_response
 from workers.models import Alert, MinuteSummary, PipelineBatch, UnreadableFile
 
 from .conftest import HUB, T0, Landing, fleet_events
@@ -53,7 +54,9 @@ def test_the_api_reports_aggregates_alerts_lag_batches_and_bad_input(client: Cli
     folders.land("1", 40, readings)  # enqueued at T0 + 40..42: the newest landed event
     folders.land("1", 43, [b"garbage"])
 
-    state = client.get("/api/pipeline", {"hub": HUB}).json()
+    response = client.get("/api/pipeline", {"hub": HUB})
+    conforms_response("GET", f"/api/pipeline?hub={HUB}", response)  # as /api/schema describes it
+    state = response.json()
 
     assert state["hub"] == HUB
     assert state["lag"] == {
