@@ -1,6 +1,7 @@
 """A small cluster of hosts for the network-partition suite, each in a network namespace.
 
-Hosts (``tests.support.netns``): ``store`` (PostgreSQL: the SQL store, the event log), ``hub``
+Hosts (``tests.support.netns``): ``store`` (PostgreSQL: the SQL store and the event log; Redis or
+Azurite too when the fleet's store is one of those), ``hub``
 (``manage.py runhub``, Event Hubs' AMQP, on the hub's own address), ``console`` (Daphne), and
 ``w1``..``w3``, one ``runworkers --count 1 --source eventhubs`` process each, reading the hub over
 AMQP and the store over TCP. The test process is the observer: it writes the events into the hub's
@@ -17,8 +18,10 @@ from __future__ import annotations
 import json
 import pwd
 import re
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -29,14 +32,19 @@ from typing import Any
 from balancer.model import HubRef
 from tests.chaos.console import Console
 from tests.chaos.fleet import Fleet, Worker
+from tests.chaos.stores import BlobKit, RedisKit, SqlKit
+from tests.support.azurite import Azurite
 from tests.support.netns import IP, Host, Network
 from tests.support.postgres import Postgres, postgres_bin_dir
 from tests.support.processes import ROOT, manage, start_logged, worker_env
+from tests.support.redis_server import RedisServer, answers
 from workers.hub.embedded import EmbeddedHub
 
 HOSTS = ("store", "hub", "console", "w1", "w2", "w3")
 WORKER_HOSTS = ("w1", "w2", "w3")
 POSTGRES_PORT = 5432
+REDIS_PORT = 6379
+AZURITE_PORT = 10000
 AMQP_PORT = 5672
 CONSOLE_PORT = 8000
 HUB = "netsplit"
@@ -69,6 +77,73 @@ def start_store(host: Host, home: Path) -> HostedPostgres:
     server = HostedPostgres(host, home, {**FAST, **CHAOS_POSTGRES}, user)
     server.start()
     return server
+
+
+class HostedRedis(RedisServer):
+    """A redis-server on the store host's address."""
+
+    def __init__(self, host: Host, directory: Path) -> None:
+        super().__init__(REDIS_PORT, directory, host=host.address)
+        self.where = host
+
+    def command(self) -> list[str]:  # reached from other hosts: no loopback-only protected mode
+        return [IP, "netns", "exec", self.where.namespace, *super().command(), "--protected-mode", "no"]
+
+    def ready(self) -> bool:  # /proc/net of this process shows another namespace's sockets: ask it
+        return self.process is not None and answers(self.host, self.port)
+
+
+class HostedAzurite(Azurite):
+    """An Azurite blob service on the store host's address."""
+
+    def __init__(self, host: Host, location: Path) -> None:
+        super().__init__(AZURITE_PORT, location, host=host.address)
+        self.where = host
+
+    def command(self) -> list[str]:
+        return [IP, "netns", "exec", self.where.namespace, *super().command()]
+
+    def ready(self) -> bool:
+        if self.process is None:
+            return False
+        try:
+            socket.create_connection((self.host, self.port), timeout=0.5).close()
+        except OSError:
+            return False
+        return True
+
+
+@dataclass
+class HostedRedisKit(RedisKit):
+    """The chaos suite's Redis kit, its server on the store host (the event log stays in PostgreSQL)."""
+
+    host: Host | None = None
+
+    def __post_init__(self) -> None:
+        assert self.host is not None
+        self.server = HostedRedis(self.host, Path(tempfile.mkdtemp(prefix="leaseboard-netsplit-redis-")))
+        self.server.start()
+
+
+@dataclass
+class HostedBlobKit(BlobKit):
+    """The chaos suite's Blob kit, Azurite on the store host."""
+
+    host: Host | None = None
+
+    def __post_init__(self) -> None:
+        assert self.host is not None
+        self.azurite = HostedAzurite(self.host, Path(tempfile.mkdtemp(prefix="leaseboard-netsplit-azurite-")))
+        self.azurite.start()
+
+
+def make_kit(store: str, host: Host, cluster: Postgres, database_url: str) -> Any:
+    """The kit of ``store`` with its server on ``host`` (PostgreSQL already runs there)."""
+    if store == "postgresql":
+        return SqlKit(cluster, database_url)
+    if store == "redis":
+        return HostedRedisKit(database_url, host=host)
+    return HostedBlobKit(database_url, host=host)
 
 
 @dataclass
