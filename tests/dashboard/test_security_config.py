@@ -29,6 +29,9 @@ OTHER_PROGRAMS = {
     "GF_SECURITY_ADMIN_PASSWORD": "Grafana's admin password (the grafana image maps GF_* to its ini)",
     "GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH": "Grafana's home dashboard (the grafana image maps GF_* to its ini)",
     "PROMETHEUS_MULTIPROC_DIR": "prometheus_client's multi-process mode (the workers read it too)",
+    "SPARK_HOME": "Spark's scripts (spark-class) find the installed pyspark package through it",
+    "SPARK_NO_DAEMONIZE": "Spark's start scripts keep the master and workers in the foreground (a container's process)",
+    "SPARK_WORKER_DIR": "Spark's workers keep their application folders there, not in the package",
 }
 
 
