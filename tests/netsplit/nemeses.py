@@ -11,10 +11,11 @@ and move nothing for long: they renew their leases throughout.
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Awaitable, Callable
 
-from tests.chaos.faults import PostCheck
+from tests.chaos.faults import SKEW, PostCheck, new_name
 from tests.netsplit.cluster import WORKER_HOSTS, NetFleet
 
 Nemesis = Callable[[NetFleet, list[PostCheck]], Awaitable[None]]
@@ -97,8 +98,12 @@ async def worker_from_hub(fleet: NetFleet, checks: list[PostCheck]) -> None:
 
 
 async def worker_from_everything(fleet: NetFleet, checks: list[PostCheck]) -> None:
+    await worker_isolated(fleet, _victim(fleet)[0])
+
+
+async def worker_isolated(fleet: NetFleet, owner: str) -> None:
     assert fleet.net is not None
-    owner, host = _victim(fleet)
+    host = fleet.host_of(owner)
     net = fleet.net
 
     def heal() -> None:
@@ -160,6 +165,39 @@ async def flapping_store_link(fleet: NetFleet, checks: list[PostCheck]) -> None:
     fleet.notes.append(f"flapping: {owner}'s store link, {time.monotonic() - started:.1f}s")
 
 
+async def cut_while_another_stops(fleet: NetFleet, checks: list[PostCheck]) -> None:
+    """One worker cut from the store while another is SIGSTOPped: two failures at once, the third
+    worker takes everything; both come back."""
+    assert fleet.net is not None
+    net = fleet.net
+    cut_owner, host = _victim(fleet)
+    stopped = next(w for w in sorted(fleet.running(), key=lambda w: w.name) if w.owner != cut_owner)
+
+    def cut() -> None:
+        net.cut(host, "store")
+        stopped.process.send_signal(signal.SIGSTOP)
+        stopped.stopped = True
+
+    def heal() -> None:
+        stopped.process.send_signal(signal.SIGCONT)
+        stopped.stopped = False
+        net.heal(host, "store")
+
+    await _hold(fleet, cut, heal, "cut-store+sigstop", {cut_owner, stopped.owner}, cut_owner)
+
+
+async def skewed_worker_isolated(fleet: NetFleet, checks: list[PostCheck]) -> None:
+    """A worker replaced (SIGTERM: a planned move) by one whose wall clock runs 3 minutes ahead,
+    which is then cut off from everything: leases are judged by the store's clock either way."""
+    assert fleet.net is not None
+    old = fleet.pick()
+    fleet.fault("sigterm", time.monotonic(), {old.owner}, planned=True)
+    await asyncio.to_thread(fleet.terminate, old)
+    skewed = fleet.start(new_name(), skew=SKEW)
+    await fleet.settle()
+    await worker_isolated(fleet, skewed.owner)
+
+
 NEMESES: dict[str, Nemesis] = {
     "cut-store": worker_from_store,
     "cut-hub": worker_from_hub,
@@ -167,4 +205,6 @@ NEMESES: dict[str, Nemesis] = {
     "store-cut": store_from_workers,
     "split": workers_split,
     "flapping": flapping_store_link,
+    "cut-store+sigstop": cut_while_another_stops,
+    "skewed-isolated": skewed_worker_isolated,
 }
