@@ -98,8 +98,12 @@ async def test_receivers_start_at_every_kind_of_position(served: Served) -> None
     hub = make_timed_hub(served)  # e0..e4 enqueued at 1000..1004 s
     offsets = read_offsets(hub)
     started = {}
-    for name, (start, inclusive, _) in POSITIONS.items():
-        client, collector = aconsumer(served, hub.name), Collector()
+    for i, (name, (start, inclusive, _)) in enumerate(POSITIONS.items()):
+        # A consumer group each: Event Hubs allows five receivers per partition and consumer group.
+        client = EventHubConsumerClient.from_connection_string(
+            served.connection_string, consumer_group=f"positions{i}", eventhub_name=hub.name
+        )
+        collector = Collector()
         position = offsets[2] if start == "offset of 2" else start
         task = await receiving(
             client, collector, partition_id="0", starting_position=position, starting_position_inclusive=inclusive

@@ -86,8 +86,15 @@ def test_keys_map_to_partitions_stably_across_processes_and_spread_over_all(hub:
     assert json.loads(child.stdout) == here
     assert min(Counter(here).values()) > 200  # 1000 homes over 4 partitions, roughly even
     # Pinned so a change of hash function (which would move every home) cannot pass unnoticed.
-    assert (here[0], here[42], here[999]) == ("2", "3", "3")
-    assert {hub.send(b"x", partition_key="home-00042").partition_id for _ in range(5)} == {"3"}
+    assert (here[0], here[42], here[999]) == ("2", "2", "2")
+    assert {hub.send(b"x", partition_key="home-00042").partition_id for _ in range(5)} == {"2"}
+
+
+def test_a_key_with_a_partition_id_goes_to_that_partition_and_is_kept(hub: EmbeddedHub) -> None:
+    other = str((int(hub.partition_for_key("k")) + 1) % 4)
+    event = hub.send(b"x", partition_key="k", partition_id=other)
+    assert (event.partition_id, event.partition_key) == (other, "k")
+    assert [(e.partition_key, e.body) for e in read_all(hub, other)] == [("k", b"x")]
 
 
 def test_neither_key_nor_id_goes_round_robin(hub: EmbeddedHub) -> None:
@@ -179,7 +186,6 @@ def test_a_reader_follows_the_log_as_it_grows(hub: EmbeddedHub) -> None:
         (lambda h: h.reader("9", Position.earliest()), ValueError, "no partition '9'"),
         (lambda h: h.reader("0", 5), TypeError, "position must be a workers.sources.base.Position"),
         (lambda h: h.properties("x"), ValueError, "no partition 'x'"),
-        (lambda h: h.send(b"x", partition_key="k", partition_id="0"), ValueError, "not both"),
         (lambda h: h.send("text"), TypeError, r"got str; encode it first"),
         (lambda h: h.send(42), TypeError, "event bodies are bytes, got int"),
         (lambda h: h.send_batch([b"ok", None]), TypeError, "got NoneType"),

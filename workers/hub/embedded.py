@@ -15,10 +15,12 @@ partition (``0.log`` …). Any number of processes may open the same hub and wri
 
 Sequence numbers start at 0 per partition and are contiguous; offsets are the byte positions of the
 records; the enqueued time is the hub's clock (seconds since the epoch), never earlier than the
-previous event of the partition. Events with a partition key go to ``blake2b(key) mod P``, stable
-across processes and runs (so, as in Event Hubs, a key may move when partitions are added). Events
-with neither key nor partition id go round-robin over the partitions, one send (or batch) per step,
-starting from partition 0 for each ``EmbeddedHub`` object. Appends are not fsynced: they survive a
+previous event of the partition. Events with a partition key go where Event Hubs puts them
+(``placement``: lookup3 over the key, as the Azure SDKs' buffered producers compute it), stable
+across processes and runs (so, as in Event Hubs, a key may move when partitions are added; events
+written before this placement keep the partitions they were given). Events with neither key nor
+partition id go round-robin over the partitions, one send (or batch) per step, starting from
+partition 0 for each ``EmbeddedHub`` object. Appends are not fsynced: they survive a
 crashed process, not a power cut.
 """
 
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -36,7 +37,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from workers.hub.log import EMPTY, MAX_BODY, MAX_KEY, CorruptLog, Cursor, LogFile, Tail, encode
+from workers.hub import placement
+from workers.hub.log import EMPTY, MAX_AMQP, MAX_BODY, MAX_KEY, CorruptLog, Cursor, LogFile, Tail, encode
 from workers.sources.base import PartitionProperties, Position, ReceivedEvent
 
 __all__ = ["MAX_BODY", "MAX_KEY", "CorruptLog", "EmbeddedHub", "HubReader"]
@@ -177,18 +179,30 @@ class EmbeddedHub:
     # -- writing -----------------------------------------------------------------------------------
 
     def send(self, body: bytes, *, partition_key: str | None = None, partition_id: str | None = None) -> ReceivedEvent:
-        """Appends one event; returns it as a reader will see it. Raises TypeError/ValueError for a
-        body that is not bytes or is over MAX_BODY, a bad key, an unknown partition, or both given."""
+        """Appends one event; returns it as a reader will see it. With a partition id, the event goes
+        there (keeping its key, if given too); with a key alone, where the key is placed (see
+        :meth:`partition_for_key`). Raises TypeError/ValueError for a body that is not bytes or is
+        over MAX_BODY, a bad key or an unknown partition."""
         return self.send_batch([body], partition_key=partition_key, partition_id=partition_id)[0]
 
     def send_batch(
-        self, bodies: Sequence[bytes], *, partition_key: str | None = None, partition_id: str | None = None
+        self,
+        bodies: Sequence[bytes],
+        *,
+        partition_key: str | None = None,
+        partition_id: str | None = None,
+        amqp: Sequence[bytes] | None = None,
     ) -> list[ReceivedEvent]:
         """Appends events to one partition with contiguous sequence numbers, in one write; returns
-        them. An empty batch writes nothing. Raises as :meth:`send`."""
+        them. ``amqp``, if given, holds each event's AMQP sections (``ReceivedEvent.amqp``), one per
+        body. An empty batch writes nothing. Raises as :meth:`send`, and ValueError when ``amqp``
+        does not match ``bodies`` or an entry is over MAX_AMQP."""
         if isinstance(bodies, bytes | bytearray | memoryview | str) or not isinstance(bodies, Sequence):
             raise TypeError(f"send_batch takes a sequence of bodies (use send for one), got {type(bodies).__name__}")
         checked = [_check_body(body) for body in bodies]
+        extras = [b""] * len(checked) if amqp is None else [bytes(a) for a in amqp]
+        if len(extras) != len(checked) or any(len(a) > MAX_AMQP for a in extras):
+            raise ValueError(f"amqp holds one entry of at most {MAX_AMQP} bytes per body")
         key = _check_key(partition_key)
         target = self._choose(partition_key, partition_id)
         if not checked:
@@ -199,9 +213,11 @@ class EmbeddedHub:
             now = max(self._clock(), tail.last_time or 0.0)
             records, events, pos = [], [], tail.end
             for i, body in enumerate(checked):
-                record = encode(tail.next_sequence + i, now, key, body)
+                record = encode(tail.next_sequence + i, now, key, body, extras[i])
                 records.append(record)
-                events.append(ReceivedEvent(target, tail.next_sequence + i, str(pos), now, partition_key, body))
+                events.append(
+                    ReceivedEvent(target, tail.next_sequence + i, str(pos), now, partition_key, body, extras[i])
+                )
                 pos += len(record)
             data = b"".join(records)
             # A failed or short write leaves a torn tail; the next append (ours or another's) cuts it.
@@ -228,17 +244,14 @@ class EmbeddedHub:
                 log.info("hub %r grew from %d to %d partitions", self.name, current, new_count)
 
     def partition_for_key(self, partition_key: str) -> str:
-        """The partition a key maps to now: ``blake2b(utf-8 key) mod P``."""
-        key = _check_key(partition_key)
-        assert key is not None
-        return str(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") % self.partition_count)
+        """The partition a key maps to now, where Event Hubs would put it (``workers.hub.placement``)."""
+        _check_key(partition_key)
+        return str(placement.partition_for_key(partition_key, self.partition_count))
 
     # -- inside ------------------------------------------------------------------------------------
 
     def _choose(self, partition_key: str | None, partition_id: str | None) -> str:
-        if partition_key is not None and partition_id is not None:
-            raise ValueError("give a partition_key or a partition_id, not both")
-        if partition_id is not None:
+        if partition_id is not None:  # with a key too, the key is kept (Event Hubs' partition links do so)
             self._check_partition(partition_id)
             return partition_id
         if partition_key is not None:

@@ -2,9 +2,14 @@
 
 One record per event, appended with a single ``write`` under the partition's ``flock``::
 
-    crc32 u32 | length u32 | sequence i64 | enqueued f64 | key length u16 | key | body | length u32
+    format 1: crc32 u32 | length u32 | sequence i64 | enqueued f64 | key length u16 | key | body | length u32
+    format 2: crc32 u32 | length u32 | sequence i64 | enqueued f64 | 0x8000 + key length u16 | key
+              | amqp length u32 | amqp | body | length u32
 
-``length`` counts the whole record; the CRC covers everything after itself, trailer included. The
+``length`` counts the whole record; the CRC covers everything after itself, trailer included. A key
+length of 0xFFFF (format 1) or 0x8000 + 0x3FF (format 2) means "no key". Format 2 adds the AMQP
+sections an event was sent with (``ReceivedEvent.amqp``: properties, annotations, other body kinds);
+an event without any is still written in format 1, and logs of either format, or both mixed, read. The
 trailing length lets the last record be found from the end of the file without a scan. The offset
 of an event is the byte position where its record starts.
 
@@ -29,11 +34,15 @@ from workers.sources.base import ReceivedEvent
 
 HEADER = struct.Struct("<IIqdH")  # crc32, record length, sequence number, enqueued time, key length
 TRAILER = struct.Struct("<I")  # the record length again
+AMQP_LENGTH = struct.Struct("<I")  # format 2: the length of the AMQP sections
 NO_KEY = 0xFFFF
+FORMAT_2 = 0x8000  # set in the key length field of a format-2 record
+NO_KEY_2 = 0x3FF  # format 2's "no key" (beside the flag)
 MAX_BODY = 1024 * 1024  # Event Hubs refuses events over about 1 MB
+MAX_AMQP = MAX_BODY + 64 * 1024  # a message's other sections; whole messages are capped by the server
 MAX_KEY = 256  # bytes of UTF-8; ours, Event Hubs' own limit is lower
 MIN_RECORD = HEADER.size + TRAILER.size
-MAX_RECORD = MIN_RECORD + MAX_KEY + MAX_BODY
+MAX_RECORD = MIN_RECORD + MAX_KEY + AMQP_LENGTH.size + MAX_AMQP + MAX_BODY
 CHUNK = 1 << 20
 
 # Why a parse stopped.
@@ -62,8 +71,8 @@ class Tail:
 
 EMPTY = Tail(0, 0, None, None)
 
-MakeEvent = Callable[[str, int, str, float, "str | None", bytes], ReceivedEvent]
-_EVENT_FIELDS = ("partition_id", "sequence_number", "offset", "enqueued_time", "partition_key", "body")
+MakeEvent = Callable[[str, int, str, float, "str | None", bytes, bytes], ReceivedEvent]
+_EVENT_FIELDS = ("partition_id", "sequence_number", "offset", "enqueued_time", "partition_key", "body", "amqp")
 
 
 def event_factory() -> MakeEvent:
@@ -83,11 +92,16 @@ def event_factory() -> MakeEvent:
     ):
         return cls
     new = object.__new__
-    set_pid, set_seq, set_offset, set_time, set_key, set_body = (slot.__set__ for slot in slots)  # type: ignore[union-attr]
+    set_pid, set_seq, set_offset, set_time, set_key, set_body, set_amqp = (slot.__set__ for slot in slots)  # type: ignore[union-attr]
 
     def make(
-        partition_id: str, sequence_number: int, offset: str, enqueued_time: float, partition_key: str | None,
+        partition_id: str,
+        sequence_number: int,
+        offset: str,
+        enqueued_time: float,
+        partition_key: str | None,
         body: bytes,
+        amqp: bytes = b"",
     ) -> ReceivedEvent:
         event: ReceivedEvent = new(cls)
         set_pid(event, partition_id)
@@ -96,6 +110,7 @@ def event_factory() -> MakeEvent:
         set_time(event, enqueued_time)
         set_key(event, partition_key)
         set_body(event, body)
+        set_amqp(event, amqp)
         return event
 
     return make
@@ -104,12 +119,17 @@ def event_factory() -> MakeEvent:
 make_event = event_factory()
 
 
-def encode(sequence_number: int, enqueued_time: float, key: bytes | None, body: bytes) -> bytes:
-    """One record, ready to append."""
+def encode(sequence_number: int, enqueued_time: float, key: bytes | None, body: bytes, amqp: bytes = b"") -> bytes:
+    """One record, ready to append: format 2 if the event has AMQP sections, else format 1."""
     key_bytes = key if key is not None else b""
-    length = MIN_RECORD + len(key_bytes) + len(body)
-    head = HEADER.pack(0, length, sequence_number, enqueued_time, NO_KEY if key is None else len(key_bytes))
-    rest = b"".join((head[4:], key_bytes, body, TRAILER.pack(length)))
+    if amqp:
+        key_field = FORMAT_2 | (NO_KEY_2 if key is None else len(key_bytes))
+        middle = AMQP_LENGTH.pack(len(amqp)) + amqp
+    else:
+        key_field, middle = (NO_KEY if key is None else len(key_bytes)), b""
+    length = MIN_RECORD + len(key_bytes) + len(middle) + len(body)
+    head = HEADER.pack(0, length, sequence_number, enqueued_time, key_field)
+    rest = b"".join((head[4:], key_bytes, middle, body, TRAILER.pack(length)))
     return zlib.crc32(rest).to_bytes(4, "little") + rest
 
 
@@ -292,7 +312,14 @@ class Cursor:
                 break
             if append is not None:
                 k = i + head
-                if key_length == NO_KEY:
+                amqp = b""
+                if key_length & FORMAT_2 and key_length != NO_KEY:  # format 2: the AMQP sections follow the key
+                    key_length &= ~FORMAT_2
+                    b = k if key_length == NO_KEY_2 else k + key_length
+                    key = None if key_length == NO_KEY_2 else buf[k:b].decode("utf-8", "replace")
+                    (amqp_length,) = AMQP_LENGTH.unpack_from(buf, b)
+                    amqp, b = buf[b + 4 : b + 4 + amqp_length], b + 4 + amqp_length
+                elif key_length == NO_KEY:
                     key, b = None, k
                 else:
                     b = k + key_length
@@ -302,7 +329,7 @@ class Cursor:
                         if len(keys) > 4096:
                             keys.clear()
                         key = keys[raw] = raw.decode("utf-8", "replace")
-                append(event(partition_id, seq, str(base + i), enqueued_at, key, buf[b : j - 4]))
+                append(event(partition_id, seq, str(base + i), enqueued_at, key, buf[b : j - 4], amqp))
             last, enqueued = i, enqueued_at
             sequence += 1
             count += 1

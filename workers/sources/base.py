@@ -26,6 +26,10 @@ class ReceivedEvent:
     enqueued_time: float  # seconds since the epoch, the hub's clock
     partition_key: str | None
     body: bytes
+    # The message's AMQP sections as its producer sent them, but for the hub's own annotations and a
+    # body that is one data section (that is ``body``); empty for an event sent as bytes alone.
+    # ``workers.hub.amqp.sections`` reads it; the embedded hub stores it in format-2 records.
+    amqp: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,7 +83,7 @@ class AmqpConnection(asyncio.Protocol):
         self.peer = self._wire.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         engine = self._engine
         engine.max_frame_size = self.limits.max_frame_size
-        engine.idle_timeout = self.limits.idle_timeout
+        engine.idle_timeout = 2 * self.limits.idle_timeout  # proton advertises half of it
         engine.sasl().allowed_mechs("ANONYMOUS")
         engine.require_auth(False)
         self._conn.container = self._container_id

@@ -7,7 +7,9 @@ Exclusive receivers (Event Hubs' epochs, the SDKs' owner level, link property
   receiver without one (equal levels: the newest wins), which are detached with ``amqp:link:stolen``;
 - a receiver with a lower owner level than one attached is refused (also ``amqp:link:stolen``,
   with a description that says why);
-- a receiver without an owner level is refused while one with an owner level is attached.
+- a receiver without an owner level is refused while one with an owner level is attached;
+- a sixth receiver of one partition and consumer group is refused (``amqp:resource-limit-exceeded``,
+  with Event Hubs' description): Event Hubs allows five.
 
 The registry lives in one server process: two ``runhub`` processes on one hub directory would not
 see each other's receivers.
@@ -40,6 +42,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("leaseboard.amqp")
 STOLEN = "amqp:link:stolen"
 OUT_OF_RANGE = "com.microsoft:argument-out-of-range"
+TOO_MANY = "amqp:resource-limit-exceeded"
+MAX_RECEIVERS = 5  # per partition and consumer group, as in Event Hubs (its quotas page)
 
 
 def open_reader(hub: EmbeddedHub, partition_id: str, start: StartAt) -> tuple[HubReader, float | None]:
@@ -177,23 +181,30 @@ class Receivers:
     def __init__(self) -> None:
         self._by_partition: dict[tuple[str, str, str], list[ConsumerLink]] = defaultdict(list)
 
-    def admit(self, new: ConsumerLink) -> str | None:
-        """Registers ``new`` and detaches the receivers it displaces; returns why ``new`` is
-        refused instead (then nothing changes)."""
+    def admit(self, new: ConsumerLink) -> tuple[str, str] | None:
+        """Registers ``new`` and detaches the receivers it displaces; returns the AMQP condition and
+        description ``new`` is refused with instead (then nothing changes)."""
         key = (new.hub.name, new.consumer_group.lower(), new.partition_id)
         current = [r for r in self._by_partition[key] if not r.gone]
         levels = [r.owner_level for r in current if r.owner_level is not None]
         if new.owner_level is None:
             if levels:
-                return (
+                return STOLEN, (
                     f"At least one receiver for the endpoint is created with epoch of '{max(levels)}', and so"
                     " non-epoch receiver is not allowed. Either reconnect with a higher epoch, or make sure all"
                     " epoch receivers are closed or disconnected."
                 )
+            if len(current) >= MAX_RECEIVERS:
+                names = ", ".join(r.link.name for r in current)
+                return TOO_MANY, (
+                    f"Exceeded the maximum number of allowed receivers per partition in a consumer group which is"
+                    f" {MAX_RECEIVERS}. Partition {new.partition_id} of consumer group '{new.consumer_group}';"
+                    f" list of connected receivers - {names}."
+                )
             current.append(new)
         else:
             if levels and max(levels) > new.owner_level:
-                return (
+                return STOLEN, (
                     f"Receiver '{new.link.name}' with epoch '{new.owner_level}' cannot be created because a receiver"
                     f" with a higher epoch '{max(levels)}' already exists for partition {new.partition_id} of"
                     f" consumer group '{new.consumer_group}'."

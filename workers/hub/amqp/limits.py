@@ -11,6 +11,8 @@ class Limits:
 
     max_frame_size: int = 256 * 1024
     max_message_size: int = 1024 * 1024  # what Event Hubs' standard tier takes
-    idle_timeout: float = 120.0  # seconds without a frame from the peer; it is told half of it
+    # Seconds advertised to the peer as our idle timeout in ``open`` (Azure Event Hubs advertises 120 s);
+    # a peer silent for twice as long is closed (proton's rule: it advertises half its local timeout).
+    idle_timeout: float = 120.0
     handshake_timeout: float = 30.0  # seconds from connecting to the peer's open
     write_buffer: int = 4 * 1024 * 1024  # stop pumping events into a connection that has this much unsent

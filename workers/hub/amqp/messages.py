@@ -2,10 +2,8 @@
 
 Incoming. A message is a run of sections; a batch (message format 0x80013700) is an outer message
 whose data sections each hold one encoded event, with the partition key on the outer message's
-annotations. The embedded log keeps an event's partition key and body only: application
-properties and message properties are accepted and not kept (say so in what you build on it).
-A body is the event's data sections joined; an AMQP value body of binary or text is taken as
-its bytes; anything else is refused.
+annotations. Each event is kept whole (``sections.split``): its properties, application
+properties, header, footer, annotations and body sections come back to receivers exactly as sent.
 
 Outgoing. Each event carries the annotations Event Hubs sets (``x-opt-sequence-number`` long,
 ``x-opt-offset`` string, ``x-opt-enqueued-time`` timestamp, ``x-opt-partition-key`` when set) and,
@@ -21,8 +19,12 @@ from typing import Any
 
 from proton import Data, DataException, Described, symbol, timestamp, ulong
 
+from workers.hub.amqp import sections as kept
 from workers.hub.amqp.frames import FrameError, split_values
+from workers.hub.amqp.sections import BadMessage
 from workers.sources.base import PartitionProperties, ReceivedEvent
+
+__all__ = ["BATCH_FORMAT", "BadMessage", "Incoming", "encode", "parse", "runtime_metrics", "sections"]
 
 BATCH_FORMAT = 0x80013700
 NOT_IMPLEMENTED = "amqp:not-implemented"
@@ -38,20 +40,14 @@ _LAST_TIME = symbol("last_enqueued_time_utc")
 _RETRIEVED = symbol("runtime_info_retrieval_time_utc")
 
 
-class BadMessage(ValueError):
-    """A transfer that is not an event this hub can store; ``condition`` is the AMQP error to answer."""
-
-    def __init__(self, description: str, condition: str = "amqp:decode-error") -> None:
-        super().__init__(description)
-        self.condition = condition
-
-
 @dataclass(frozen=True, slots=True)
 class Incoming:
-    """What one transfer asks to append: bodies in order, to one partition, with one key."""
+    """What one transfer asks to append: bodies in order, with their other AMQP sections
+    (``ReceivedEvent.amqp``), to one partition, with one key."""
 
     bodies: list[bytes]
     partition_key: str | None
+    amqp: list[bytes]
 
 
 def sections(payload: bytes) -> list[tuple[int, Any]]:
@@ -92,56 +88,28 @@ def _plain(value: Any) -> Any:
 def parse(payload: bytes, message_format: int) -> Incoming:
     """The events in one transfer's payload (a batch when ``message_format`` is BATCH_FORMAT).
     Raises BadMessage."""
-    outer = sections(payload)
-    key = _partition_key(outer)
     if message_format == BATCH_FORMAT:
-        inner = [value for code, value in outer if code == DATA]
-        if not inner:
+        outer = kept.split(payload)
+        parts = split_values(outer.amqp) if outer.amqp else []
+        # One event makes one data section, which split() keeps as the body; more stay sections.
+        inner = [_binary(raw) for raw in parts if kept.descriptor(raw)[0] == kept.DATA] or [outer.body]
+        if not any(inner):
             raise BadMessage("a batch without events (no data sections)", "amqp:invalid-field")
-        return Incoming([_body(sections(_binary(part))) for part in inner], key)
+        events = [kept.split(raw) for raw in inner]
+        return Incoming([e.body for e in events], outer.partition_key, [e.amqp for e in events])
     if message_format != 0:
         raise BadMessage(f"message format 0x{message_format:08x} is not supported", "amqp:not-implemented")
-    return Incoming([_body(outer)], key)
+    event = kept.split(payload)
+    return Incoming([event.body], event.partition_key, [event.amqp])
 
 
-def _partition_key(parts: list[tuple[int, Any]]) -> str | None:
-    for code, value in parts:
-        if code == MESSAGE_ANNOTATIONS and isinstance(value, dict):
-            key = value.get(PARTITION_KEY)
-            if key is None:
-                return None
-            if isinstance(key, bytes):
-                key = key.decode("utf-8", "replace")
-            if not isinstance(key, str):
-                kind = type(key).__name__
-                raise BadMessage(f"x-opt-partition-key must be a string, got {kind}", "amqp:invalid-field")
-            return key
-    return None
-
-
-def _binary(value: Any) -> bytes:
-    if not isinstance(value, bytes):
-        raise BadMessage(f"a data section holds binary, got {type(value).__name__}")
-    return value
-
-
-def _body(parts: list[tuple[int, Any]]) -> bytes:
-    data = [_binary(value) for code, value in parts if code == DATA]
-    if data:
-        return b"".join(data)
-    for code, value in parts:
-        if code == AMQP_VALUE:
-            if isinstance(value, bytes):
-                return value
-            if isinstance(value, str):
-                return value.encode("utf-8")
-            raise BadMessage(
-                f"the embedded hub stores bytes; an AMQP value body of {type(value).__name__} cannot be stored",
-                NOT_IMPLEMENTED,
-            )
-        if code == AMQP_SEQUENCE:
-            raise BadMessage("the embedded hub stores bytes; AMQP sequence bodies cannot be stored", NOT_IMPLEMENTED)
-    return b""
+def _binary(raw: bytes) -> bytes:
+    """The binary of an encoded data section (a batch's events are data sections)."""
+    _, at = kept.descriptor(raw)
+    data = kept.binary_at(raw, at)
+    if data is None:
+        raise BadMessage("a data section holds binary")
+    return data
 
 
 # -- outgoing ----------------------------------------------------------------------------------
@@ -165,7 +133,8 @@ def runtime_metrics(last: PartitionProperties, now: float) -> bytes:
 
 def encode(event: ReceivedEvent, metrics: bytes = b"") -> bytes:
     """``event`` as an Event Hubs message: delivery annotations (``metrics``, may be empty),
-    message annotations, one data section with the body."""
+    message annotations, then the sections it was sent with; one data section with the body
+    if it was sent as bytes alone."""
     annotations: dict[Any, Any] = {
         _SEQUENCE: event.sequence_number,
         _OFFSET: event.offset,
@@ -173,9 +142,14 @@ def encode(event: ReceivedEvent, metrics: bytes = b"") -> bytes:
     }
     if event.partition_key is not None:
         annotations[PARTITION_KEY] = event.partition_key
+    hub_annotations = _described(MESSAGE_ANNOTATIONS, annotations)
+    if event.amqp:
+        delivery = kept.map_entries(metrics, kept.descriptor(metrics)[1]) if metrics else []
+        hub = kept.map_entries(hub_annotations, kept.descriptor(hub_annotations)[1])
+        return kept.join(event.amqp, event.body, hub, delivery)
     body = event.body
     head = b"\x00\x53\x75" + (bytes([0xA0, len(body)]) if len(body) < 256 else b"\xb0" + struct.pack(">I", len(body)))
-    return metrics + _described(MESSAGE_ANNOTATIONS, annotations) + head + body
+    return metrics + hub_annotations + head + body
 
 
 def _described(code: int, value: Any) -> bytes:

@@ -83,14 +83,12 @@ class ProducerLink:
     def _store(self, delivery: Delivery, payload: bytes, message_format: int) -> None:
         try:
             incoming = parse(payload, message_format)
-            if incoming.partition_key is not None and self.partition_id is not None:
-                raise BadMessage(
-                    f"a partition key is not allowed on a sender to partition {self.partition_id}",
-                    "com.microsoft:argument-error",
-                )
+            # A keyed event on a partition's link (the SDK's buffered producer sends them so, having
+            # placed the key itself) is stored on that partition, with its key.
             events = self.hub.send_batch(
-                incoming.bodies, partition_key=incoming.partition_key, partition_id=self.partition_id
-            )
+                incoming.bodies, partition_key=incoming.partition_key, partition_id=self.partition_id,
+                amqp=incoming.amqp,
+            )  # fmt: skip
         except BadMessage as exc:
             log.warning("connection %d from %s: event refused: %s", self.conn.id, self.conn.peer, exc)
             reject(delivery, exc.condition, str(exc))

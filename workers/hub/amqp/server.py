@@ -195,7 +195,7 @@ class HubServer:
         refused = self.receivers.admit(consumer)
         if refused is not None:
             consumer.on_detach()
-            raise BadAddress(refused, "amqp:link:stolen")
+            raise BadAddress(refused[1], refused[0])
         consumer.open()
         self.wake()
         return consumer
@@ -244,11 +244,27 @@ class HubServer:
     def _put_token(self, conn: AmqpConnection, request: Request) -> Response:
         self.stats.requests += 1
         response, grant = put_token(request, self.key, self._clock())
+        if grant is not None and grant.path and not self._hub_exists(grant.path.split("/")[0]):
+            # As Event Hubs does: a token for an entity that does not exist is refused, not stored.
+            name = grant.path.split("/")[0]
+            response, grant = (
+                Response(404, f"The messaging entity 'sb://{self.host}:{self.port}/{name}' could not be found."),
+                None,
+            )
         if grant is None:
             log.warning("connection %d from %s: token refused: %s", conn.id, conn.peer, response.description)
         else:
             self._grants[conn.id] = [*(g for g in self._grants[conn.id] if g.path != grant.path), grant]
         return response
+
+    def _hub_exists(self, lowered: str) -> bool:
+        """Whether a hub of this name, in any case, is served (token paths are lowercased)."""
+        if self.hubs.get(lowered) is not None:
+            return True
+        root = self.hubs.root
+        return root.is_dir() and any(
+            p.name.lower() == lowered and EmbeddedHub.exists(root, p.name) for p in root.iterdir()
+        )
 
     def _read_properties(self, conn: AmqpConnection, request: Request) -> Response:
         self.stats.requests += 1

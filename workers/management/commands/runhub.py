@@ -33,7 +33,8 @@ class Command(BaseCommand):
         add("--partitions", type=int, default=None,
             help="create the hub with, or grow it to, this many partitions (default: LEASEBOARD_PARTITIONS)")
         add("--idle-timeout", type=float, default=120.0,
-            help="close a connection silent for this many seconds (default 120; clients are told half)")
+            help="the idle timeout clients are told, in seconds (default 120, as Azure); a connection silent"
+                 " for twice this is closed")
         add("--poll-interval", type=float, default=0.02,
             help="seconds between looks for events other processes appended (default 0.02)")
 
