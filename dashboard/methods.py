@@ -13,10 +13,11 @@ was an HTML page, and a 500 with ``DEBUG`` on (the debug page reads the query ag
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from asgiref.sync import iscoroutinefunction
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.core.exceptions import TooManyFieldsSent
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -53,3 +54,36 @@ def read_only(view: V) -> V:
     wrapped: V = functools.wraps(view)(checked)  # type: ignore[assignment]
     exempt: V = csrf_exempt(require_GET(wrapped))
     return exempt
+
+
+class QueryLimit:
+    """Every request (pages, ``/login/``, the admin too): a query string Django will not parse is a
+    400 here, before anything reads it (with ``DEBUG`` on, Django's error page read it again and
+    answered 500). JSON for the API and ``/metrics`` (as their other errors), plain text elsewhere."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def _refusal(self, request: HttpRequest) -> HttpResponse | None:
+        refused = unreadable_query(request)
+        if refused is None or request.path.startswith(("/api/", "/metrics")):
+            return refused
+        return HttpResponse(json.loads(refused.content)["error"], status=400, content_type="text/plain")
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self._acall(request)
+        return self._refusal(request) or self.get_response(request)
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        refused = self._refusal(request)
+        if refused is not None:
+            return refused
+        response: HttpResponse = await self.get_response(request)
+        return response

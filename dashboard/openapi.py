@@ -364,9 +364,10 @@ def action(summary: str, body: str, ok: Schema) -> Schema:
                 },
                 "401": {"$ref": "#/components/responses/LoginRequired"},
                 "403": {
-                    "description": "No staff session (JSON), or no valid CSRF token (Django's HTML page).",
-                    "content": {"application/json": {"schema": ref("ActionError")}, **HTML},
+                    "description": "No staff session, or no valid CSRF token (code csrf); either is on the audit log.",
+                    "content": {"application/json": {"schema": ref("ActionError")}},
                 },
+                "413": json_body(ref("ActionError"), "A JSON body over DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB)."),
                 "405": {"$ref": "#/components/responses/NotAllowed"},
                 "409": json_body(ref("ActionError"), "The fleet as it is now forbids it (already draining, ...)."),
                 "503": {

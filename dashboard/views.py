@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -355,6 +356,11 @@ Parsed = tuple[HubRef, actions.Request, str, Any]
 
 async def _action_request(request: HttpRequest) -> Parsed | JsonResponse:
     user = await request.auser()
+    try:
+        request.body  # noqa: B018 (read once, here: Django refuses a body over DATA_UPLOAD_MAX_MEMORY_SIZE)
+    except RequestDataTooBig:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return JsonResponse({"error": f"the body is larger than {limit} bytes", "code": "too_large"}, status=413)
     if not can_act(user):  # kept on the audit log: who tried what
         who = user.get_username() if user.is_authenticated else logins.ANONYMOUS
         await _db.acall(logins.refused_attempt, request, who, logins.parsed_body(request), STAFF_REQUIRED)
@@ -365,6 +371,9 @@ async def _action_request(request: HttpRequest) -> Parsed | JsonResponse:
             raise ValueError("the body must be a JSON object")
         ref = parse_ref(data.get("hub"), data.get("consumer_group"))
         return ref, actions.parse(data), user.get_username(), data
+    except TooManyFieldsSent:
+        limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+        return JsonResponse({"error": f"too many form fields: at most {limit}", "code": "bad_request"}, status=400)
     except (ValueError, actions.Refused) as exc:
         return JsonResponse({"error": str(exc), "code": "bad_request"}, status=400)
 

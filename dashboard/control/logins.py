@@ -21,6 +21,7 @@ from typing import Any
 from axes.backends import AxesStandaloneBackend
 from axes.signals import user_locked_out
 from django.contrib.auth.signals import user_login_failed
+from django.core.exceptions import SuspiciousOperation
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.csrf import csrf_failure as django_csrf_failure
@@ -99,7 +100,7 @@ def parsed_body(request: HttpRequest) -> Any:
     """The action request's body as a mapping (JSON or a form); {} when it is neither."""
     try:
         data: Any = json.loads(request.body or b"{}") if request.content_type == "application/json" else request.POST
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, SuspiciousOperation):  # not JSON, too big, too many fields
         return {}
     return data if hasattr(data, "get") else {}
 

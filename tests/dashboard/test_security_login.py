@@ -111,3 +111,18 @@ def test_the_csrf_cookie_is_http_only(client: Client, stores: Stores, hub: Embed
     cookie = client.cookies["csrftoken"]
 
     assert cookie["httponly"] is True
+
+
+def test_an_oversized_action_body_is_a_json_413_and_too_many_fields_a_json_400(
+    stores: Stores, hub: EmbeddedHub, settings: LazySettings
+) -> None:
+    User.objects.create_user("ops", password="x", is_staff=True)
+    staff = Client()
+    staff.login(username="ops", password="x")
+    big = {**DRAIN, "reason": "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)}
+    too_big = staff.post("/api/actions/preview", big, content_type="application/json")
+    fields = "&".join(f"f{i}=1" for i in range(settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 1))
+    too_many = staff.post("/api/actions/preview", fields, content_type="application/x-www-form-urlencoded")
+
+    assert (too_big.status_code, too_big.json()["code"]) == (413, "too_large")
+    assert too_many.status_code == 400 and "too many form fields" in too_many.json()["error"]

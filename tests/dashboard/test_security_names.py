@@ -105,3 +105,16 @@ async def test_real_static_files_are_still_served() -> None:
     assert await static_get(b"/static/dashboard/dashboard.css") == 200
     assert await static_get(b"/static/dashboard/missing.css") == 404
     assert asgi.serve_static is False or isinstance(asgi.http_app, asgi.StaticFiles)
+
+
+@pytest.mark.parametrize("path", ["/", "/events/", "/login/", "/admin/", "/api/state", "/pipeline/"])
+def test_more_query_fields_than_django_parses_are_a_400_everywhere_even_with_debug_on(
+    settings: Any, client: Client, stores: Stores, hub: EmbeddedHub, path: str
+) -> None:
+    settings.DEBUG = True  # the demo's default, where Django's error page used to answer 500
+    query = "&".join(f"f{i}=1" for i in range(settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 10))
+
+    response = client.get(f"{path}?{query}")
+
+    assert response.status_code == 400, (path, response.status_code)
+    assert "too many query parameters" in response.content.decode()
