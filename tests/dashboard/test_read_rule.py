@@ -63,7 +63,7 @@ def test_the_walk_finds_every_console_door() -> None:
     walked = {path for _, path in PATHS}
     for door in ("/", "/events/", "/history/", "/pipeline/", "/api/pipeline", "/api/state", "/api/events",
                  "/api/partitions/0", "/api/history", "/api/audit", "/api/actions/preview", "/api/actions/apply",
-                 "/metrics", "/partitions/0/"):  # fmt: skip
+                 "/api/schema", "/metrics", "/partitions/0/"):  # fmt: skip
         assert door in walked, door
     assert len(PATHS) > 30  # the admin's patterns are walked too
 
