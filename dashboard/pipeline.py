@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from workers.landing import landing_root, read_markers
 from workers.models import Alert, MinuteSummary, PipelineBatch, UnreadableFile
+from workers.pipeline import cluster
 
 from .access import dead_letters_for
 from .methods import read_only
@@ -124,6 +125,12 @@ def _totals(hub: str) -> dict[str, Any]:
     }
 
 
+def _spark(hub: str) -> dict[str, Any] | None:
+    """The master and executors the driver last published (``workers.pipeline.cluster``), or None."""
+    folder = Path(getattr(settings, "LEASEBOARD_PIPELINE_DIR", Path(settings.VAR_DIR) / "pipeline")) / hub
+    return cluster.read(folder)
+
+
 def pipeline_state(hub: str) -> dict[str, Any]:
     """The ``/api/pipeline`` document of ``hub``."""
     newest_batches = list(PipelineBatch.objects.filter(hub=hub).order_by("-finished_at", "-id")[:LATEST])
@@ -140,6 +147,7 @@ def pipeline_state(hub: str) -> dict[str, Any]:
             u.as_json() for u in UnreadableFile.objects.filter(hub=hub).order_by("-found_at", "-id")[:LATEST]
         ],
         "dead_letters": letters["latest"],
+        "spark": _spark(hub),
     }
 
 

@@ -205,8 +205,20 @@
     fill("dead-letters", "no-dead-letters", state.dead_letters.slice(0, BAD_ROWS).map((d) => row([
       [clock(d.set_aside_at), "mono"], [d.partition_id, "mono"], [fmt(d.sequence_number), "num mono"], [d.error, "err"],
     ])));
+    drawSpark(state.spark);
     fill("unreadable", "no-unreadable", state.unreadable_files.slice(0, BAD_ROWS).map((u) => row([
       [clock(u.found_at), "mono"], [u.path.split("/").slice(-2).join("/"), "mono path"], [u.error, "err"],
+    ])));
+  }
+
+  // The master and executors the driver published (null until a driver started).
+  function drawSpark(spark) {
+    $("spark-master").textContent = spark ? spark.master : "–";
+    $("spark-app").textContent = spark ? `${spark.app_id} (${spark.default_parallelism} cores)` : "–";
+    $("spark-updated").textContent = spark ? `seen ${clock(spark.updated_at)}` : "–";
+    const executors = spark ? spark.executors : [];
+    fill("executors", "no-executors", executors.map((e) => row([
+      [e.driver ? "driver" : e.id, "mono"], [e.host_port, "mono"], [fmt(e.cores), "num"], [fmt(e.running_tasks), "num"],
     ])));
   }
 

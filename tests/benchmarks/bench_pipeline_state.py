@@ -7,7 +7,8 @@ duplicates of a fleet's life: every 50th file landed again by a new owner with a
 killed before its checkpoint), and files listed out of order (a late file within a window of 40). The
 batches (40 files each) are planned by the job's own code, and the state after the last batch is
 measured as the job stores it (JSON per partition, ``CountedRange``), beside the former state's
-key count (one RocksDB key per distinct event, never dropped).
+key count (one RocksDB key per distinct event, never dropped). Then the time to list the landing
+at 10 M events, never cleaned and as ``cleanSource`` keeps it.
 
 Prints one table. Not collected by pytest (no ``test_`` prefix).
 """
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 import random
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from workers.pipeline import ranges
 
@@ -56,6 +59,22 @@ def measure(events: int) -> tuple[int, int, int, float]:
     return ranges.size(counted), len(ranges.dumps(counted).encode()), widest, seconds
 
 
+def listing_seconds(files: int) -> float:
+    """Seconds to list a landing of ``files`` files in 16 partition folders (the file source lists the
+    landing every trigger): empty files, as listing reads names, not contents."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for n in range(files):
+            folder = root / str(n % PARTITIONS)
+            folder.mkdir(exist_ok=True)
+            (folder / f"{n:020d}-{n:020d}.parquet").touch()
+        started = time.perf_counter()
+        for _ in range(10):
+            listed = [p for p in root.rglob("*.parquet")]
+        assert len(listed) == files
+        return (time.perf_counter() - started) / 10
+
+
 def main(argv: list[str] | None = None) -> None:
     print(f"{'events':>12} {'files':>6} {'intervals':>9} {'max during':>10} {'state bytes':>11} "
           f"{'plan s (all batches)':>20} {'former state: keys':>20}")  # fmt: skip
@@ -63,6 +82,10 @@ def main(argv: list[str] | None = None) -> None:
         files = len(landing_uris(events, random.Random(events)))
         intervals, size, widest, seconds = measure(events)
         print(f"{events:>12,} {files:>6} {intervals:>9} {widest:>10} {size:>11,} {seconds:>20.3f} {events:>20,}")
+    every, kept = len(landing_uris(10_000_000, random.Random(1))), BATCH_FILES * 2
+    print(f"listing the landing per trigger at 10M events: {every} files, never cleaned: "
+          f"{listing_seconds(every) * 1000:.1f} ms; cleaned (cleanSource, about two batches left): "
+          f"{listing_seconds(kept) * 1000:.2f} ms")
 
 
 if __name__ == "__main__":

@@ -23,9 +23,10 @@ from asgiref.sync import sync_to_async
 
 from tests.support.processes import manage, migrated_sqlite
 from tests.support.spark_cluster import Cluster, spark_cluster
+from workers.pipeline import cluster as spark_view
 
 from .helpers import alert_kind, expected_aggregates, expected_minutes
-from .test_end_to_end import PARTITIONS, REF, Producer, Site, read_aggregates, read_alerts, read_landing, read_summary
+from .test_end_to_end import PARTITIONS, REF, Producer, Site, read_aggregates, read_alerts, read_summary
 
 pytestmark = pytest.mark.slow
 
@@ -120,8 +121,12 @@ async def test_on_a_cluster_a_lost_spark_worker_and_a_killed_driver_still_count_
     await site.until(lambda: site.processes["pipeline-again"].poll() is not None, 150, "the restarted run to end")
     assert site.processes["pipeline-again"].returncode == 0, site.log("pipeline-again")[-3000:]
     assert committed(checkpoint, cut), "the restart did not replay the batch the kill cut short"
+    view = spark_view.read(checkpoint.parent)  # what /pipeline/ shows: the master and its executors
+    assert view is not None and view["master"] == cluster.url
+    assert [e for e in view["executors"] if not e["driver"]], "no executor on the cluster"
 
-    landed = read_landing(site.landing)
+    landed = site.landed_keys()
+    assert list(site.archive.rglob("*.parquet")), "no landing file was archived: the landing is never cleaned"
     assert set(landed) == set(producer.readings), "landing differs from the well-formed events produced"
     assert len(landed) > len(set(landed)), "nothing landed twice: the worker's kill proved nothing"
     readings = list(producer.readings.values())

@@ -54,6 +54,18 @@ class Site(SqlSite):
         return self.root / "var" / "landing" / REF.hub
 
     @property
+    def archive(self) -> Path:
+        """Where the pipeline moved the landing files of its committed batches (``cleanSource``)."""
+        return self.root / "var" / "pipeline" / REF.hub / "archive"
+
+    def landing_files(self) -> list[Path]:
+        """Every file landed so far, in the landing or already archived."""
+        return [*self.landing.glob("*/*.parquet"), *self.archive.rglob("*.parquet")]
+
+    def landed_keys(self) -> list[Key]:
+        return [key for path in self.landing_files() for key in read_landing(path)]
+
+    @property
     def results(self) -> Path:
         return self.root / "var" / "pipeline" / REF.hub / "results"
 
@@ -72,7 +84,7 @@ class Site(SqlSite):
     def landed_ends(self) -> dict[str, int]:
         """Partition -> the highest sequence number in a landing file name."""
         out: dict[str, int] = {}
-        for path in self.landing.glob("*/*.parquet"):
+        for path in self.landing_files():
             last = int(path.stem.split("-")[1])
             out[path.parent.name] = max(out.get(path.parent.name, -1), last)
         return out
@@ -144,7 +156,8 @@ def batches_of_keys(site: Site, batch_count: int) -> dict[Key, set[int]]:
         for uri in files:
             path = local_path(uri)
             assert path is not None
-            for key in read_landing(path):
+            archived = site.archive / path.relative_to("/")
+            for key in read_landing(path if path.exists() else archived):
                 out.setdefault(key, set()).add(batch_id)
     return out
 
@@ -230,7 +243,7 @@ async def test_two_workers_one_killed_midway_and_the_pipeline_count_every_event_
     assert site.processes["B"].wait(30) == 0
     assert "pipeline stopped" in site.log("pipeline")
 
-    landed = read_landing(site.landing)
+    landed = site.landed_keys()
     assert set(landed) == set(producer.readings), "landing differs from the well-formed events produced"
     twice = len(landed) - len(set(landed))
     assert twice > 0, "nothing landed twice: the kill proved nothing"

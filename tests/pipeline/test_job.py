@@ -124,9 +124,11 @@ def test_unreadable_landing_files_are_reported_once_and_skipped_not_retried(
     run_once(spark, landing.paths)
 
     reports = {r.path: r for r in UnreadableFile.objects.filter(hub=HUB)}
-    assert sorted(reports) == sorted([str(truncated), str(retyped)])
-    assert reports[str(truncated)].size == truncated.stat().st_size
-    assert "Parquet" in reports[str(truncated)].error or "parquet" in reports[str(truncated)].error
+    truncated = landing.paths.located(truncated)  # archived with the rest of the batch: skipped, kept
+    assert sorted(reports) == sorted([str(landing.paths.landing / "1" / truncated.name), str(retyped)])
+    report = reports[str(landing.paths.landing / "1" / truncated.name)]
+    assert report.size == truncated.stat().st_size and truncated.is_relative_to(landing.paths.archive)
+    assert "Parquet" in report.error or "parquet" in report.error
     assert reports[str(retyped)].error == "column 'sequence_number' is string, not int64"
     assert [(b.events, b.unreadable_files) for b in batches()] == [(200, 2), (100, 0)]
     assert minutes_in_db() == expected_minutes(readings)

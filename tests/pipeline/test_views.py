@@ -10,10 +10,12 @@ import pytest
 from django.conf import LazySettings
 from django.test import Client
 from prometheus_client import CollectorRegistry, generate_latest
+from pyspark.sql import SparkSession
 
 from dashboard.pipeline import MINUTES, PipelineCollector
 from tests.dashboard.api_document import conforms_response
 from workers.models import Alert, MinuteSummary, PipelineBatch, UnreadableFile
+from workers.pipeline import cluster
 
 from .conftest import HUB, T0, Landing, fleet_events
 
@@ -111,3 +113,19 @@ def test_the_collector_gives_metrics_the_pipeline_figures(folders: Landing) -> N
     assert f'leaseboard_pipeline_dropped_duplicates_total{{hub="{HUB}"}} 8.0' in text
     assert f'leaseboard_pipeline_raised_alerts_total{{hub="{HUB}"}} 4.0' in text
     assert "leaseboard_pipeline_lag_seconds" not in text  # nothing landed: no lag to report
+
+
+def test_the_api_shows_the_master_and_executors_the_driver_published(
+    client: Client, folders: Landing, settings: LazySettings, spark: SparkSession
+) -> None:
+    settings.LEASEBOARD_PIPELINE_DIR = folders.pipeline
+    assert client.get("/api/pipeline", {"hub": HUB}).json()["spark"] is None  # no driver yet
+
+    cluster.publish(folders.pipeline / HUB, cluster.describe(spark))  # what runpipeline does per batch
+
+    spark_view = client.get("/api/pipeline", {"hub": HUB}).json()["spark"]
+    assert spark_view["master"] == "local[2]" and spark_view["app_id"].startswith("local-")
+    [driver] = spark_view["executors"]  # local mode: the driver runs the tasks
+    assert driver["driver"] and driver["id"] == "driver" and driver["cores"] == 2 and ":" in driver["host_port"]
+    html = client.get("/pipeline/", {"hub": HUB}).content.decode()
+    assert 'id="executors"' in html and 'id="spark-master"' in html

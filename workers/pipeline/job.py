@@ -42,7 +42,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from . import audit, metrics, ranges, summary, transforms
+from . import audit, cluster, metrics, ranges, summary, transforms
 from .schema import LANDING
 
 log = logging.getLogger("leaseboard.pipeline")
@@ -58,6 +58,12 @@ class Paths:
     checkpoint: Path  # the query's offsets, commits and the file source's log
     results: Path  # aggregates/ and alerts/, one batch_id=N folder per batch
 
+    @property
+    def archive(self) -> Path:
+        """Where the file source moves the landing files of committed batches (``cleanSource``): under it,
+        each file keeps its whole original path."""
+        return self.checkpoint.parent / "archive"
+
     @classmethod
     def for_hub(cls, hub: str, landing_root: Path | None = None, pipeline_root: Path | None = None) -> Paths:
         """The paths from settings (``LEASEBOARD_LANDING_DIR``, ``LEASEBOARD_PIPELINE_DIR``) unless given."""
@@ -70,6 +76,24 @@ class Paths:
         configured = getattr(settings, "LEASEBOARD_PIPELINE_DIR", default_pipeline)
         pipeline = Path(pipeline_root if pipeline_root is not None else configured) / hub
         return cls(landing / hub, pipeline / "checkpoint", pipeline / "results")
+
+    def located(self, path: Path) -> Path:
+        """Where a landing file is now: ``path``, or its place in the archive once a batch committed it."""
+        archived = self.archive / path.relative_to(path.anchor)
+        return archived if not path.exists() and archived.exists() else path
+
+    def restore_archive(self) -> int:
+        """Move the archived landing files back where they were landed (``runpipeline --reset``: a new
+        query counts every landed event again); returns how many."""
+        moved = 0
+        for archived in sorted(self.archive.rglob("*.parquet")) if self.archive.is_dir() else []:
+            original = Path(archived.anchor) / archived.relative_to(self.archive)
+            if not original.is_relative_to(self.landing) or original.exists():
+                continue  # not ours, or landed again meanwhile (the same range: the same events)
+            original.parent.mkdir(parents=True, exist_ok=True)
+            archived.replace(original)
+            moved += 1
+        return moved
 
     def query_id(self) -> str | None:
         """The id of the query this checkpoint belongs to (stable across restarts); None before its first start."""
@@ -88,6 +112,10 @@ def landed_events(spark: SparkSession, paths: Paths) -> DataFrame:
         .option("pathGlobFilter", "*.parquet")
         .option("ignoreCorruptFiles", "true")
         .option("ignoreMissingFiles", "true")
+        # The landing stays small: once a batch is committed, its files move to the archive (the
+        # listing of a trigger is then what is new, not everything ever landed).
+        .option("cleanSource", "archive")
+        .option("sourceArchiveDir", str(paths.archive))
         .parquet(str(paths.landing))
     )
 
@@ -138,6 +166,7 @@ class PipelineJob:
         else:
             writer = writer.trigger(processingTime=f"{self.trigger_seconds:g} seconds")
         query = writer.start()
+        cluster.publish_quietly(self.paths.checkpoint.parent, self.spark)  # for the console: master, executors
         log.info("pipeline of hub %s started (query %s%s)", self.hub, query.id, ", once" if once else "")
         return query
 
@@ -206,6 +235,7 @@ class PipelineJob:
                 self.on_batch(batch_id, 0, files)
             return
         self.written.append(batch_id)
+        cluster.publish_quietly(self.paths.checkpoint.parent, self.spark)
         if self.on_batch is not None:
             self.on_batch(batch_id, count, files)
         metrics.BATCHES.inc()

@@ -50,7 +50,8 @@ class Command(BaseCommand):
         add("--trigger-seconds", type=float, default=DEFAULT_TRIGGER_SECONDS,
             help=f"seconds between micro-batches when running continuously (default {DEFAULT_TRIGGER_SECONDS:g})")
         add("--reset", action="store_true",
-            help="first delete the Spark checkpoint, the Parquet results and the database summary of the hub")
+            help="first delete the Spark checkpoint, the Parquet results and the database summary of the hub, "
+            "and put the archived landing files back")
         add("--metrics-port", type=int, default=0, help="serve Prometheus metrics on 127.0.0.1:PORT (default: off)")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -78,10 +79,14 @@ class Command(BaseCommand):
             self._forever(job)
 
     def _reset(self, hub: str, paths: Paths) -> None:
-        for folder in (paths.checkpoint, paths.results):
+        restored = paths.restore_archive()  # the files earlier batches read: the new query reads them again
+        for folder in (paths.checkpoint, paths.results, paths.archive):
             shutil.rmtree(folder, ignore_errors=True)
         rows = summary.forget(hub)
-        self.stdout.write(f"reset: deleted the checkpoint, the results and {rows} summary rows of hub {hub!r}")
+        self.stdout.write(
+            f"reset: deleted the checkpoint, the results and {rows} summary rows of hub {hub!r}; "
+            f"{restored} archived landing files put back"
+        )
 
     def _check_belongs_together(self, hub: str, paths: Paths) -> None:
         # The summary only adds batches up: a fresh checkpoint would count every landed file again.
