@@ -64,7 +64,7 @@ check-deploy: venv
 # The whole suite on the default Python (PYTHON), then the fast suites on the other supported ones.
 test: venv system-deps lint
 	$(PY) manage.py makemigrations --check --dry-run -v 0
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest --durations=25
 	@$(MAKE) --no-print-directory test-pythons
 
 # The fast suite (everything not marked slow) on each other supported Python found on this machine,
