@@ -134,12 +134,13 @@ def database(root: Path) -> str:
 
 def spark_run(root: Path, run: int, alias: str) -> tuple[int, float, float, float]:
     """The job over the landing from a fresh checkpoint; (events counted, seconds, trigger s, write s)."""
-    from workers.models import PipelineBatch
+    from workers.models import CountedRange, PipelineBatch
     from workers.pipeline.job import Paths, PipelineJob
     from workers.pipeline.spark import build_session
 
     spark = build_session("local[2]", "leaseboard-bench")
     paths = Paths.for_hub(HUB, root, root / f"pipeline-{run}")
+    CountedRange.objects.using(alias).filter(hub=HUB).delete()  # a fresh start: nothing counted yet
     job = PipelineJob(spark, HUB, paths, database=alias)
     started = time.perf_counter()
     query = job.start(once=True)

@@ -11,6 +11,7 @@ alert raised once, in the Parquet results and in the database. Waiting is pollin
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with spark_cluster(tmp_path / "spark") as cluster:
+    with spark_cluster(tmp_path / "spark", wait=False) as cluster:  # starts while the landing workers do
         yield cluster
 
 
@@ -75,6 +76,7 @@ async def test_on_a_cluster_a_lost_spark_worker_and_a_killed_driver_still_count_
     pipeline = ("runpipeline", "--hub", REF.hub, "--master", cluster.url)
     site.start_worker("A")
     site.start_worker("B")
+    await asyncio.to_thread(cluster.ready)
     site.spawn("pipeline", manage(*pipeline, "--trigger-seconds", "1"), driver_env,
                start_new_session=True)  # fmt: skip
 

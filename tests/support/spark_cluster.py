@@ -20,7 +20,7 @@ import os
 import sys
 import urllib.request
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -118,6 +118,12 @@ class SparkWorker(ServerProcess):
 class Cluster:
     master: SparkMaster
     workers: list[SparkWorker]
+    starting: Future[None] | None = None  # the start in the background (``spark_cluster(wait=False)``)
+
+    def ready(self) -> None:
+        """Return once every process is up (raises what starting them raised)."""
+        if self.starting is not None:
+            self.starting.result()
 
     @property
     def url(self) -> str:
@@ -135,6 +141,9 @@ class Cluster:
         return "\n".join(parts)
 
     def stop(self) -> None:
+        if self.starting is not None:
+            with contextlib.suppress(Exception):
+                self.starting.result()  # no process may start after the stop
         for server in (*self.workers, self.master):
             with contextlib.suppress(Exception):
                 server.kill()  # nothing of a test cluster needs a clean stop
@@ -147,18 +156,26 @@ def _start(server: ServerProcess, timeout: float) -> None:
     server.start(timeout)
 
 
+def _start_all(cluster: Cluster, timeout: float) -> None:
+    _start(cluster.master, timeout)
+    with ThreadPoolExecutor(len(cluster.workers)) as pool:  # the workers' JVMs start in parallel
+        for started in [pool.submit(_start, worker, timeout) for worker in cluster.workers]:
+            started.result()
+
+
 @contextlib.contextmanager
-def spark_cluster(home: Path, workers: int = 2, timeout: float = 90.0) -> Iterator[Cluster]:
-    """A master and ``workers`` one-core workers under ``home``, running; all stopped on the way out."""
+def spark_cluster(home: Path, workers: int = 2, timeout: float = 90.0, *, wait: bool = True) -> Iterator[Cluster]:
+    """A master and ``workers`` one-core workers under ``home``, running; all stopped on the way out.
+    With ``wait=False`` they start in the background meanwhile: ``Cluster.ready()`` waits for them."""
     master = SparkMaster(free_port(), home / "master", free_port())
     cluster = Cluster(
         master, [SparkWorker(free_port(), home / f"worker-{n}", free_port(), master) for n in range(workers)]
     )
-    try:
-        _start(master, timeout)
-        with ThreadPoolExecutor(len(cluster.workers)) as pool:  # the JVMs start in parallel
-            for started in [pool.submit(_start, worker, timeout) for worker in cluster.workers]:
-                started.result()
-        yield cluster
-    finally:
-        cluster.stop()
+    with ThreadPoolExecutor(1) as background:
+        try:
+            cluster.starting = background.submit(_start_all, cluster, timeout)
+            if wait:
+                cluster.ready()
+            yield cluster
+        finally:
+            cluster.stop()

@@ -48,6 +48,7 @@ class BatchResult:
     alerts: Sequence[dict[str, Any]] = ()  # the newest ALERTS_KEPT rows of transforms.alerts
     unreadable: Sequence[Unreadable] = field(default_factory=list)
     counted: ranges.Ranges | None = None  # the counted ranges after this batch (None: unchanged)
+    input_rows: int | None = None  # rows in the batch's readable files, duplicates included (None: from Spark)
 
     @property
     def alert_count(self) -> int:
@@ -79,6 +80,7 @@ def apply(result: BatchResult, using: str = "default") -> bool:
             unreadable_files=len(result.unreadable), newest_enqueued=result.newest_enqueued,
             newest_event=result.newest_event, oldest_enqueued=result.oldest_enqueued,
             write_seconds=result.write_seconds,
+            input_rows=result.input_rows,
         )  # fmt: skip
     return True
 
@@ -132,14 +134,11 @@ def record_progress(query_id: str, progress: Iterable[dict[str, Any]], using: st
         if batch_id is None or entry.get("numInputRows") is None:
             continue
         duration_ms = (entry.get("durationMs") or {}).get("triggerExecution")
-        updated += (
-            PipelineBatch.objects.using(using)
-            .filter(query_id=query_id, batch_id=batch_id)
-            .update(
-                input_rows=entry["numInputRows"],
-                duration_seconds=None if duration_ms is None else duration_ms / 1000.0,
-            )
-        )
+        rows = PipelineBatch.objects.using(using).filter(query_id=query_id, batch_id=batch_id)
+        # Spark counts a row once per scan of the batch (the job scans it twice): its figure only
+        # where the job could not count the rows of the batch's files itself.
+        rows.filter(input_rows__isnull=True).update(input_rows=entry["numInputRows"])
+        updated += rows.update(duration_seconds=None if duration_ms is None else duration_ms / 1000.0)
     return updated
 
 

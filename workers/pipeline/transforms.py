@@ -100,6 +100,36 @@ def per_minute_sensor(events: DataFrame) -> DataFrame:
     )
 
 
+def cells(events: DataFrame) -> DataFrame:
+    """One pass over ``events`` for everything a batch reports but the alerts themselves: per home,
+    minute and sensor type (home, minute, sensor, events, alerts, oldest_enqueued, newest_enqueued,
+    newest_event). ``per_home_minute_sensor``, ``per_minute_sensor`` and ``summary`` follow from it
+    (``of_cells``) without reading the events again."""
+    raised = alert_kind(events["sensor"], events["event"], events["armed"]).isNotNull()
+    return events.groupBy("home", _minute(events), "sensor").agg(
+        F.count(F.lit(1)).alias("events"),
+        F.sum(raised.cast("long")).alias("alerts"),
+        F.min("enqueued_time").alias("oldest_enqueued"),
+        F.max("enqueued_time").alias("newest_enqueued"),
+        F.max("event_time").alias("newest_event"),
+    )
+
+
+def of_cells(grid: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """From ``cells``: (``per_home_minute_sensor``, ``per_minute_sensor``, ``summary``), the same rows."""
+    aggregates = grid.select("home", "minute", "sensor", "events")
+    minutes = grid.groupBy("minute", "sensor").agg(
+        F.sum("events").alias("events"), F.sum("alerts").alias("alerts")
+    )
+    totals = grid.agg(
+        F.coalesce(F.sum("events"), F.lit(0)).alias("events"),
+        F.min("oldest_enqueued").alias("oldest_enqueued"),
+        F.max("newest_enqueued").alias("newest_enqueued"),
+        F.max("newest_event").alias("newest_event"),
+    )
+    return aggregates, minutes, totals
+
+
 def combine(aggregates: DataFrame) -> DataFrame:
     """Counts of several batches (rows of ``per_home_minute_sensor``) summed per key."""
     return aggregates.groupBy("home", "minute", "sensor").agg(F.sum("events").alias("events"))
