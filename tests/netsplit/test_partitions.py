@@ -33,7 +33,7 @@ from tests.chaos.faults import PostCheck, new_name
 from tests.chaos.invariants import check
 from tests.chaos.stores import DASHBOARD_ALIAS, migrated_database
 from tests.chaos.test_chaos import crash_loops, finish, print_report
-from tests.netsplit.checks import recovery, recovery_problems
+from tests.netsplit.checks import overlaps, recovery, recovery_problems
 from tests.netsplit.cluster import HOSTS, HostedConsole, NetFleet, make_kit, start_hub, start_store
 from tests.netsplit.nemeses import NEMESES
 from tests.support.databases import remove_django_database
@@ -134,9 +134,9 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
     report = check(evidence)
     report.violations += problems + [p for post in checks for p in post(evidence)] + crash_loops(fleet) + fleet.problems
     healed = recovery(fleet, evidence, set(NEMESES) | {"store-cut", "split", "flapping"})
-    report.violations += recovery_problems(fleet, healed)
+    report.violations += recovery_problems(fleet, healed) + overlaps(evidence)
     with capsys.disabled():
         print_report(f"netsplit {store}", report, fleet, time.monotonic() - started)
-        print("  recovery after each heal: " + ", ".join(
-            f"{r.kind} {'never' if r.seconds is None else f'{r.seconds:.1f}s'}" for r in healed))  # fmt: skip
+        figures = ", ".join(f"{r.kind} {'never' if r.seconds is None else f'{r.seconds:.1f}s'}" for r in healed)
+        print(f"  recovery after each heal (expiry + 2 intervals = {fleet.expiry + 2 * fleet.interval:g}s): {figures}")
     assert not report.violations, "broken invariants:\n" + "\n".join(report.violations)
