@@ -153,6 +153,38 @@ def spark_run(root: Path, run: int, alias: str) -> tuple[int, float, float, floa
     return sum(b.events for b in batches), seconds, trigger, write
 
 
+def flat_run(events: int, alias: str) -> None:
+    """``events`` landed, then the job in batches of about 1 M events each (``maxFilesPerTrigger``):
+    the per-batch time, first batches against last ones, should not grow with what was counted
+    (counted ranges) or landed (cleanSource keeps the listing small)."""
+    from workers.models import PipelineBatch
+    from workers.pipeline import summary
+    from workers.pipeline.job import Paths, PipelineJob
+    from workers.pipeline.spark import build_session
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        files, _ = land(root / "landing", events)
+        per_batch = round(files / max(events / 1_000_000, 1))
+        spark = build_session("local[2]", "leaseboard-bench")
+        paths = Paths.for_hub(HUB, root / "landing", root / "pipeline")
+        job = PipelineJob(spark, HUB, paths, database=alias, max_files=per_batch)
+        query = job.start(once=True)
+        query.awaitTermination()
+        job.record_progress(query)
+        rows = list(PipelineBatch.objects.using(alias).filter(query_id=str(query.id)).order_by("batch_id"))
+        assert sum(b.events for b in rows) == events // PARTITIONS * PARTITIONS
+        left = len(list(paths.landing.rglob("*.parquet")))
+        state = summary.counted_ranges(HUB, alias)
+    print(f"{events:,} events, {files} files, {per_batch} files per batch: seconds per batch (trigger / foreachBatch)")
+    for b in rows:
+        print(f"  batch {b.batch_id:>3}: {b.events:>9,} events {b.duration_seconds or 0:>7.2f} {b.write_seconds:>7.2f}")
+    first, last = rows[: len(rows) // 2], rows[len(rows) // 2 :]
+    print(f"  median trigger, first half / second half: {statistics.median(b.duration_seconds or 0 for b in first):.2f}"
+          f" / {statistics.median(b.duration_seconds or 0 for b in last):.2f} s; landing files left: {left}; "
+          f"state: {sum(len(v) for v in state.values())} intervals")  # fmt: skip
+
+
 def spark_batch(spark: Any, folder: Path, out: Path, dedupe: bool) -> float:
     """Spark's own batch over the landing: read, (dropDuplicates,) count per home/minute/sensor, write; seconds."""
     from workers.pipeline import transforms
@@ -221,6 +253,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=1_000_000, help="events to land (default 1000000)")
     parser.add_argument("--latency-seconds", type=float, default=45.0,
                         help="seconds to measure the demo's latency after its first batch (default 45; 0: skip)")
+    parser.add_argument("--flat-events", type=int, default=0,
+                        help="also land this many events and run the job 1 M events a batch (10000000: per-batch "
+                        "time from 1 M to 10 M; default 0: skip)")
     args = parser.parse_args(argv or [])
     logging.getLogger("leaseboard").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
@@ -266,6 +301,12 @@ def main(argv: list[str] | None = None) -> None:
         reference = timings["Spark batch + dropDuplicates"]
         for title in ("the job, cold (first run of the JVM)", "the job, warm"):
             print(f"  {title}: {100 * reference / timings[title]:.0f} % of Spark batch + dropDuplicates")
+
+        if args.flat_events:
+            from workers.models import CountedRange
+
+            CountedRange.objects.using(alias).filter(hub=HUB).delete()
+            flat_run(args.flat_events, alias)
 
     if args.latency_seconds > 0:
         latencies = demo_latency(args.latency_seconds)

@@ -68,7 +68,10 @@ def run(files: list[File], cuts: list[int], malformed: set[tuple[str, int]]) -> 
         chunk = [(u, f) for u, f in arrivals[position : position + size] if u not in listed]  # a path once
         position, batch = position + size, batch + 1
         listed.update(u for u, _ in chunk)
-        unique = list(dict(chunk).items())  # a path renamed over within a batch is listed once too
+        unique: list[tuple[str, File]] = []  # a path landed twice within a batch is listed once too (the first)
+        for uri, f in chunk:
+            if all(uri != u for u, _ in unique):
+                unique.append((uri, f))
         uris = [u for u, _ in unique]
         bad = [u for u, f in unique if not f.readable]
         plan = ranges.plan(counted, uris, bad)

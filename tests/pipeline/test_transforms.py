@@ -127,3 +127,19 @@ def test_rows_missing_a_required_field_are_not_well_formed(spark: SparkSession) 
     nullable = StructType([StructField(f.name, f.dataType, True) for f in LANDING])
     frame = spark.createDataFrame(rows, nullable)
     assert [r["sequence_number"] for r in transforms.well_formed(frame).collect()] == [1]
+
+
+def test_the_cells_give_the_same_aggregates_minutes_and_summary_as_the_events(spark: SparkSession) -> None:
+    frame = events(spark, [
+        ("0", 1, "home-1", "door", "opened", True, at(0, 5)),
+        ("0", 2, "home-1", "door", "closed", True, at(0, 9)),
+        ("1", 1, "home-2", "smoke", "detected", False, at(1)),
+        ("1", 2, "home-1", "motion", "detected", False, at(1, 30)),
+        ("2", 7, "home-2", "glass_break", "detected", False, at(3)),
+    ])  # fmt: skip
+    aggregates, minutes, totals = transforms.of_cells(transforms.cells(frame))
+    assert_df_equality(aggregates, transforms.per_home_minute_sensor(frame), ignore_row_order=True)
+    assert_df_equality(minutes, transforms.per_minute_sensor(frame), ignore_row_order=True, ignore_nullable=True)
+    assert totals.first() == transforms.summary(frame).first()
+    empty = transforms.of_cells(transforms.cells(frame.limit(0)))[2].first()
+    assert empty is not None and empty["events"] == 0 and empty["newest_event"] is None

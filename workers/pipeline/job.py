@@ -103,11 +103,15 @@ class Paths:
             return None
 
 
-def landed_events(spark: SparkSession, paths: Paths) -> DataFrame:
-    """The stream of landed events: every landing file once, in the landing schema."""
+def landed_events(spark: SparkSession, paths: Paths, max_files: int | None = None) -> DataFrame:
+    """The stream of landed events: every landing file once, in the landing schema; at most
+    ``max_files`` files per batch (None: every new file in one batch)."""
     paths.landing.mkdir(parents=True, exist_ok=True)  # the file source refuses a missing folder
+    reader = spark.readStream.schema(LANDING)
+    if max_files is not None:
+        reader = reader.option("maxFilesPerTrigger", str(max_files))
     return (
-        spark.readStream.schema(LANDING)
+        reader
         .option("recursiveFileLookup", "true")  # <partition>/ folders; no partition columns
         .option("pathGlobFilter", "*.parquet")
         .option("ignoreCorruptFiles", "true")
@@ -137,6 +141,7 @@ class PipelineJob:
         paths: Paths,
         *,
         trigger_seconds: float = DEFAULT_TRIGGER_SECONDS,
+        max_files: int | None = None,
         database: str = "default",
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
@@ -145,6 +150,7 @@ class PipelineJob:
         self.paths = paths
         self.trigger_seconds = trigger_seconds
         self.database = database  # the Django alias the summary goes to
+        self.max_files = max_files  # files per batch at most (None: all new files)
         self._clock = clock
         self._recorded: set[int] = set()  # batch ids whose Spark progress is in the batch log
         self.written: list[int] = []  # batch ids this job wrote (not those skipped as written before)
@@ -154,7 +160,7 @@ class PipelineJob:
 
     def start(self, once: bool = False) -> StreamingQuery:
         """Start the query: ``once`` processes what is landed now (availableNow) and ends."""
-        landed = landed_events(self.spark, self.paths)
+        landed = landed_events(self.spark, self.paths, self.max_files)
         events = transforms.used_columns(transforms.well_formed(landed))
         writer = (
             events.writeStream.queryName(f"leaseboard-{self.hub}")
