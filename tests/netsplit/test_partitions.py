@@ -43,7 +43,8 @@ from tests.support.postgres import Postgres
 pytestmark = pytest.mark.slow
 
 SECONDS = float(os.environ.get("NETSPLIT_SECONDS") or 0)
-# The short version (make test): every nemesis on PostgreSQL, the cuts of one worker on the others.
+# The short version (make test): every nemesis on PostgreSQL, one after another, then two chosen at
+# random from the seed; the cuts of one worker on the others.
 SHORT = {"postgresql": list(NEMESES), "redis": ["cut-store", "isolated"], "blob": ["cut-store", "isolated"]}
 
 
@@ -54,6 +55,8 @@ def plan(store: str, fleet: NetFleet, started: float) -> Iterator[str]:
         return
     if not SECONDS:
         yield from SHORT[store]
+        if store == "postgresql":  # and two more at random, from the printed seed
+            yield from (fleet.rng.choice(sorted(NEMESES)) for _ in range(2))
         return
     while time.monotonic() - started < SECONDS:
         yield fleet.rng.choice(sorted(NEMESES))
