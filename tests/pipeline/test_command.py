@@ -10,6 +10,9 @@ from django.conf import LazySettings
 from django.core.management import CommandError, call_command
 from pyspark.sql import SparkSession
 
+from workers.models import CountedRange
+from workers.pipeline import summary
+
 from .conftest import HUB, Landing, fleet_events
 from .helpers import batches, expected_minutes, minutes_in_db
 
@@ -55,3 +58,17 @@ def test_a_summary_without_its_checkpoint_is_refused_until_reset(spark: SparkSes
 
     assert minutes_in_db() == expected_minutes(readings)  # counted once, not twice
     assert [b.batch_id for b in batches()] == [0]
+
+
+def test_a_summary_without_counted_ranges_is_refused_until_reset(spark: SparkSession, configured: Landing) -> None:
+    readings = fleet_events(100, seed=29)
+    configured.land("0", 0, [e.to_json() for e in readings])
+    runpipeline("--once")
+    CountedRange.objects.filter(hub=HUB).delete()  # as a summary written before the ranges existed
+
+    with pytest.raises(CommandError, match="no counted ranges"):
+        runpipeline("--once")
+    runpipeline("--once", "--reset")
+
+    assert minutes_in_db() == expected_minutes(readings)
+    assert summary.counted_ranges(HUB) == {"0": [(0, 99)]}

@@ -98,6 +98,14 @@ class Command(BaseCommand):
                 f"checkpoint {paths.checkpoint} ({'missing' if current is None else 'query ' + current}); "
                 "counting again would count twice. Run with --reset to start over."
             )
+        # A summary from before the counted ranges (workers/pipeline/ranges.py): the ranges that say
+        # which events were counted are missing, so a duplicate of an old event would count again.
+        counted = PipelineBatch.objects.filter(hub=hub, query_id=current or "", events__gt=0).exists()
+        if counted and not summary.counted_ranges(hub):
+            raise CommandError(
+                f"the summary of hub {hub!r} has counted events but no counted ranges (it predates them); "
+                "run once with --reset to count the landing again with them."
+            )
 
     def _once(self, job: PipelineJob) -> None:
         started = time.monotonic()
