@@ -294,8 +294,9 @@ class Coordinator:
         return at + max(0.0, self.monotonic() - read)
 
     def _member(self, now: float) -> Member:
-        """This worker's heartbeat; its info names the strategy, so the dashboard previews with it."""
-        return Member(self.ref, self.owner_id, now, {"strategy": self.strategy.name})
+        """This worker's heartbeat; its info names the strategy, so the dashboard previews with it,
+        and the expiry, so a reader judges the heartbeat by the fleet's expiry, not its own setting."""
+        return Member(self.ref, self.owner_id, now, {"strategy": self.strategy.name, "expiry": f"{self.expiry:g}"})
 
     def _start_handoffs(self, planned: list[str]) -> list[str]:
         """The partitions to release in this cycle's request. With a handoff hook, a planned release

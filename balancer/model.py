@@ -110,7 +110,17 @@ class Member:
     info: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def alive(self, now: float, expiry: float) -> bool:
-        return now - self.last_seen <= expiry
+        """Heartbeat within the expiry the worker itself runs with (``info["expiry"]``, what its
+        heartbeat says), else within ``expiry`` (a reader's setting, which may not be the fleet's)."""
+        return now - self.last_seen <= self.expiry(expiry)
+
+    def expiry(self, default: float) -> float:
+        """The lease expiry this worker's heartbeat names, or ``default`` when it names none it can use."""
+        try:
+            named = float(self.info.get("expiry", ""))
+        except ValueError:
+            return default
+        return named if math.isfinite(named) and named > 0 else default
 
 
 class ControlKind(StrEnum):
