@@ -88,6 +88,24 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         "transaction_mode": "IMMEDIATE",
     }
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A database cut off by the network (packets dropped, nothing refused) must fail in seconds: a
+    # request sent into the cut is given up after LEASEBOARD_DB_TCP_TIMEOUT seconds (libpq's
+    # tcp_user_timeout) and an idle connection is probed (keepalives), so a worker reports the
+    # store unavailable in time and, after the heal, talks on a new connection instead of waiting
+    # for TCP's next retransmission (whose backoff doubles while the cut lasts, up to 2 minutes).
+    # The same span bounds a transaction left idle by a stalled client (a worker paused between its
+    # SELECT ... FOR UPDATE and its commit): the server ends that session and its row locks go, so
+    # the other workers' claims do not wait on them for as long as the stall lasts.
+    _tcp = envfloat("LEASEBOARD_DB_TCP_TIMEOUT", 10.0)
+    if not 0 < _tcp < 3600:
+        raise ImproperlyConfigured(f"LEASEBOARD_DB_TCP_TIMEOUT must be between 0 and 3600 seconds, got {_tcp}")
+    DATABASES["default"]["OPTIONS"] = {
+        **DATABASES["default"].get("OPTIONS", {}), "connect_timeout": max(1, round(_tcp)), "keepalives": 1,
+        "keepalives_idle": max(1, round(_tcp / 2)), "keepalives_interval": max(1, round(_tcp / 4)),
+        "keepalives_count": 2, "tcp_user_timeout": round(_tcp * 1000),
+        "options": f"-c idle_in_transaction_session_timeout={round(_tcp * 1000)}",
+    }  # fmt: skip
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -219,6 +219,8 @@ class NetFleet(Fleet):
         self.hub = EmbeddedHub(self.root / "hub", HUB, partitions=self.partitions)
         self.env = worker_env(self.root, **self.kit.env(), LEASEBOARD_DEADLETTER_DIR=str(self.root / "deadletter"))
         self.env.pop("LEASEBOARD_CLOCK_SKEW", None)
+        # A request sent into a cut is given up within an expiry (production: 10 s for a 30 s expiry).
+        self.env["LEASEBOARD_DB_TCP_TIMEOUT"] = str(self.expiry * 2 / 3)
         self._write = threading.Lock()
         self._counter = 0
         self._producing = threading.Event()

@@ -32,8 +32,8 @@ from tests.chaos import rules
 from tests.chaos.faults import PostCheck, new_name
 from tests.chaos.invariants import check
 from tests.chaos.stores import DASHBOARD_ALIAS, migrated_database
-from tests.chaos.test_chaos import crash_loops, finish, print_report
-from tests.netsplit.checks import overlaps, recovery, recovery_problems
+from tests.chaos.test_chaos import finish, print_report
+from tests.netsplit.checks import crash_loops, overlaps, recovery, recovery_problems
 from tests.netsplit.cluster import HOSTS, HostedConsole, NetFleet, make_kit, start_hub, start_store
 from tests.netsplit.nemeses import NEMESES
 from tests.support.databases import remove_django_database
@@ -134,7 +134,8 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
             await kit.close(opened)
             getattr(kit, "finish", lambda: None)()
     report = check(evidence)
-    report.violations += problems + [p for post in checks for p in post(evidence)] + crash_loops(fleet) + fleet.problems
+    report.violations += problems + [p for post in checks for p in post(evidence)] + fleet.problems
+    report.violations += crash_loops(fleet, evidence)
     healed = recovery(fleet, evidence, set(NEMESES) | {"store-cut", "split", "flapping"})
     report.violations += recovery_problems(fleet, healed) + overlaps(evidence)
     with capsys.disabled():

@@ -6,9 +6,13 @@ random byte so two runs never meet). The test process itself is joined too, as t
 ``observer`` (``10.R.0.254``), whose link nothing cuts: it reads the store and the landing
 while the hosts are cut off from each other.
 
-Cuts are routes, not link changes, so each can name one peer: ``cut(a, b)`` puts a blackhole route
-to b in a's namespace and one to a in b's (packets are dropped silently, as a real partition
-does: a TCP connection hangs until its timeouts, it is not refused); ``heal(a, b)`` removes them.
+Cuts are routes, not link changes, so each can name one peer: ``cut(a, b)`` routes a's packets for
+b, and b's for a, through a gateway that does not exist (a neighbour entry with a MAC address no
+host has: the switch floods the frames and every host ignores them). Nothing reports an error to
+the sender, as in a real partition: a connection attempt or a request hangs until its own
+timeouts, nothing is refused. (A blackhole route would fail locally at once with EINVAL; this
+kernel has no netem or prio queueing disciplines to drop packets with.) ``heal(a, b)`` removes
+the routes.
 ``isolate(a)`` cuts a from every other host (not from the observer). Commands run in a host with
 ``Host.run`` or start there with ``Host.popen`` (``ip netns exec``).
 
@@ -32,6 +36,8 @@ from typing import Any
 
 IP = shutil.which("ip") or "/usr/sbin/ip"
 OBSERVER = "observer"
+NOWHERE = 250  # the host number of the cut routes' gateway, which no host has
+NOWHERE_MAC = "02:00:00:00:00:fa"
 
 
 class NetworkError(RuntimeError):
@@ -66,6 +72,7 @@ class Host:
     namespace: str
     address: str
     network: Network
+    link: str  # the host's interface on the switch
 
     def run(self, *command: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Run ``command`` in this host's namespace and wait for it."""
@@ -128,7 +135,10 @@ class Network:
             self._veth(outside, inside, namespace)
             _ip("addr", "add", f"{self.address(index)}/24", "dev", inside, namespace=namespace)
             _ip("link", "set", inside, "up", namespace=namespace)
-            self.hosts[name] = Host(name, namespace, self.address(index), self)
+            # The gateway of cut routes: an address nobody has, resolved to a MAC nobody has.
+            _ip("neigh", "add", self.address(NOWHERE), "lladdr", NOWHERE_MAC, "nud", "permanent", "dev", inside,
+                namespace=namespace)  # fmt: skip
+            self.hosts[name] = Host(name, namespace, self.address(index), self, inside)
         # The observer: this process's own namespace, on a link nothing cuts.
         outside, inside = f"lb{self.tag}po", f"lb{self.tag}eo"
         self._observer_link = inside
@@ -156,14 +166,15 @@ class Network:
         """Drop every packet between hosts ``a`` and ``b`` (both ways), silently."""
         for one, other in ((a, b), (b, a)):
             if (one, other) not in self.cuts:
-                _ip("route", "add", "blackhole", f"{self.hosts[other].address}/32", namespace=self.hosts[one].namespace)
+                host = self.hosts[one]
+                route = ("route", "add", f"{self.hosts[other].address}/32", "via", self.address(NOWHERE))
+                _ip(*route, "dev", host.link, namespace=host.namespace)
                 self.cuts.add((one, other))
 
     def heal(self, a: str, b: str) -> None:
         for one, other in ((a, b), (b, a)):
             if (one, other) in self.cuts:
-                route = ("route", "del", "blackhole", f"{self.hosts[other].address}/32")
-                _ip(*route, namespace=self.hosts[one].namespace)
+                _ip("route", "del", f"{self.hosts[other].address}/32", namespace=self.hosts[one].namespace)
                 self.cuts.discard((one, other))
 
     def isolate(self, name: str) -> None:

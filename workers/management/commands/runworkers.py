@@ -41,6 +41,7 @@ from workers.runtime.deadletters import DeadLetters
 from workers.runtime.processor import EventProcessor, run_workers
 from workers.runtime.sink import EventSink
 from workers.sources.base import EventSource, Position
+from workers.sources.partitions import PartitionList
 from workers.wiring import (
     SOURCES,
     Stores,
@@ -141,10 +142,8 @@ class Command(BaseCommand):
         prefix = options["owner_prefix"] or f"{socket.gethostname()}-{os.getpid()}"
         sink = build_sink()
         dead_letters = DeadLetters(config.dead_letter_dir)
-        opened = source
-
-        async def partitions() -> tuple[str, ...]:
-            return await asyncio.to_thread(opened.partition_ids)
+        # A cycle waits at most a quarter interval for the hub's partition list, then balances the last one.
+        partitions = PartitionList(source.partition_ids, max(0.2, interval / 4), f"event hub {ref.hub}", expiry)
 
         processors = []
         for i in range(count):
