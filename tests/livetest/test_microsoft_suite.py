@@ -1,0 +1,41 @@
+"""Microsoft's own azure-eventhub live tests pass against ``manage.py runhub`` (see suite.py).
+
+Slow: it fetches the SDK's source distribution once (cached under pytest's cache), then runs about
+two hundred of Microsoft's tests, real clients against a real ``runhub`` process, many at once.
+The summary line (collected, not applicable, passed, failed) is printed with the test report.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from tests.livetest import suite
+from tests.livetest.not_applicable import NOT_APPLICABLE
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+# The tests mostly wait (on the hub, on Microsoft's own sleeps): many at once on two cores.
+WORKERS = int(os.environ.get("LIVETEST_WORKERS", "16"))
+
+
+def test_microsofts_livetest_suite_passes_against_runhub(request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    pinned = version(suite.PACKAGE)
+    archive = suite.sdist(Path(request.config.cache.mkdir("azure-eventhub-sdist")), pinned)
+    run_dir = suite.assemble(archive, tmp_path / "livetest")
+    with suite.runhub(tmp_path / "runhub") as hub:
+        outcome = suite.run(run_dir, hub, WORKERS)
+    line = outcome.summary(pinned)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"\n{line}")
+    request.node.user_properties.append(("summary", line))
+    problems = "\n".join(f"  {nodeid}: {why}" for nodeid, why in {**outcome.failed, **outcome.skipped}.items())
+    assert outcome.passed and not outcome.failed and not outcome.skipped, f"{line}\n{problems}"
+    # Every entry of the list still names a test of this version: the list cannot silently go stale.
+    stale = [
+        key for key in NOT_APPLICABLE if not any(n == key or n.startswith(key + "[") for n in outcome.not_applicable)
+    ]
+    assert not stale, f"not_applicable.py names tests this version does not have: {stale}"
