@@ -1,11 +1,12 @@
 """Azure Event Hubs' limits, as the embedded hub applies them: the idle timeout it advertises, five
 receivers per partition and consumer group, and what a client is told when it goes past them.
 
-(Message and batch sizes: ``test_bad_input`` (a transfer over the link's 1 MiB max-message-size)
-and ``test_sdk_sync`` (the SDK sizes batches by it).)"""
+Message and batch sizes: a batch here (the SDK sizes it by the link's 1 MiB max-message-size);
+a raw transfer over it (``amqp:link:message-size-exceeded``) in ``test_bad_input``."""
 
 from __future__ import annotations
 
+import pytest
 from azure.eventhub import EventData
 from azure.eventhub.exceptions import EventHubError
 
@@ -53,3 +54,19 @@ def test_five_receivers_share_a_partition_and_a_sixth_is_refused_as_azure_refuse
     receivers.append(exclusive)
     until_sync(lambda: sorted(map(str, served.owner_levels(hub.name, "0"))) == ["1", "None"], "the exclusive one")
     assert sixth.events == []
+
+
+def test_a_batch_is_held_to_azures_one_mebibyte_as_a_message_is(served: Served) -> None:
+    hub = new_hub(served, partitions=1)
+    with producer(served, hub.name) as client:
+        # The SDK reads the limit from the link the hub attaches (max-message-size 1 MiB), as on Azure.
+        with pytest.raises(ValueError, match="1048576"):
+            client.create_batch(partition_id="0", max_size_in_bytes=1024 * 1024 + 1)
+        batch = client.create_batch(partition_id="0")
+        assert batch.max_size_in_bytes == 1024 * 1024
+        for _ in range(3):
+            batch.add(EventData(b"x" * (300 * 1024)))  # three of 300 KiB fit, a fourth does not
+        with pytest.raises(ValueError):
+            batch.add(EventData(b"x" * (300 * 1024)))
+        client.send_batch(batch)
+    assert hub.properties("0").last_enqueued_sequence_number == 2
