@@ -100,6 +100,11 @@ class Checkpoint:
             raise ValueError(f"sequence_number must be an int >= 0, got {self.sequence_number!r}")
 
 
+# The owner id under which an operator's reset claims a partition and writes its checkpoint (the
+# dashboard's ``resetcheckpoint``): the one writer that may move a checkpoint back.
+RESET_OWNER = "leaseboard-admin"
+
+
 @dataclass(frozen=True, slots=True)
 class Member:
     """A worker's heartbeat: it is alive, whatever it owns (possibly nothing yet)."""

@@ -63,7 +63,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from balancer.errors import CorruptRecord, OwnershipLost, StoreError, StoreUnavailable
-from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
+from balancer.model import RESET_OWNER, Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.protocol import Snapshot
 from balancer.stores.redis_layout import CHECKPOINT, CLAIM, STAMPED, Keys, scope
 from balancer.stores.redis_records import (
@@ -309,19 +309,28 @@ class RedisStore:
         return sorted(self._skipped.parsed(key, raw, partial(parse_checkpoint, ref)), key=_by_pid)
 
     async def update_checkpoint(self, checkpoint: Checkpoint, owner_id: str) -> Checkpoint:
-        """Written only while the ownership record names ``owner_id`` (checked in the same script).
+        """Written only while the ownership record names ``owner_id`` and, unless ``owner_id`` is
+        ``RESET_OWNER`` (an operator's reset), not below the stored sequence (checked in the same script).
 
-        Raises OwnershipLost, writing nothing, otherwise.
+        Raises OwnershipLost, writing nothing, when it does not own it; StoreError for a write that
+        would move the checkpoint back (see ``redis_layout.CHECKPOINT``).
         """
         keys = Keys.of(checkpoint.ref)
         payload = json.dumps({"sequence": str(checkpoint.sequence_number), "offset": checkpoint.offset})
 
+        backward = "1" if owner_id == RESET_OWNER else ""
+
         async def write(c: Connection) -> Any:
             return await c.checkpoint(
-                keys=[keys.ownership, keys.checkpoints], args=[checkpoint.partition_id, owner_id, payload]
+                keys=[keys.ownership, keys.checkpoints], args=[checkpoint.partition_id, owner_id, payload, backward]
             )
 
         written, value = await self.run("a checkpoint", write)
+        if int(written) == 2:
+            raise StoreError(
+                f"checkpoint of partition {checkpoint.partition_id} would go back from {text(value)} to "
+                f"{checkpoint.sequence_number}: refused (a stale write; only an operator's reset moves it back)"
+            )
         if int(written) != 1:
             holder = text(value)
             raise OwnershipLost(checkpoint.partition_id, owner_id, holder or None)

@@ -95,8 +95,11 @@ return {now, won}
 """
 )
 
-# KEYS: ownership, checkpoints. ARGV: partition, owner, checkpoint JSON without "modified".
-# Returns {1, now} when written, {0, current owner or ''} when the caller does not own it.
+# KEYS: ownership, checkpoints. ARGV: partition, owner, checkpoint JSON without "modified", "1" when
+# the checkpoint may go back (an operator's reset). Returns {1, now} when written, {0, current owner
+# or ''} when the caller does not own it, {2, stored sequence} for a write that would move it back:
+# a stale one, sent before its worker was cut off and delivered by TCP after the heal, when that
+# worker holds the partition again (the owner's name alone cannot tell the two apart).
 CHECKPOINT = (
     _NOW
     + _READ
@@ -106,6 +109,12 @@ local holder = ''
 if record then holder = record.owner end
 if ARGV[2] == '' or holder ~= ARGV[2] then return {0, holder} end
 local checkpoint = cjson.decode(ARGV[3])
+local stored = redis.call('HGET', KEYS[2], ARGV[1])
+if stored and ARGV[4] ~= '1' then
+  local ok, old = pcall(cjson.decode, stored)
+  local before = ok and type(old) == 'table' and tonumber(old.sequence)
+  if before and tonumber(checkpoint.sequence) < before then return {2, tostring(old.sequence)} end
+end
 checkpoint.modified = now
 redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(checkpoint))
 return {1, now}

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import transaction
 
-from balancer.model import Checkpoint, HubRef, OwnershipRecord
+from balancer.model import RESET_OWNER, Checkpoint, HubRef, OwnershipRecord
 from workers.sources.base import EventSource, Position
 from workers.wiring import Stores
 
@@ -32,7 +32,7 @@ from .request import Preview, Refused
 
 _db = DatabaseThread("leaseboard-resets")  # the dashboard's one way off the event loop: dbthread.py
 
-ADMIN_OWNER = "leaseboard-admin"  # the owner id the dashboard claims a partition under to reset it
+ADMIN_OWNER = RESET_OWNER  # the owner id the dashboard claims a partition under to reset it
 TIME_SCAN_LIMIT = 5_000_000  # events read at most to find a time
 
 
