@@ -287,7 +287,7 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             self.wake.clear()
 
     async def _send_first(self, watched: Monitor) -> None:
-        await asyncio.to_thread(watched.ready.wait, FIRST_ROUND_SECONDS)
+        await watched.first_round(FIRST_ROUND_SECONDS)
         published = watched.published if watched.error is None else None
         state = published.json if published is not None else None
         while state is None:

@@ -196,7 +196,7 @@ class Host:
         FIRST_ROUND_SECONDS) if a round read the store within ``max_age`` seconds, else None."""
         watched = self.monitor(ref)
         if not watched.ready.is_set():
-            await asyncio.to_thread(watched.ready.wait, FIRST_ROUND_SECONDS)
+            await watched.first_round(FIRST_ROUND_SECONDS)
         return watched.fresh(max_age)
 
     def stop(self, timeout: float = 10.0) -> None:

@@ -111,6 +111,14 @@ class Monitor:
         published = self.published
         return published.state.version or 0 if published is not None else 0
 
+    async def first_round(self, timeout: float) -> None:
+        """Return once the first round is done (good or not), or after ``timeout`` seconds. Polled on
+        the caller's loop, not waited for on a thread: a caller cancelled meanwhile (a socket closed
+        as soon as it opened) leaves no thread blocked behind it."""
+        deadline = time.monotonic() + timeout
+        while not self.ready.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
     def subscribe(self, wake: Waker) -> int:
         """Call ``wake()`` (from the monitor's thread; it must be thread-safe) after every round."""
         with self._lock:

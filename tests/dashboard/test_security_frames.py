@@ -112,3 +112,29 @@ async def test_a_consumer_that_raises_still_releases_its_pump(
         await ws.receive_output(timeout=10)
 
     assert await settled(lambda: not consumers._pumps and consumers._open == 0)
+
+
+async def test_waiting_for_a_monitors_first_round_holds_no_thread_and_ends_when_cancelled() -> None:
+    # A socket closed as soon as it opened used to leave a thread blocked for up to 10 s in
+    # ready.wait: enough of them fill the default executor.
+    import threading
+
+    from dashboard.dbthread import DatabaseThread
+    from dashboard.monitor import Monitor
+    from dashboard.state import parse_ref
+
+    db = DatabaseThread("test-first-round")
+    try:
+        watched = Monitor(parse_ref(None, None), db)  # never run: its first round never comes
+        before = threading.active_count()
+        waiters = [asyncio.create_task(watched.first_round(10.0)) for _ in range(20)]
+        await asyncio.sleep(0.1)  # let them start waiting
+        assert threading.active_count() == before
+        for waiter in waiters:
+            waiter.cancel()
+        done, _ = await asyncio.wait(waiters, timeout=1.0)
+        assert len(done) == 20
+        watched.ready.set()
+        await asyncio.wait_for(watched.first_round(10.0), 1.0)
+    finally:
+        db.close()
