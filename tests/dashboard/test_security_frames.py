@@ -12,6 +12,7 @@ from channels.testing import WebsocketCommunicator
 
 from dashboard import consumers, monitor
 from dashboard.asgi import application
+from tests.support.waiting import until
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
 
@@ -128,7 +129,7 @@ async def test_waiting_for_a_monitors_first_round_holds_no_thread_and_ends_when_
         watched = Monitor(parse_ref(None, None), db)  # never run: its first round never comes
         before = threading.active_count()
         waiters = [asyncio.create_task(watched.first_round(10.0)) for _ in range(20)]
-        await asyncio.sleep(0.1)  # let them start waiting
+        await until(lambda: all(not w.done() for w in waiters) and len(waiters) == 20, "the waiters to start")
         assert threading.active_count() == before
         for waiter in waiters:
             waiter.cancel()
