@@ -30,6 +30,7 @@ from balancer.protocol import (
 
 from .errors import StoreUnavailable
 from .model import BalancerEvent, ControlKind, Controls, EventKind, HubRef, Member, OwnershipRecord
+from .notices import Released
 from .strategies import Claim, Strategy, View
 from .strategies.base import age
 
@@ -64,6 +65,9 @@ class Coordinator:
     on_handoff: HandoffHook | None = None
     handoff_timeout: float | None = None  # None: the expiry
     interval: float | None = None  # seconds between the driver's cycles (None: unknown)
+    # Told the partitions this worker has just released (won releases only), so the worker waiting
+    # for them hears of it at once (``balancer.notices``) instead of at its next cycle.
+    on_released: Callable[[Released], None] | None = None
     _leases: dict[str, _Lease] = field(default_factory=dict, init=False)
     _requests: int = field(default=0, init=False)
     _announced: bool = field(default=False, init=False)
@@ -164,6 +168,7 @@ class Coordinator:
         )
         for event in report.gained + report.lost:
             self._emit(event)
+        self._announce([e.partition_id for e in released])
         return report
 
     async def release(self, partition_id: str, reason: str = "handed off") -> BalancerEvent | None:
@@ -188,6 +193,8 @@ class Coordinator:
         why = reason if won else "taken by another worker before the release"
         event = self._event(kind, partition_id, None, why, self._stamp(won), handoff=bool(won))
         self._emit(event)
+        if won:
+            self._announce([partition_id])
         return event
 
     async def release_all(self, reason: str = "shutting down") -> list[BalancerEvent]:
@@ -212,6 +219,7 @@ class Coordinator:
             await self._call(self.controls.remove_member(self.ref, self.owner_id))
         for event in events:
             self._emit(event)
+        self._announce(list(won))
         return events
 
     # helpers -------------------------------------------------------------------------------
@@ -421,6 +429,14 @@ class Coordinator:
     def _emit(self, event: BalancerEvent) -> None:
         if self.on_event is not None:
             self.on_event(event)
+
+    def _announce(self, released: list[str]) -> None:
+        if released and self.on_released is not None:
+            self.on_released(Released(self.ref, tuple(sorted(released, key=_order)), self.owner_id))
+
+
+def _order(partition_id: str) -> tuple[int, str]:
+    return (int(partition_id), "") if partition_id.isdigit() else (0, partition_id)
 
 
 _IS_A_BALANCER: type[Balancer] = Coordinator  # the type checker proves it satisfies the protocol

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from balancer.errors import OwnershipLost, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, partition_ids
+from balancer.notices import Released
 from balancer.protocol import Balancer, CycleReport
 from balancer.sim.measures import Processing, longest_unprocessed, min_moves, overlap_seconds
 from balancer.sim.scenarios import COLD, EPOCH, REF, Outcome, Settings
@@ -60,6 +61,7 @@ class Run(abc.ABC):
         self.done = asyncio.Event()
         self.tasks: dict[str, list[asyncio.Task[None]]] = {w: [] for w in self.names}
         self.locks = {w: asyncio.Lock() for w in self.names}
+        self.woken = {w: asyncio.Event() for w in self.names}  # a release notice reached it
         self.checkpoints: dict[str, int] = {}
         self.counted: dict[str, int] = dict.fromkeys(self.names, 0)  # requests already attributed
         self.proxies: dict[str, LatentStore] = {}
@@ -127,7 +129,29 @@ class Run(abc.ABC):
                 for pid in self.processing.of(w):
                     if not self.coordinators[w].holds(pid):
                         self._stop(w, pid)
-            await self._sleep_until(next_at)
+            await self._wait(w, next_at)
+
+    async def _wait(self, w: str, at: float) -> None:
+        """Until ``at``, or until a release notice wakes worker ``w`` (as the runtime's ``wake()``)."""
+        woken = self.woken[w]
+        if not woken.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), max(0.0, at - self._now()))
+        woken.clear()
+
+    def _on_released(self, w: str) -> Callable[[Released], None]:
+        """Worker ``w``'s coordinator's ``on_released``: every other live worker hears of it after
+        ``notice_latency`` (none without notices)."""
+
+        def tell(notice: Released) -> None:
+            latency = self.s.notice_latency
+            if latency is None:
+                return
+            loop = asyncio.get_running_loop()
+            for other in self.alive - {w}:
+                loop.call_later(latency, self.woken[other].set)
+
+        return tell
 
     async def _cycle(self, w: str) -> None:
         async with self.locks[w]:

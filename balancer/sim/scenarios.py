@@ -50,6 +50,9 @@ class Settings:
     block_cycles: int = 10
     single_partition_cycles: int = 1000
     outage_expiries: float = 3.0  # store-outage: how long the store is unreachable, in expiries
+    # Release notices (``balancer.notices``): a release wakes the other workers' cycles after this
+    # many seconds, as PostgreSQL, Redis and in-process workers do; None: no notices (Blob).
+    notice_latency: float | None = 0.005
 
     def __post_init__(self) -> None:
         if self.interval <= 0 or self.expiry <= 0:

@@ -59,6 +59,7 @@ class TableRun(Run):
             clock=self._clock_of(w),
             monotonic=self._now,
             on_handoff=self._on_handoff(w),
+            on_released=self._on_released(w),
         )
         return coordinator
 

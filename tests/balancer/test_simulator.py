@@ -158,6 +158,19 @@ def test_clock_skew_makes_balanced_churn_but_not_a_store_clock_strategy() -> Non
         assert calm["moves"]["max"] == 0 and calm["overlap_seconds"]["max"] == 0, name  # type: ignore[index]
 
 
+@pytest.mark.parametrize("scenario", ["scale-out", "drain", "pin"])
+def test_a_planned_move_leaves_no_gap_where_the_store_sends_release_notices(scenario: str) -> None:
+    # Issue 15's bar: the receiver starts within 0.5 s of the release (20 seeds), never before it.
+    told = simulate(None, scenario, 32, 4, seeds=20)
+    assert told["balanced_runs"] == 20
+    assert told["max_unowned_seconds"] <= 0.5, told
+    assert told["overlap_seconds"]["max"] == 0  # type: ignore[index]
+    # Without notices (the Blob store) the receiver claims at its next cycle: up to an interval later.
+    untold = simulate(None, scenario, 32, 4, seeds=20, settings=Settings(notice_latency=None))
+    assert untold["max_unowned_seconds"] > Settings().interval / 2, untold
+    assert told["moves"] == untold["moves"]  # a notice wakes a cycle; it moves nothing more
+
+
 # the command ------------------------------------------------------------------------------------
 
 

@@ -31,6 +31,10 @@ class Command(BaseCommand):
         parser.add_argument("--seeds", type=int, default=20, help="seeded runs 0..K-1 (default 20)")
         parser.add_argument("--interval", type=float, default=DEFAULTS.interval, help="seconds between cycles")
         parser.add_argument("--expiry", type=float, default=DEFAULTS.expiry, help="lease expiry in seconds")
+        parser.add_argument(
+            "--no-notices", action="store_true",
+            help="no release notices: a released partition waits for its receiver's next cycle (the Blob store)",
+        )  # fmt: skip
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -46,7 +50,8 @@ class Command(BaseCommand):
         with progress(f"{chosen.name} / {scenario}", total=seeds, unit="seeds", enabled=not options["json"]) as task:
             result = simulate(
                 strategy, scenario, options["partitions"], options["workers"], seeds,
-                Settings(interval=interval, expiry=expiry), on_seed=lambda _seed: task.advance(),
+                Settings(interval=interval, expiry=expiry, notice_latency=None if options["no_notices"] else 0.005),
+                on_seed=lambda _seed: task.advance(),
             )  # fmt: skip
         if options["json"]:
             self.stdout.write(json.dumps(result))
