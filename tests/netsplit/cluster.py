@@ -100,8 +100,13 @@ class HostedAzurite(Azurite):
         super().__init__(AZURITE_PORT, location, host=host.address)
         self.where = host
 
+    @property
+    def debug_log(self) -> Path:
+        """Azurite's log of every request (``--debug``): the store's own history (``store_history``)."""
+        return self.home / "requests.log"
+
     def command(self) -> list[str]:
-        return [IP, "netns", "exec", self.where.namespace, *super().command()]
+        return [IP, "netns", "exec", self.where.namespace, *super().command(), "--debug", str(self.debug_log)]
 
     def ready(self) -> bool:
         if self.process is None:

@@ -2,8 +2,24 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
 from tests.chaos.evidence import Evidence, Handling
 from tests.netsplit.checks import overlaps
+from tests.netsplit.history import (
+    CheckpointWrite,
+    History,
+    Write,
+    checkpoint_regressions,
+    foreign_writers,
+    judge,
+    margins,
+    owner_overlaps,
+)
+from tests.netsplit.store_history import azurite_history, monitor_arguments, monitor_history
 
 
 def evidence(*handled: tuple[str, int, str, float]) -> Evidence:
@@ -35,3 +51,93 @@ def test_rapid_handoffs_back_and_forth_are_no_overlap() -> None:
 
 def test_readings_within_the_slack_are_one_handoff() -> None:
     assert overlaps(evidence(("0", 0, "w1", 1.00), ("0", 1, "w2", 0.99))) == []
+
+
+# the store's own history ---------------------------------------------------------------------------
+
+EXPIRY = 3.0
+
+
+def history(*writes: tuple[str, str, float, float], checkpoints: tuple[tuple[str, int, float], ...] = ()) -> History:
+    """Writes (partition, owner, since, at), store-clock seconds; checkpoints (partition, sequence, at)."""
+    return History(
+        "hand-made", "a test", 1e-6, [Write(p, o, since, at) for p, o, since, at in writes],
+        [CheckpointWrite(p, s, at) for p, s, at in checkpoints],
+    )  # fmt: skip
+
+
+def test_a_claim_after_the_previous_lease_expired_is_no_overlap() -> None:
+    # w1 claims at 100, renews at 101 and 102 (its lease ends at 105); w2 claims at 105.2
+    found = history(("0", "w1", 100.0, 100.001), ("0", "w1", 101.0, 101.001), ("0", "w1", 102.0, 102.001),
+                    ("0", "w2", 105.2, 105.201))  # fmt: skip
+    assert owner_overlaps(found, EXPIRY) == []
+    assert margins(found, EXPIRY) == [pytest.approx(0.201)]
+
+
+def test_a_claim_after_a_release_is_no_overlap_however_soon() -> None:
+    found = history(("0", "w1", 100.0, 100.001), ("0", "", 101.0, 101.001), ("0", "w2", 101.01, 101.02))
+    assert owner_overlaps(found, EXPIRY) == []
+
+
+def test_a_claim_while_the_previous_lease_ran_fails_and_shows_the_history() -> None:
+    # w1 renewed at 102 (its lease runs to 105); w2 took the partition at 104.5: half a second early
+    found = history(("0", "w1", 100.0, 100.001), ("0", "w1", 102.0, 102.001), ("0", "w2", 104.499, 104.5),
+                    ("0", "w2", 105.0, 105.001), ("1", "w3", 100.0, 100.001))  # fmt: skip
+    (problem,) = owner_overlaps(found, EXPIRY)
+    assert problem.startswith("partition 0: w2 took it at 00:01:44.500000, 0.500s before the lease of w1 could have "
+                              "ended (00:01:45.000000: its last write sent by 00:01:42.000000 + expiry 3s")  # fmt: skip
+    shown = problem.splitlines()[1:]
+    assert len(shown) == 4 and shown[2].startswith("    >> 00:01:44.500000 (+4.499s) w2")
+    assert "w1" in shown[1] and "sent by 00:01:42.000000" in shown[1]
+    assert judge(found, EXPIRY) == [f"store history: {problem}"]
+
+
+def test_an_overlap_within_the_stores_resolution_is_not_reported() -> None:
+    found = history(("0", "w1", 100.0, 100.1), ("0", "w2", 102.6, 102.7))
+    assert owner_overlaps(found, EXPIRY) != []
+    found.resolution = 1.0  # a store judging leases by whole seconds (Azurite's Last-Modified) proves no more
+    assert owner_overlaps(found, EXPIRY) == []
+
+
+def test_a_checkpoint_going_back_fails_and_shows_where() -> None:
+    points = (("0", 10, 100.0), ("0", 60, 101.0), ("0", 60, 101.5), ("0", 45, 102.0), ("0", 70, 103.0), ("1", 5, 100.0))
+    found = history(("0", "w1", 100.0, 100.0), checkpoints=points)
+    (problem,) = checkpoint_regressions(found)
+    assert problem.startswith("partition 0: checkpoint went back from 60 (at 00:01:41.500000) to 45 (at 00:01:42")
+    assert "    >> 00:01:42.000000 sequence 45" in problem.splitlines()
+
+
+def test_a_write_in_another_workers_name_is_found() -> None:
+    found = History("hand-made", "a test", 1e-6, [Write("0", "w1", 1.0, 1.0, client="10.0.0.4"),
+                                                  Write("0", "w2", 5.0, 5.0, client="10.0.0.4"),
+                                                  Write("0", "", 6.0, 6.0, client="10.0.0.9")])  # fmt: skip
+    assert foreign_writers(found, {"w1": "10.0.0.4", "w2": "10.0.0.5"}) == [
+        "partition 0: a write naming w2 (host 10.0.0.5) came from 10.0.0.4 at 00:00:05.000000"
+    ]
+
+
+def test_an_empty_or_incomplete_history_proves_nothing() -> None:
+    assert judge(history(), EXPIRY) == ["store history: no ownership write recorded (a test)"]
+    gapped = history(("0", "w1", 1.0, 1.0))
+    gapped.gaps.append("Redis closed the MONITOR connection")
+    assert judge(gapped, EXPIRY) == ["store history incomplete: Redis closed the MONITOR connection"]
+
+
+def test_redis_monitor_lines_become_writes_with_their_callers_address() -> None:
+    own, points = "leaseboard:{ns/hub/$Default}:ownership", "leaseboard:{ns/hub/$Default}:checkpoints"
+    lines = (SAMPLES / "redis-monitor.txt").read_text(encoding="latin-1").splitlines(keepends=True)
+    found = monitor_history(lines, own, points)
+    assert found.writes == [Write("3", "w1-0", 1795671603.727559, 1795671603.727594, "1795671603.727559-7", "10.9.0.4")]
+    assert found.checkpoints == [CheckpointWrite("3", 42, 1795671604.0001, "10.9.0.5")]
+    assert monitor_arguments('"a\\x41\\"b" "c d"') == ['aA"b', "c d"]
+
+
+SAMPLES = Path(__file__).parent / "samples"
+
+
+def test_azurite_request_log_gives_successful_writes_only() -> None:
+    found = azurite_history((SAMPLES / "azurite-debug.log").read_text().splitlines(), "chaos", "ns/hub/$default/")
+    at = datetime(2026, 11, 26, 5, 40, 13, tzinfo=UTC).timestamp()
+    assert found.writes == [Write("3", "w1-0", at + 0.644, at + 0.658, "0x1", "10.9.0.4")]
+    assert found.checkpoints == [CheckpointWrite("3", 57, at + 1.102, "10.9.0.4")]
+    assert found.resolution == 1.0

@@ -12,6 +12,14 @@ workers recorded, the store's ownership and checkpoints sampled by the observer,
 answers: no event lost, no event handled twice except within the expiry after an unplanned failure
 of its handler (a worker cut from the store or from everything is one), checkpoints never going
 back, and the console never a 500.
+
+The store's own history (``store_history``: a trigger in PostgreSQL, ``MONITOR`` on Redis, Azurite's
+request log) is judged too (``history``), by the store's clock and nothing the workers wrote: per
+partition no two leases at once (to within the resolution of the clock the store judges leases by),
+checkpoints never going back, and every ownership write coming from the host of the worker it names.
+
+Every await has a deadline (``deadlines.within``): past it, the run fails naming what it waited for,
+with the stack of every task and thread.
 """
 
 from __future__ import annotations
@@ -35,7 +43,10 @@ from tests.chaos.stores import DASHBOARD_ALIAS, migrated_database
 from tests.chaos.test_chaos import finish, print_report
 from tests.netsplit.checks import crash_loops, overlaps, recovery, recovery_problems
 from tests.netsplit.cluster import HOSTS, HostedConsole, NetFleet, make_kit, start_hub, start_store
+from tests.netsplit.deadlines import within
+from tests.netsplit.history import History, judge, summary
 from tests.netsplit.nemeses import NEMESES
+from tests.netsplit.store_history import recorder_for
 from tests.support.databases import remove_django_database
 from tests.support.netns import Network, available
 from tests.support.postgres import Postgres
@@ -46,6 +57,10 @@ SECONDS = float(os.environ.get("NETSPLIT_SECONDS") or 0)
 # The short version (make test): every nemesis on PostgreSQL, one after another, then two chosen at
 # random from the seed; the cuts of one worker on the others.
 SHORT = {"postgresql": list(NEMESES), "redis": ["cut-store", "isolated"], "blob": ["cut-store", "isolated"]}
+# Deadlines of the awaits (seconds): a phase is a nemesis (a hold of 4 expiries, or a SIGTERM, a
+# restart and a settle before one) and a settle of at most 45 s.
+PHASE = 240.0
+STEP = 60.0  # one request, one start, one stop
 
 
 def plan(store: str, fleet: NetFleet, started: float) -> Iterator[str]:
@@ -95,8 +110,11 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
         print(f"\nnetsplit: seed {seed} (CHAOS_SEED={seed} replays the choices)")
     checks: list[PostCheck] = []
     kit = make_kit(store, net["store"], server, url)
+    recorder = recorder_for(store, kit, url, tmp_path)
+    await within(STEP, f"the {store} store's history to start recording", asyncio.to_thread(recorder.start))
+    history: History | None = None
     with django_db_blocker.unblock():
-        opened = await kit.open()
+        opened = await within(STEP, "the observer to open the store", kit.open())
         fleet = NetFleet(kit, tmp_path, opened, net=net)
         fleet.hub_server = start_hub(net["hub"], tmp_path, fleet.partitions, fleet.env)
         # The console keeps its default expiry (30 s): it judges heartbeats by the expiry they name.
@@ -109,37 +127,48 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
             console.start()
             for _ in range(3):
                 fleet.start(new_name())
-            await console.ready()
+            await within(STEP + 10, "the console to answer", console.ready())
             console.poll()
             fleet.start_producing()
 
             async def nothing() -> None:
                 pass
 
-            await fleet.phase("start", nothing)
+            await within(PHASE, "phase start (the fleet to settle)", fleet.phase("start", nothing))
             for name in plan(store, fleet, started):
                 nemesis = NEMESES[name]
-                await fleet.phase(name, lambda nemesis=nemesis: nemesis(fleet, checks))  # type: ignore[misc]
-            problems = await finish(fleet)
-            problems += rules.event_clock(await asyncio.to_thread(console.events), wall_from, time.time())
-            probes = await asyncio.to_thread(console.stop_polling)
-            evidence = await fleet.evidence()
+                phase = fleet.phase(name, lambda nemesis=nemesis: nemesis(fleet, checks))  # type: ignore[misc]
+                await within(PHASE, f"phase {name} (the nemesis, then the fleet to settle)", phase)
+            problems = await within(PHASE, "the final phase and every worker's SIGTERM", finish(fleet))
+            events = await within(STEP, "the console's event log", asyncio.to_thread(console.events))
+            problems += rules.event_clock(events, wall_from, time.time())
+            probes = await within(STEP, "the console's pollers to stop", asyncio.to_thread(console.stop_polling))
+            evidence = await within(STEP, "the store's final checkpoints", fleet.evidence())
             evidence.console = probes
         finally:
             console.stop()
             sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler
+            with contextlib.suppress(asyncio.CancelledError, AssertionError):
+                await within(STEP, "the sampler to stop", sampler)
             fleet.shutdown()
-            await kit.close(opened)
-            getattr(kit, "finish", lambda: None)()
+            try:  # after every worker is gone (nothing more to record), before the store goes
+                reading = asyncio.to_thread(recorder.history, fleet.ref)
+                history = await within(STEP, f"the {store} store's history", reading)
+            finally:
+                recorder.stop()
+                await within(STEP, "the observer to close the store", kit.close(opened))
+                getattr(kit, "finish", lambda: None)()
     report = check(evidence)
     report.violations += problems + [p for post in checks for p in post(evidence)] + fleet.problems
     report.violations += crash_loops(fleet, evidence)
     healed = recovery(fleet, evidence, set(NEMESES) | {"store-cut", "split", "flapping"})
     report.violations += recovery_problems(fleet, healed) + overlaps(evidence)
+    assert net is not None
+    addresses = {f"{name}-0": net[host].address for name, host in fleet.placed.items()}
+    report.violations += judge(history, fleet.expiry, addresses)
     with capsys.disabled():
         print_report(f"netsplit {store}", report, fleet, time.monotonic() - started)
+        print(f"  {summary(history, fleet.expiry)}")
         figures = ", ".join(f"{r.kind} {'never' if r.seconds is None else f'{r.seconds:.1f}s'}" for r in healed)
         print(f"  recovery after each heal (expiry + 2 intervals = {fleet.expiry + 2 * fleet.interval:g}s): {figures}")
     assert not report.violations, "broken invariants:\n" + "\n".join(report.violations)

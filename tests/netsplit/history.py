@@ -1,0 +1,235 @@
+"""The store's own history of ownership and checkpoints, and what it proves (issue 19, item 3).
+
+What the workers record themselves (``tests.chaos.recording``) could be wrong in the way a buggy
+worker is wrong. The store's history cannot: every ownership and checkpoint write as the store
+itself saw it, stamped with the store's clock (``store_history`` collects it: a trigger in
+PostgreSQL, ``MONITOR`` on Redis, Azurite's request log).
+
+Each ownership write carries two times on the store's clock:
+
+- ``since``: no earlier than the moment its writer sent it. The writer's own lease runs from the
+  moment it sent the winning claim or renewal (``Coordinator.holds``: its monotonic clock, from the
+  send), so the lease it got cannot outlast ``since + expiry``.
+- ``at``: no later than the moment its writer can have heard that it succeeded. A new owner handles
+  nothing of the partition before its claim returns, so not before ``at``.
+
+A *tenure* is one owner's run of consecutive writes to a partition: it starts at the first write's
+``at`` and ends at the last write's ``since + expiry``, or at ``since`` of the release that follows
+it (a worker releases after it has stopped handling and checkpointed). ``owner_overlaps`` fails
+when a tenure starts before the previous owner's has ended, by more than the resolution of the
+clock the store judges leases by. What that proves: per partition, no two workers held a lease at
+once by the store's clock; so, with every worker handling only before its monotonic deadline (sent
++ expiry), no two workers handled events of a partition at once, to within that resolution and the
+drift between the store's clock and the workers' monotonic clocks over one expiry (one machine
+here: the same oscillator). ``checkpoint_regressions`` fails when a checkpoint written is below
+one written before it. Both print the slice of history that shows the violation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from itertools import pairwise
+
+SHOWN = 4  # writes printed before and after the one that breaks a rule
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One ownership write as the store saw it."""
+
+    partition: str
+    owner: str  # "" for a release
+    since: float  # store clock: no earlier than the writer sent it
+    at: float  # store clock: no later than the writer can have heard it succeed
+    etag: str = ""
+    client: str = ""  # the writer's network address, as the store saw the connection ("" unknown)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointWrite:
+    partition: str
+    sequence: int
+    at: float  # store clock
+    client: str = ""
+
+
+@dataclass
+class History:
+    """Every ownership and checkpoint write of one hub and consumer group, as the store recorded them."""
+
+    store: str
+    source: str  # where it came from: "trigger on dashboard_ownership (clock_timestamp())", ...
+    resolution: float  # seconds: of the clock the store judges leases by, so of what can be proved
+    writes: list[Write] = field(default_factory=list)
+    checkpoints: list[CheckpointWrite] = field(default_factory=list)
+    gaps: list[str] = field(default_factory=list)  # why the history may be incomplete (empty: complete)
+
+
+@dataclass(frozen=True, slots=True)
+class Tenure:
+    partition: str
+    owner: str
+    start: float  # the first write's ``at``
+    end: float  # the last write's ``since`` + expiry, or the release's ``since``
+    first: int  # index of the first write in the partition's history
+    last: int  # index of the last write (the release, if released)
+    released: bool
+
+
+def clock(at: float) -> str:
+    """A store-clock time as the wall-clock time of day, to the microsecond (UTC)."""
+    if not math.isfinite(at):
+        return str(at)
+    return datetime.fromtimestamp(at, UTC).strftime("%H:%M:%S.%f")
+
+
+def by_partition(writes: Iterable[Write]) -> dict[str, list[Write]]:
+    """Each partition's writes in the order they took effect (``at``)."""
+    out: dict[str, list[Write]] = {}
+    for write in writes:
+        out.setdefault(write.partition, []).append(write)
+    for found in out.values():
+        found.sort(key=lambda w: (w.at, w.since))
+    return out
+
+
+def tenures(writes: list[Write], expiry: float) -> list[Tenure]:
+    """The tenures in one partition's ``writes`` (sorted by ``at``), in order."""
+    out: list[Tenure] = []
+    current: tuple[str, int] | None = None  # (owner, index of its first write)
+    for i, write in enumerate(writes):
+        if current is not None and write.owner != current[0]:
+            owner, first = current
+            released = write.owner == ""
+            end = write.since if released else writes[i - 1].since + expiry
+            out.append(Tenure(write.partition, owner, writes[first].at, end, first, i if released else i - 1, released))
+            current = None
+        if current is None and write.owner:
+            current = (write.owner, i)
+    if current is not None:
+        owner, first = current
+        out.append(Tenure(writes[first].partition, owner, writes[first].at, writes[-1].since + expiry, first,
+                          len(writes) - 1, False))  # fmt: skip
+    return out
+
+
+def describe(write: Write, base: float) -> str:
+    who = write.owner or "(released)"
+    where = f" from {write.client}" if write.client else ""
+    return (
+        f"{clock(write.at)} (+{write.at - base:.3f}s) {who:<16} sent by {clock(write.since)}{where}"
+        f"{f' etag {write.etag}' if write.etag else ''}"
+    )
+
+
+def history_slice(writes: list[Write], low: int, high: int, mark: int, base: float) -> list[str]:
+    """Lines for ``writes[low..high]`` (clipped, widened by ``SHOWN``), ``mark`` flagged."""
+    start, stop = max(0, low - SHOWN), min(len(writes), high + SHOWN + 1)
+    return [f"    {'>>' if i == mark else '  '} {describe(writes[i], base)}" for i in range(start, stop)]
+
+
+def owner_overlaps(history: History, expiry: float) -> list[str]:
+    """Per partition, every tenure that started before the previous one ended (beyond the store's
+    resolution): the claim, the previous owner's last writes and what followed, one problem each."""
+    problems = []
+    for pid, writes in sorted(by_partition(history.writes).items(), key=lambda kv: _key(kv[0])):
+        found = tenures(writes, expiry)
+        for before, after in pairwise(found):
+            early = before.end - after.start
+            if early <= history.resolution:
+                continue
+            lines = history_slice(writes, before.last, after.first, after.first, writes[0].at)
+            problems.append(
+                f"partition {pid}: {after.owner} took it at {clock(after.start)}, {early:.3f}s before the lease of "
+                f"{before.owner} could have ended ({clock(before.end)}: its last write sent by "
+                f"{clock(writes[before.last].since)} + expiry {expiry:g}s; {history.store} resolution "
+                f"{history.resolution:g}s). The store's history:\n" + "\n".join(lines)
+            )
+    return problems
+
+
+def checkpoint_regressions(history: History) -> list[str]:
+    """Per partition, every checkpoint written below one written before it, with the writes around it."""
+    problems = []
+    per: dict[str, list[CheckpointWrite]] = {}
+    for write in history.checkpoints:
+        per.setdefault(write.partition, []).append(write)
+    for pid, writes in sorted(per.items(), key=lambda kv: _key(kv[0])):
+        writes.sort(key=lambda w: w.at)
+        highest = 0
+        for i, write in enumerate(writes):
+            if write.sequence < writes[highest].sequence:
+                low = max(0, highest - SHOWN)
+                lines = [
+                    f"    {'>>' if j == i else '  '} {clock(w.at)} sequence {w.sequence}"
+                    f"{f' from {w.client}' if w.client else ''}"
+                    for j, w in enumerate(writes[low : i + SHOWN + 1], start=low)
+                ]
+                problems.append(
+                    f"partition {pid}: checkpoint went back from {writes[highest].sequence} (at "
+                    f"{clock(writes[highest].at)}) to {write.sequence} (at {clock(write.at)}). The store's history:\n"
+                    + "\n".join(lines)
+                )
+            else:
+                highest = i
+    return problems
+
+
+def foreign_writers(history: History, addresses: Mapping[str, str]) -> list[str]:
+    """Ownership writes naming an owner whose host (``addresses``: owner id -> its host's address) is
+    not where the store saw the write come from: a worker writing in another's name, or a record
+    written by something else than the fleet. Releases and writes of unknown origin are not judged."""
+    problems = []
+    for write in history.writes:
+        if not write.owner or not write.client:
+            continue
+        expected = addresses.get(write.owner)
+        if expected is None:
+            problems.append(f"partition {write.partition}: a write naming {write.owner}, no worker of the fleet, "
+                            f"came from {write.client} at {clock(write.at)}")  # fmt: skip
+        elif expected != write.client:
+            problems.append(f"partition {write.partition}: a write naming {write.owner} (host {expected}) came "
+                            f"from {write.client} at {clock(write.at)}")  # fmt: skip
+    return problems
+
+
+def judge(history: History, expiry: float, addresses: Mapping[str, str] | None = None) -> list[str]:
+    """Every rule over ``history``, each problem one (multi-line) string; the gaps, if any, are problems
+    too (a history with holes proves nothing)."""
+    problems = [f"store history incomplete: {gap}" for gap in history.gaps]
+    if not history.writes:
+        problems.append(f"store history: no ownership write recorded ({history.source})")
+    problems += [f"store history: {p}" for p in owner_overlaps(history, expiry)]
+    problems += [f"store history: {p}" for p in checkpoint_regressions(history)]
+    if addresses is not None:
+        problems += [f"store history: {p}" for p in foreign_writers(history, addresses)[:5]]
+    return problems
+
+
+def margins(history: History, expiry: float) -> list[float]:
+    """For every change of owner, seconds between the end of the previous tenure and the start of
+    the next (negative: an overlap)."""
+    out = []
+    for writes in by_partition(history.writes).values():
+        found = tenures(writes, expiry)
+        out += [after.start - before.end for before, after in pairwise(found)]
+    return out
+
+
+def summary(history: History, expiry: float) -> str:
+    """One line: what the history holds and the bound it proves."""
+    found = margins(history, expiry)
+    changes = len(found)
+    closest = f", closest {min(found):+.3f}s" if found else ""
+    return (
+        f"store history [{history.store}] from {history.source}: {len(history.writes)} ownership writes, "
+        f"{len(history.checkpoints)} checkpoints, {changes} changes of owner{closest} (next tenure's start minus "
+        f"the previous one's end); proves no two leases at once to within {history.resolution:g}s"
+    )
+
+
+def _key(pid: str) -> tuple[int, str]:
+    return (int(pid), pid) if pid.isdigit() else (1 << 30, pid)
