@@ -39,6 +39,7 @@ from pathlib import Path
 
 from workers.hub import placement
 from workers.hub.log import EMPTY, MAX_AMQP, MAX_BODY, MAX_KEY, CorruptLog, Cursor, LogFile, Tail, encode
+from workers.sources.arrivals import WatchedReader
 from workers.sources.base import PartitionProperties, Position, ReceivedEvent
 
 __all__ = ["MAX_BODY", "MAX_KEY", "CorruptLog", "EmbeddedHub", "HubReader"]
@@ -49,11 +50,12 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _META = "hub.json"
 
 
-class HubReader:
-    """Reads one partition forward from a resolved position. Not thread-safe; one per pump."""
+class HubReader(WatchedReader):
+    """Reads one partition forward from a resolved position. Not thread-safe; one per pump.
+    ``notify(wake)``: ``wake()`` when the log is written (``workers.sources.arrivals``)."""
 
     def __init__(self, log_file: LogFile, pos: int, next_sequence: int) -> None:
-        self._log = log_file
+        self._log, self.watched_path = log_file, log_file.path
         self._cursor = Cursor(log_file, pos, next_sequence)
 
     @property
@@ -78,6 +80,7 @@ class HubReader:
         return out
 
     def close(self) -> None:
+        self.unwatch()
         self._log.close()
 
 
@@ -289,13 +292,8 @@ class EmbeddedHub:
         tail = log_file.find_tail(self._tails.get(pid, EMPTY))
         size = log_file.size()
         if size > tail.end:
-            log.warning(
-                "hub %r partition %s: cutting a torn tail of %d bytes at offset %d (a writer died mid-write)",
-                self.name,
-                pid,
-                size - tail.end,
-                tail.end,
-            )
+            log.warning("hub %r partition %s: cutting a torn tail of %d bytes at offset %d (a writer died mid-write)",
+                        self.name, pid, size - tail.end, tail.end)  # fmt: skip
             os.ftruncate(log_file.fd, tail.end)
         self._tails[pid] = tail
         return tail

@@ -18,6 +18,7 @@ partition, and counts the paused partitions (``leaseboard_paused_partitions``).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 
 import workers.metrics as metrics
@@ -178,6 +179,12 @@ class Checkpointer:
         if self._last is None or self._last[0] == self._stats.checkpointed or now < self._retry_at:
             return False
         return self._since >= self._events or now - self._at >= self._seconds
+
+    def due_in(self, now: float) -> float:
+        """Seconds until a checkpoint is due by time (inf when nothing is pending)."""
+        if self._last is None or self._last[0] == self._stats.checkpointed:
+            return math.inf
+        return max(self._at + self._seconds, self._retry_at) - now
 
     async def write(self, final: bool = False) -> bool:
         """Checkpoint the last event done if due (always when ``final``); False if ownership is gone

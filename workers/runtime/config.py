@@ -16,7 +16,9 @@ class PumpConfig:
     checkpoint_seconds: float = 1.0
     initial_position: Position = field(default_factory=Position.earliest)
     max_events: int = 100  # events per read (a batch handler's own size wins)
-    poll_seconds: float = 0.05  # pause when the partition has nothing new
+    poll_seconds: float = 0.05  # pause when the partition has nothing new (a reader without notify())
+    # A reader with notify() wakes its idle pump on new events; the pump reads anyway after this long.
+    idle_seconds: float = 30.0
     retries: int = 3
     backoff_seconds: float = 0.1
     backoff_max: float = 5.0
@@ -25,6 +27,8 @@ class PumpConfig:
     def __post_init__(self) -> None:
         if self.checkpoint_events < 1 or self.max_events < 1 or self.retries < 0:
             raise ValueError("checkpoint_events and max_events must be >= 1, retries >= 0")
+        if not self.poll_seconds > 0 or not self.idle_seconds > 0:
+            raise ValueError("poll_seconds and idle_seconds must be > 0")
 
     @classmethod
     def from_settings(cls, **overrides: Any) -> PumpConfig:
@@ -49,6 +53,7 @@ class PumpStats:
     dead_lettered: int = 0
     gaps: int = 0
     checkpoints: int = 0
+    idle_waits: int = 0  # times the pump waited for new events (a notifying reader) or paused to poll again
     last_sequence: int | None = None
     checkpointed: int | None = None
     ended: str | None = None  # why the pump stopped: stopped, expired, lost, failed

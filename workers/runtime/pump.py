@@ -18,6 +18,13 @@ paused pump, which ends "expired" WITHOUT a checkpoint (the next owner starts af
 stored). A checkpoint refused with ``OwnershipLost`` (the store says another worker owns the
 partition) ends the pump at once ("lost").
 
+Idle. A reader that offers ``notify(wake)`` (``workers.sources.arrivals``: the embedded hub's
+files through one watcher per process, Event Hubs through its long-polling receive) wakes the pump
+when new events may be there: an idle pump waits for that and costs nothing meanwhile, bounded only
+by a pending checkpoint's time, its lease's deadline (so it pauses when the lease may have run out)
+and a safety read every ``idle_seconds``. A reader without ``notify`` is polled every
+``poll_seconds``.
+
 Checkpoints: ``checkpoints.py`` (every ``checkpoint_events`` events or ``checkpoint_seconds``
 seconds, and once more when the pump is stopped on purpose; delivery is at least once). Sequence
 numbers: ``sequence.py`` (a jump is logged as lost data, and processing goes on).
@@ -37,6 +44,7 @@ retrying once it resumes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import threading
@@ -102,6 +110,8 @@ class PartitionPump:
         self._outage = outage or CheckpointOutage(owner_id)  # shared by the worker's pumps
         self._pauses = pauses or PauseLog(owner_id, monotonic)  # shared by the worker's pumps
         self._wake = asyncio.Event()  # set by wake() and stop(): a paused pump looks again
+        self._arrived = asyncio.Event()  # set by the reader's notify() and by stop(): an idle pump reads again
+        self._notified = False  # the reader offers notify(): idle waits for it instead of polling
         self._lost = False  # stopped because the partition was lost: not one more checkpoint
         self.paused = False
         self._label = f"partition {partition_id} ({owner_id})"
@@ -130,6 +140,7 @@ class PartitionPump:
             self._sync.stop()
         self._stopping.set()
         self._wake.set()
+        self._arrived.set()
 
     def wake(self) -> None:
         """Let a paused pump look at its lease now (the processor calls it after every cycle)."""
@@ -199,6 +210,7 @@ class PartitionPump:
             if position is None:
                 return self._end()
             reader = await lane.call(self._source.reader, self.partition_id, position)
+            self._notified = self._listen(reader)
             self._checkpoints.start()
             while await self._hold():
                 await self._step(lane, reader)
@@ -259,6 +271,7 @@ class PartitionPump:
         if self._sync is None:
             await self._step_on_loop(lane, reader)
             return
+        self._arrived.clear()  # before the read: what arrives from now on wakes the idle wait below
         run = await lane.call(self._sync.work, reader)
         if run.error is not None:
             if not await self._recover(lane, run.failed, run.error):
@@ -267,16 +280,17 @@ class PartitionPump:
             return
         # Before a held-back read error ends the pump, what was handled is checkpointed.
         if await self._checkpoints.write(final=self._sync.deferred is not None) and run.idle:
-            await self._pause(self._config.poll_seconds)
+            await self._idle()
 
     async def _step_on_loop(self, lane: ThreadLane, reader: PartitionReader) -> None:
         """Read once (in the lane) and hand what came to an async handler on the loop, pausing in
         place (with the events in hand) while the lease may have run out."""
+        self._arrived.clear()
         events = await lane.call(reader.receive, self._batch or self._config.max_events)
         events = self._sequence.contiguous(events)
         if not events:
             if await self._checkpoints.write():
-                await self._pause(self._config.poll_seconds)
+                await self._idle()
             return
         if self._batch is not None:
             await self._handle_batch(lane, events)
@@ -375,6 +389,60 @@ class PartitionPump:
         self.stats.processed += len(events)
         self.stats.last_sequence = events[-1].sequence_number
         metrics.EVENTS_PROCESSED.inc(len(events))
+
+    # idle --------------------------------------------------------------------------------------
+
+    def _listen(self, reader: PartitionReader) -> bool:
+        """Ask ``reader`` to wake this pump on new events; False if it cannot (it is polled then)."""
+        notify = getattr(reader, "notify", None)
+        if not callable(notify):
+            return False
+        loop = asyncio.get_running_loop()
+        arrived = self._arrived
+
+        def wake() -> None:  # any thread, once per write to the partition: cheap when already set
+            if not arrived.is_set():
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                    loop.call_soon_threadsafe(arrived.set)
+
+        try:
+            notify(wake)
+        except OSError as exc:
+            log.warning("%s: the source cannot wake this pump (%s); polling every %gs", self._label, exc,
+                        self._config.poll_seconds)  # fmt: skip
+            return False
+        return True
+
+    async def _idle(self) -> None:
+        """Nothing new to read: wait until the reader says events came (or ``stop()``), a pending
+        checkpoint is due, the lease's deadline passes unrenewed, or ``idle_seconds`` went by. A reader
+        without ``notify`` is read again after ``poll_seconds``."""
+        self.stats.idle_waits += 1
+        if not self._notified:
+            await self._pause(self._config.poll_seconds)
+            return
+        until = self._monotonic() + self._config.idle_seconds
+        while not self._arrived.is_set() and not self._stopping.is_set():
+            now = self._monotonic()
+            deadline = self._deadline(self.partition_id)
+            bound = min(until, deadline, now + self._checkpoints.due_in(now))
+            await self._await_arrival(max(bound - now, self._config.poll_seconds))
+            now = self._monotonic()
+            if now >= until or self._checkpoints.due(now) or not self._deadline(self.partition_id) > deadline:
+                return  # the safety read, a checkpoint, or a lease not renewed (the pump pauses next)
+            # Woken by the lease's old deadline, but it was renewed since: wait on without reading.
+
+    async def _await_arrival(self, seconds: float) -> None:
+        """Wait for the reader's wake-up, ``stop()`` or ``seconds``, whichever comes first."""
+        if self._arrived.is_set():
+            return
+        sleeper = asyncio.ensure_future(self._sleep(seconds))
+        waiter = asyncio.ensure_future(self._arrived.wait())
+        try:
+            await asyncio.wait([sleeper, waiter], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            waiter.cancel()
 
     async def _pause(self, seconds: float) -> None:
         """Sleep ``seconds`` in short steps, ending early when the pump is asked to stop."""

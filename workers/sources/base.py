@@ -2,7 +2,9 @@
 
 A source is opened once per process; a reader per owned partition. Readers are synchronous and
 never block for long (``receive`` returns what is there, possibly nothing): the runtime calls them
-from worker threads so the event loop, and with it lease renewal, is never held up.
+from worker threads so the event loop, and with it lease renewal, is never held up. A reader may
+also offer ``notify(wake)`` to wake its pump when new events come instead of being polled
+(``workers.sources.arrivals``).
 """
 
 from __future__ import annotations

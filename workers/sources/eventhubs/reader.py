@@ -71,6 +71,7 @@ class EventHubsReader:
         self._queue: deque[ReceivedEvent] = deque()
         self._error: ReaderFailed | None = None
         self._closed = False
+        self._wake: Callable[[], None] | None = None  # notify(): the pump waiting for events
         self._kwargs: dict[str, Any] = {
             "partition_id": partition_id,
             "starting_position": starting_position,
@@ -108,6 +109,20 @@ class EventHubsReader:
             if self._error is not None:
                 raise self._error
             return out
+
+    def notify(self, wake: Callable[[], None] | None) -> None:
+        """Call ``wake()`` (from the SDK's thread) when a batch arrives or the reader fails, so an
+        idle pump waits for that instead of polling: the SDK's receive is the long poll."""
+        with self._cond:
+            self._wake = wake
+            ready = bool(self._queue) or self._error is not None
+        if wake is not None and ready:
+            wake()
+
+    def _woken(self) -> None:
+        wake = self._wake
+        if wake is not None:
+            wake()
 
     def close(self) -> None:
         """Stops receiving and waits (at most ``join_seconds``) for the receive thread to end."""
@@ -169,6 +184,7 @@ class EventHubsReader:
                 self._cond.wait()
             if not self._closed and self._error is None:
                 self._queue.extend(events)
+        self._woken()
 
     def _on_error(self, context: PartitionContext | None, error: Exception) -> None:
         self._fail(error)
@@ -181,6 +197,7 @@ class EventHubsReader:
             log.warning("%s", failure)
             self._error = failure
             self._cond.notify_all()
+        self._woken()
         # Stop the SDK before it re-creates the consumer from the original starting position.
         self._close_client()
 
