@@ -27,6 +27,10 @@ BENCHMARKS = [
     ("console: event -> browser latency, /metrics render", "tests.benchmarks.bench_dashboard"),
     ("console under 1,000 anonymous requests and 200 sockets: CPU, memory, tasks", "tests.benchmarks.bench_visitors"),
     ("store outages of 2x and 5x the expiry: moves, duplicates, recovery", "tests.benchmarks.bench_outage"),
+    (
+        "idle fleets of 64, 256 and 1024 partitions: balance, store queries, CPU, RSS; a chart",
+        "tests.benchmarks.bench_fleet_cost",
+    ),
 ]
 
 

@@ -1,0 +1,490 @@
+"""What an idle fleet costs, by size (`make bench`): real ``runworkers`` processes on PostgreSQL and Redis.
+
+Per store and size (64 partitions / 8 workers, 256 / 16, 1024 / 64; one ``runworkers --count 1``
+process per worker, an embedded hub, interval 2 s, expiry 10 s, no events): seconds from the last
+process started until the fleet is balanced (every partition held, every worker within one of its
+share), seconds from one process's SIGKILL until the survivors are balanced again, and over a
+window of idle steady state: store queries a second (PostgreSQL: ``pg_stat_statements`` calls, and
+the rows they returned or touched; Redis: ``INFO commandstats`` calls), CPU per worker process and
+of the whole fleet (percent of one core, from ``/proc``), CPU of the store's server, and RSS per
+process. The figures are drawn as a PNG (matplotlib) beside the table; its path is printed.
+
+``--baseline DIR`` runs every case a second time with the workers of another checkout (a ``git
+worktree`` of an older commit), one after the other in the same run, so "before" and "after" share
+the machine's load. A first section measures the pumps alone in this process: CPU of idle pumps
+and the latency from an append to the handler, with the readers' wake-ups and with the 50 ms poll
+that pumps used before (a reader that hides ``notify``).
+
+Smaller: ``python -m tests.benchmarks.bench_fleet_cost --sizes 64/8,256/16 --store postgresql``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SIZES = ((64, 8), (256, 16), (1024, 64))
+INTERVAL = 2.0
+EXPIRY = 10.0
+WINDOW = 20.0  # seconds of idle steady state measured
+SETTLE = 2 * INTERVAL  # after balancing, before the window
+BALANCE_TIMEOUT = 300.0
+ROOT = Path(__file__).resolve().parents[2]
+TICKS = os.sysconf("SC_CLK_TCK")
+POSTGRES_SETTINGS = {
+    "max_connections": "500",
+    "shared_preload_libraries": "pg_stat_statements",
+    "pg_stat_statements.track": "top",
+}
+
+
+@dataclass
+class Row:
+    store: str
+    code: str  # "after" (this checkout) or "before" (--baseline)
+    partitions: int
+    workers: int
+    balance_cold: float | None = None
+    balance_kill: float | None = None
+    queries: float | None = None  # store calls a second, whole fleet
+    rows: float | None = None  # rows a second (PostgreSQL)
+    cpu_worker: float | None = None  # % of a core, mean per worker process
+    cpu_fleet: float | None = None  # % of a core, all worker processes
+    cpu_store: float | None = None  # % of a core, the store's server
+    rss: float | None = None  # MB, mean per worker process
+    error: str = ""
+
+
+# /proc --------------------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` (0 once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and its children (a PostgreSQL server's backends)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+# stores --------------------------------------------------------------------------------------------
+
+
+class Meter:
+    """The store's own count of calls (and rows) so far, and the pid of its server."""
+
+    def __init__(self, kit: Any) -> None:
+        self.kit = kit
+        if kit.name == "postgresql":
+            import psycopg
+
+            self._conn = psycopg.connect(kit.database_url, autocommit=True)
+            self._conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            self.server_pid = kit.cluster.process.pid
+        else:
+            import redis
+
+            self._redis = redis.Redis.from_url(kit.server.url)
+            self.server_pid = kit.server.process.pid
+
+    def counts(self) -> tuple[float, float | None]:
+        if self.kit.name == "postgresql":
+            row = self._conn.execute(
+                "SELECT coalesce(sum(calls), 0), coalesce(sum(rows), 0) FROM pg_stat_statements"
+                " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                " AND query NOT ILIKE '%pg_stat_statements%'"
+            ).fetchone()
+            assert row is not None
+            return float(row[0]), float(row[1])
+        stats = self._redis.info("commandstats")
+        return float(sum(v["calls"] for k, v in stats.items() if k != "cmdstat_info")), None
+
+    def close(self) -> None:
+        if self.kit.name == "postgresql":
+            self._conn.close()
+        else:
+            self._redis.close()
+
+
+def make_kit(store: str, cluster: Any, database_url: str) -> Any:
+    from tests.chaos.stores import RedisKit, SqlKit
+
+    return SqlKit(cluster, database_url) if store == "postgresql" else RedisKit(database_url)
+
+
+# one fleet -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Fleet:
+    kit: Any
+    root: Path
+    repo: Path
+    partitions: int
+    workers: int
+    hub_name: str
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self) -> None:
+        from tests.support.processes import manage, worker_env
+
+        env = worker_env(self.root, **self.kit.env(), LEASEBOARD_DEADLETTER_DIR=str(self.root / "deadletter"))
+        env.pop("LEASEBOARD_CLOCK_SKEW", None)
+        env["PYTHONPATH"] = str(self.repo)
+        for i in range(self.workers):
+            name = f"w{i:03d}"
+            command = manage(
+                "runworkers", "--count", "1", "--owner-prefix", name, "--store", self.kit.store,
+                "--source", "embedded", "--hub", self.hub_name, "--interval", str(INTERVAL),
+                "--expiry", str(EXPIRY), "--shutdown-timeout", "5",
+            )  # fmt: skip
+            with (self.root / f"{name}.log").open("ab") as out:
+                self.processes[f"{name}-0"] = subprocess.Popen(
+                    command, cwd=self.repo, env=env, stdout=out, stderr=subprocess.STDOUT
+                )
+
+    def check(self) -> None:
+        for owner, process in self.processes.items():
+            if process.poll() is not None:
+                tail = (self.root / f"{owner[:-2]}.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{owner} exited with {process.returncode}:\n{tail}")
+
+    def kill_one(self) -> str:
+        owner = sorted(self.processes)[0]
+        process = self.processes.pop(owner)
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+        return owner
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for process in self.processes.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(max(0.1, deadline - time.monotonic()))
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+
+
+def balanced(records: list[Any], now: float, partitions: int, owners: set[str]) -> bool:
+    live = [r for r in records if r.owner_id and not r.expired(now, EXPIRY)]
+    if len(live) != partitions:
+        return False
+    counts = Counter(r.owner_id for r in live)
+    low, high = partitions // len(owners), -(-partitions // len(owners))
+    return set(counts) == owners and all(low <= c <= high for c in counts.values())
+
+
+async def until_balanced(store: Any, ref: Any, fleet: Fleet, started: float) -> float:
+    owners = set(fleet.processes)
+    while True:
+        fleet.check()
+        records = await store.list_ownership(ref)
+        if balanced(records, await store.now(), fleet.partitions, owners):
+            return time.monotonic() - started
+        if time.monotonic() - started > BALANCE_TIMEOUT:
+            raise TimeoutError(f"not balanced after {BALANCE_TIMEOUT:g}s")
+        await asyncio.sleep(0.25)
+
+
+async def measure(kit: Any, meter: Meter, row: Row, repo: Path, root: Path, window: float) -> None:
+    from balancer.model import HubRef
+    from workers.hub.embedded import EmbeddedHub
+
+    hub_name = f"fleet-{row.code}-{row.partitions}-{row.workers}"
+    ref = HubRef("localhost", hub_name, "$Default")
+    EmbeddedHub(root / "hub", hub_name, partitions=row.partitions).close()
+    store = await kit.open()
+    fleet = Fleet(kit, root, repo, row.partitions, row.workers, hub_name)
+    try:
+        fleet.start()
+        row.balance_cold = await until_balanced(store, ref, fleet, time.monotonic())
+        await asyncio.sleep(SETTLE)
+        pids = [p.pid for p in fleet.processes.values()]
+        server = tree(meter.server_pid)
+        cpu0, store0, (calls0, rows0), t0 = (
+            sum(map(cpu_seconds, pids)), sum(map(cpu_seconds, server)), meter.counts(), time.monotonic()
+        )  # fmt: skip
+        await asyncio.sleep(window)
+        fleet.check()
+        server = [p for p in tree(meter.server_pid) if p in set(server)]  # backends alive through the window
+        cpu1, store1, (calls1, rows1), t1 = (
+            sum(map(cpu_seconds, pids)), sum(map(cpu_seconds, server)), meter.counts(), time.monotonic()
+        )  # fmt: skip
+        seconds = t1 - t0
+        row.cpu_fleet = 100 * (cpu1 - cpu0) / seconds
+        row.cpu_worker = row.cpu_fleet / len(pids)
+        row.cpu_store = 100 * (store1 - store0) / seconds
+        row.queries = (calls1 - calls0) / seconds
+        row.rows = None if rows0 is None or rows1 is None else (rows1 - rows0) / seconds
+        row.rss = statistics.mean(rss_mb(p) for p in pids)
+        fleet.kill_one()
+        row.balance_kill = await until_balanced(store, ref, fleet, time.monotonic())
+    finally:
+        fleet.stop()
+        await kit.close(store)
+
+
+def run_store(store: str, cases: list[Row], repos: dict[str, Path], tmp: Path, window: float) -> None:
+    """Every case of one store, on one server (each case on a hub of its own)."""
+    from tests.chaos.stores import DASHBOARD_ALIAS, migrated_database
+    from tests.support.databases import remove_django_database
+    from tests.support.postgres import start_postgres
+
+    cluster = start_postgres(POSTGRES_SETTINGS)
+    try:
+        kit = make_kit(store, cluster, migrated_database(cluster))
+        try:
+            meter = Meter(kit)
+            try:
+                for row in cases:
+                    root = tmp / f"{store}-{row.code}-{row.partitions}"
+                    root.mkdir()
+                    try:
+                        asyncio.run(measure(kit, meter, row, repos[row.code], root, window))
+                    except Exception as exc:  # one case failing must not hide the others
+                        first = str(exc).splitlines()[0] if str(exc) else ""
+                        row.error = f"{type(exc).__name__}: {first[:200]}"
+                    print(line(row), flush=True)
+            finally:
+                meter.close()
+        finally:
+            getattr(kit, "finish", lambda: None)()
+            server = getattr(kit, "server", None)
+            if server is not None:
+                server.stop()
+    finally:
+        remove_django_database(DASHBOARD_ALIAS)
+        cluster.stop()
+
+
+# pumps alone, in this process ------------------------------------------------------------------
+
+
+class _Polled:
+    """A source whose readers hide ``notify``: its pumps poll every 50 ms, as every pump did before."""
+
+    def __init__(self, source: Any) -> None:
+        self._source = source
+
+    def reader(self, partition_id: str, position: Any) -> Any:
+        inner = self._source.reader(partition_id, position)
+
+        class Reader:
+            receive = inner.receive
+            close = inner.close
+
+        return Reader()
+
+
+async def pumps_alone(pumps: int, seconds: float, notified: bool, root: Path) -> tuple[float, float, float]:
+    """(CPU % of a core of ``pumps`` idle pumps, p50 and p99 ms from an append to the handler)."""
+    from balancer.model import HubRef, OwnershipRecord
+    from balancer.stores.memory import MemoryStore
+    from workers.hub.embedded import EmbeddedHub
+    from workers.runtime.config import PumpConfig
+    from workers.runtime.deadletters import DeadLetters
+    from workers.runtime.pump import PartitionPump
+
+    ref = HubRef("localhost", "alone", "$Default")
+    hub = EmbeddedHub(root, f"alone-{notified}", partitions=pumps)
+    store = MemoryStore()
+    await store.claim_ownership([OwnershipRecord(ref, str(p), "w") for p in range(pumps)])
+    latencies: list[float] = []
+
+    def handler(event: Any, ctx: Any) -> None:
+        latencies.append(time.time() - event.enqueued_time)
+
+    source: Any = hub if notified else _Polled(hub)
+    running = []
+    for p in range(pumps):
+        pump = PartitionPump(
+            ref=ref, partition_id=str(p), owner_id="w", holds=lambda pid: True, checkpoints=store, source=source,
+            handler=handler, config=PumpConfig(dead_letter_dir=None), dead_letters=DeadLetters(None),
+        )  # fmt: skip
+        running.append((pump, asyncio.create_task(pump.run())))
+    await asyncio.sleep(1.0)
+    cpu0, t0 = time.process_time(), time.monotonic()
+    await asyncio.sleep(seconds)
+    cpu = 100 * (time.process_time() - cpu0) / (time.monotonic() - t0)
+    rng = random.Random(1)
+    for _ in range(100):
+        hub.send(b"{}", partition_id=str(rng.randrange(pumps)))
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.2)
+    for pump, _ in running:
+        pump.stop()
+    await asyncio.gather(*(task for _, task in running))
+    hub.close()
+    ms = sorted(x * 1000 for x in latencies)
+    return cpu, statistics.median(ms), ms[min(len(ms) - 1, int(len(ms) * 0.99))]
+
+
+# output ---------------------------------------------------------------------------------------------
+
+HEADER = (
+    f"{'store':<10} {'code':<6} {'size':>8}  {'balance s':>9}  {'after kill s':>12}  {'queries/s':>9}  "
+    f"{'rows/s':>8}  {'CPU/worker %':>12}  {'fleet CPU %':>11}  {'store CPU %':>11}  {'RSS MB':>6}"
+)
+
+
+def _f(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def line(row: Row) -> str:
+    size = f"{row.partitions}/{row.workers}"
+    if row.error:
+        return f"{row.store:<10} {row.code:<6} {size:>8}  FAILED: {row.error}"
+    return (
+        f"{row.store:<10} {row.code:<6} {size:>8}  {_f(row.balance_cold, '.1f'):>9}  "
+        f"{_f(row.balance_kill, '.1f'):>12}  "
+        f"{_f(row.queries, '.0f'):>9}  {_f(row.rows, '.0f'):>8}  {_f(row.cpu_worker, '.2f'):>12}  "
+        f"{_f(row.cpu_fleet, '.1f'):>11}  {_f(row.cpu_store, '.1f'):>11}  {_f(row.rss, '.0f'):>6}"
+    )
+
+
+def chart(rows: list[Row], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("seconds to balance (cold: solid, after a kill: dashed)", ("balance_cold", "balance_kill")),
+        ("store queries a second", ("queries",)),
+        ("idle CPU, % of one core (fleet: solid, per worker: dashed)", ("cpu_fleet", "cpu_worker")),
+        ("RSS per worker process, MB", ("rss",)),
+    ]
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    series = sorted({(r.store, r.code) for r in rows if not r.error})
+    for ax, (title, attrs) in zip(axes.flat, panels, strict=True):
+        for (store, code), color in zip(series, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False):
+            chosen = sorted((r for r in rows if (r.store, r.code) == (store, code) and not r.error),
+                            key=lambda r: r.partitions)  # fmt: skip
+            for attr, style in zip(attrs, ("-", "--"), strict=False):
+                points = [(r.partitions, getattr(r, attr)) for r in chosen if getattr(r, attr) is not None]
+                if points:
+                    xs, ys = zip(*points, strict=True)
+                    label = f"{store} {code}" if style == "-" else None
+                    ax.plot(xs, ys, style, marker="o", color=color, label=label)
+        ax.set_title(title, fontsize=10)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("partitions (" + ", ".join(sorted({f"{r.partitions}/{r.workers}" for r in rows}, key=len))
+                      + " partitions/workers)")  # fmt: skip
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"idle fleets of runworkers processes: interval {INTERVAL:g}s, expiry {EXPIRY:g}s, no events")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    sizes = []
+    for part in text.split(","):
+        partitions, workers = part.split("/")
+        sizes.append((int(partitions), int(workers)))
+    return sizes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--sizes", type=parse_sizes, default=list(SIZES),
+                        help="partitions/workers, comma-separated (default: 64/8,256/16,1024/64)")  # fmt: skip
+    parser.add_argument("--store", choices=["postgresql", "redis"], action="append",
+                        help="default: postgresql and redis")  # fmt: skip
+    parser.add_argument("--baseline", type=Path, help="a checkout whose workers give the 'before' rows")
+    parser.add_argument("--window", type=float, default=WINDOW, help=f"seconds of idle measured (default {WINDOW:g})")
+    parser.add_argument("--png", type=Path, help="where the chart goes (default: a file beside the temporary root)")
+    parser.add_argument("--pumps", type=int, default=256, help="idle pumps of the in-process section (0: skip it)")
+    options = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    stores = options.store or ["postgresql", "redis"]
+    repos = {"after": ROOT}
+    if options.baseline is not None:
+        repos["before"] = options.baseline.resolve()
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as name:
+        tmp = Path(name)
+        os.environ.setdefault("LEASEBOARD_VAR_DIR", name)
+        os.environ.setdefault("DATABASE_URL", f"sqlite:///{tmp / 'bench.sqlite3'}")
+        import django
+
+        django.setup()
+        if options.pumps:
+            logging.getLogger("leaseboard.pump").setLevel(logging.WARNING)  # a line per pump stopped otherwise
+            print(f"{options.pumps} pumps in one process, idle for 5 s, then 100 appends 20 ms apart:")
+            for notified in (False, True):
+                cpu, p50, p99 = asyncio.run(pumps_alone(options.pumps, 5.0, notified, tmp / "alone"))
+                how = "woken by the hub's files" if notified else "polling every 50 ms (before)"
+                print(f"  {how:<30} idle CPU {cpu:6.1f} % of a core; append to handler p50 {p50:.1f} ms, "
+                      f"p99 {p99:.1f} ms", flush=True)  # fmt: skip
+        print(
+            f"\nidle fleets: one runworkers process per worker, embedded hub, interval {INTERVAL:g}s, expiry "
+            f"{EXPIRY:g}s, no events; 'balance': seconds from the last start; 'after kill': from one SIGKILL; "
+            f"queries, rows and CPU over {options.window:g}s of steady state"
+            + (f"; 'before' = workers of {repos['before']}" if "before" in repos else "")
+        )
+        print(HEADER, flush=True)
+        rows: list[Row] = []
+        for store in stores:
+            cases = [Row(store, code, p, w) for p, w in options.sizes for code in sorted(repos, reverse=True)]
+            run_store(store, cases, repos, tmp, options.window)
+            rows.extend(cases)
+        png = options.png or Path(tempfile.gettempdir()) / f"bench_fleet_cost-{os.getpid()}.png"
+        chart(rows, png)
+        print(f"chart: {png}")
+    return 1 if any(r.error for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
