@@ -11,7 +11,7 @@ partition waits for the receiver's next cycle.
 
 Channels: ``LocalChannel`` within one process (workers of one ``runworkers``, the simulator, the
 in-memory store); the Redis store publishes on Redis pub/sub and the SQL store on PostgreSQL's
-``LISTEN/NOTIFY`` (``release_channel()`` on each); the Blob store has none (Azure Blob Storage has no
+``LISTEN/NOTIFY`` (``release_channel(ref)`` on each); the Blob store has none (Azure Blob Storage has no
 notification a client can subscribe to without Event Grid), so a receiver there claims at its next
 cycle, as before.
 """
@@ -92,10 +92,11 @@ class LocalChannel:
         self._queues.clear()
 
 
-def release_channel(store: object) -> ReleaseChannel | None:
-    """The store's own channel (``store.release_channel()``), or None where the store has none."""
+def release_channel(store: object, ref: HubRef) -> ReleaseChannel | None:
+    """The store's own channel for ``ref`` (``store.release_channel(ref)``), or None where it has none
+    (or has none on this database: the SQL store on SQLite)."""
     make = getattr(store, "release_channel", None)
-    return make() if callable(make) else None
+    return make(ref) if callable(make) else None
 
 
 def concerns(notice: Released, ref: HubRef, owner_id: str, partition_ids: Sequence[str] = ()) -> bool:

@@ -30,7 +30,7 @@ import secrets
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -47,12 +47,20 @@ from .dbthread import DatabaseThread
 from .models import CheckpointRow, ControlRow, MemberRow, Ownership
 from .sqlclock import StoreClock, read_clock
 
+if TYPE_CHECKING:
+    from .sqlnotices import PostgresReleaseChannel
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LEASE, CHECKPOINT = "lease", "checkpoint"
 # Records per UPDATE/INSERT statement: keeps every statement far below SQLite's variable limit.
 CHUNK = 200
+def _notify(connection: BaseDatabaseWrapper, channel: str, payload: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [channel, payload])
+
+
 def _shut_lanes(lanes: list[DatabaseThread]) -> None:
     """Close a dropped store's connections and let its threads end (no waiting: may run in GC)."""
     for lane in lanes:
@@ -173,6 +181,19 @@ class SqlStore:
                 found[str(row.pk)] = CorruptRecord(f"{row._meta.db_table} id={row.pk} ({row})", "; ".join(flaws))
         self._corrupt.listing(f"{rows.model._meta.db_table} {ref}", found, frozenset(skipped))
         return out
+
+    # release notices -----------------------------------------------------------------------
+
+    def release_channel(self, ref: HubRef) -> PostgresReleaseChannel | None:
+        """Release notices of ``ref`` on PostgreSQL's LISTEN/NOTIFY; None on SQLite, which has none."""
+        if connections[self.using].vendor != "postgresql":
+            return None
+        from .sqlnotices import PostgresReleaseChannel  # psycopg: only where PostgreSQL is used
+
+        return PostgresReleaseChannel(self.using, ref, self._notify)
+
+    async def _notify(self, channel: str, payload: str) -> None:
+        await self._run(LEASE, _notify, channel, payload)
 
     # ownership -----------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from itertools import count
 
 from balancer.errors import CorruptRecord, OwnershipLost, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
+from balancer.notices import LocalChannel
 from balancer.protocol import Snapshot
 from balancer.stores.flaws import CorruptLog, finite_time, made_up_etag, time_flaw
 
@@ -64,6 +65,11 @@ class MemoryStore:
         self.requests = 0  # store round trips, for the simulator's and the bench's counts
         self.down = False  # set by tests and the simulator to model an outage
         self._corrupt = CorruptLog(log)
+        self._notices = LocalChannel()  # release notices between the workers on this store (one process)
+
+    def release_channel(self, ref: HubRef) -> LocalChannel:
+        """Release notices (``balancer.notices``) between the workers on this store: all in this process."""
+        return self._notices
 
     @property
     def corrupt(self) -> list[CorruptRecord]:

@@ -66,6 +66,7 @@ from balancer.errors import CorruptRecord, OwnershipLost, StoreError, StoreUnava
 from balancer.model import RESET_OWNER, Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.protocol import Snapshot
 from balancer.stores.redis_layout import CHECKPOINT, CLAIM, STAMPED, Keys, scope
+from balancer.stores.redis_notices import RedisReleaseChannel
 from balancer.stores.redis_records import (
     ENCODING_ERRORS,
     Skipped,
@@ -191,6 +192,10 @@ class RedisStore:
             decode_responses=True,
             encoding_errors=ENCODING_ERRORS,  # a hand edit's bytes that are not UTF-8 cannot fail a listing
         )
+
+    def release_channel(self, ref: HubRef) -> RedisReleaseChannel:
+        """Release notices of ``ref`` on Redis pub/sub (``balancer.notices``)."""
+        return RedisReleaseChannel(self.client, self.new_client, self.where, ref)
 
     def _connection(self) -> Connection:
         loop = asyncio.get_running_loop()

@@ -159,6 +159,7 @@ def test_every_core_module_but_the_adapters_imports_without_django_or_an_sdk() -
     # import-linter (`make lint`) checks the import statements; this checks what really gets imported,
     # lazy imports included, for every module of the core that is not an adapter of a client library.
     adapters = {"balancer.stores.redis", "balancer.stores.redis_layout", "balancer.stores.redis_records",
+                "balancer.stores.redis_notices",
                 "balancer.stores.azure_blob", "balancer.stores.blob_service", "balancer.race.redis"}  # fmt: skip
     code = (
         "import importlib, pkgutil, sys\n"

@@ -30,6 +30,7 @@ import pytest
 
 from balancer.errors import OwnershipLost
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
+from balancer.notices import Released, release_channel
 from balancer.protocol import CheckpointStore, ControlStore, OwnershipStore, SnapshotStore, by_partition, snapshot
 from tests.support.waiting import until
 
@@ -77,11 +78,31 @@ def store_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
+async def heard_after_publishing(channel: Any, notice: Released, heard: list[Released], what: str) -> None:
+    """Publish ``notice`` until the listener filling ``heard`` has it (a subscription starts in the
+    background, and one that was cut comes back after a backoff)."""
+
+    async def got_it() -> bool:
+        await channel.publish(notice)
+        return notice in heard
+
+    await until(got_it, what, 15, step=0.1)
+
+
+def listening(channel: Any, heard: list[Released]) -> asyncio.Task[None]:
+    async def listen() -> None:
+        async for notice in channel.listen():
+            heard.append(notice)
+
+    return asyncio.create_task(listen())
+
+
 class StoreContract:
     """The shared contract suite (async tests). Subclasses provide ``store``, ``connect``, ``damages``
     and ``corrupt``."""
 
     damages: ClassVar[frozenset[Damage]]  # what ``corrupt`` can do to this store (see the module docstring)
+    notices: ClassVar[bool] = False  # whether the store has a release channel (``balancer.notices``)
 
     @pytest.fixture
     async def store(self) -> AsyncIterator[Store]:
@@ -119,6 +140,39 @@ class StoreContract:
         assert await store.list_checkpoints(REF) == []
         assert await store.list_members(REF) == []
         assert await store.list_controls(REF) == []
+
+    # release notices -----------------------------------------------------------------------
+
+    async def test_a_release_notice_reaches_a_listener_or_the_store_says_it_has_no_channel(self, store: Store) -> None:
+        channel = release_channel(store, REF)
+        if not self.notices:
+            assert channel is None
+            return
+        assert channel is not None
+        heard: list[Released] = []
+
+        async def listen() -> None:
+            async for notice in channel.listen():
+                heard.append(notice)
+
+        listener = asyncio.create_task(listen())
+        try:
+            notice = Released(REF, ("0", "7"), "a")
+
+            async def heard_one() -> bool:  # a listener subscribes in the background: say it until heard
+                await channel.publish(notice)
+                return notice in heard
+
+            await until(heard_one, "the listener to hear a notice", 10, step=0.1)
+            assert set(heard) == {notice}
+            many = Released(REF, tuple(str(p) for p in range(2000)), "b")  # far past one NOTIFY's 8000 bytes
+            await channel.publish(many)
+            await until(lambda: {p for n in heard if n.by == "b" for p in n.partition_ids} == set(many.partition_ids),
+                        "every partition of a long notice", 10)  # fmt: skip
+        finally:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+            await channel.aclose()
 
     # ownership -----------------------------------------------------------------------------
 

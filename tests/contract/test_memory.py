@@ -20,6 +20,7 @@ TIMES: dict[str, Any] = {
 
 
 class TestMemoryStore(StoreContract):
+    notices = True
     @pytest.fixture
     async def store(self) -> AsyncIterator[MemoryStore]:
         yield MemoryStore()

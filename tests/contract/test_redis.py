@@ -17,11 +17,22 @@ from redis.crc import key_slot
 
 from balancer.errors import StoreError, StoreUnavailable
 from balancer.model import RESET_OWNER, Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
+from balancer.notices import Released
 from balancer.stores.redis import Keys, RedisStore, scope
 from tests.support.redis_server import RedisServer, start_redis
 from tests.support.servers import free_port
 
-from .base import DAMAGES, FUTURE, GARBAGE_ETAG, GHOST, NEIGHBOURS, REF, StoreContract
+from .base import (
+    DAMAGES,
+    FUTURE,
+    GARBAGE_ETAG,
+    GHOST,
+    NEIGHBOURS,
+    REF,
+    StoreContract,
+    heard_after_publishing,
+    listening,
+)
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +48,21 @@ async def flush(url: str) -> None:
 
 
 class TestRedisStore(StoreContract):
+    notices = True
+
+    async def test_a_release_listener_whose_connection_the_server_kills_subscribes_again(
+        self, store: RedisStore, redis_server: RedisServer
+    ) -> None:
+        channel, heard = store.release_channel(REF), []
+        listener = listening(channel, heard)
+        try:
+            await heard_after_publishing(channel, Released(REF, ("1",), "a"), heard, "the first notice")
+            async with Redis.from_url(redis_server.url) as raw:
+                assert await raw.client_kill_filter(_type="pubsub") >= 1
+            await heard_after_publishing(channel, Released(REF, ("2",), "a"), heard, "a notice after the kill")
+        finally:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
     @pytest.fixture
     async def store(self, redis_server: RedisServer) -> AsyncIterator[RedisStore]:
         await flush(redis_server.url)

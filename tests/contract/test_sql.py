@@ -17,6 +17,7 @@ from django.db import connections
 from balancer.coordinator import Coordinator
 from balancer.errors import StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord, partition_ids
+from balancer.notices import Released
 from balancer.strategies import get_strategy
 from dashboard import sqlclock
 from dashboard.models import CheckpointRow, ControlRow, MemberRow, Ownership
@@ -24,7 +25,7 @@ from dashboard.sqlstore import SqlStore
 from tests.support.databases import add_django_database, remove_django_database
 from tests.support.servers import free_port
 
-from .base import DAMAGES, FUTURE, GARBAGE_ETAG, GHOST, REF, StoreContract
+from .base import DAMAGES, FUTURE, GARBAGE_ETAG, GHOST, REF, StoreContract, heard_after_publishing, listening
 
 T = TypeVar("T")
 
@@ -199,6 +200,7 @@ class TestSqlStoreOnSqlite(SqlContract):
 
 @pytest.mark.django_db(transaction=True, databases=["postgres"])
 class TestSqlStoreOnPostgres(SqlContract):
+    notices = True
     alias = "postgres"
     damages = SQL_DAMAGES - {
         ("ownership", "time:garbage"),  # PostgreSQL's double precision column holds no text (NaN: time:nan)
@@ -218,6 +220,27 @@ class TestSqlStoreOnPostgres(SqlContract):
         [member] = await store.list_members(REF)
         for written in (held.last_modified, checkpoint.last_modified, member.last_seen):
             assert written is not None and now <= written < real + 30
+
+    async def test_a_release_listener_whose_connection_the_server_kills_listens_again(self, store: SqlStore) -> None:
+        channel, heard = store.release_channel(REF), []
+        assert channel is not None
+        listener = listening(channel, heard)
+        try:
+            await heard_after_publishing(channel, Released(REF, ("1",), "a"), heard, "the first notice")
+
+            def kill_listener() -> int:
+                with connections[self.alias].cursor() as cursor:
+                    cursor.execute(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND query LIKE 'LISTEN %%'"
+                    )
+                    return int(cursor.fetchone()[0])
+
+            assert await in_thread(kill_listener) == 1
+            await heard_after_publishing(channel, Released(REF, ("2",), "a"), heard, "a notice after the kill")
+        finally:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
 
     async def test_a_connection_the_server_kills_fails_one_call_and_the_next_reconnects(self, store: SqlStore) -> None:
         await store.list_ownership(REF)  # the lease lane is connected now

@@ -9,6 +9,7 @@ signal stops waiting. The loop is ``workers.runtime.processor``; this command on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import os
@@ -23,6 +24,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from balancer.coordinator import Coordinator
 from balancer.race.build import (
     add_race_options,
     close_race_stores,
@@ -36,6 +38,7 @@ from balancer.race.times import LoadWeights
 from balancer.strategies import DEFAULT, NAMES, RACE, get_strategy
 from workers import metrics
 from workers.handlers import DEFAULT_HANDLER, HandlerNotFound, resolve_handler
+from workers.releases import Notices
 from workers.runtime.config import PumpConfig
 from workers.runtime.deadletters import DeadLetters
 from workers.runtime.processor import EventProcessor, run_workers
@@ -131,7 +134,8 @@ class Command(BaseCommand):
                 seconds = config.checkpoint_seconds
                 raise ValueError(f"LEASEBOARD_CHECKPOINT_SECONDS must be more than 0, got {seconds:g}")
             times = race_times(options, interval) if strategy.name == RACE.name else None
-            stores = instrument(build_stores(options["store"]))
+            built_stores = build_stores(options["store"])
+            stores = instrument(built_stores)
             source = source or build_source(options["source"], ref.hub)
         except (ValueError, TypeError, HandlerNotFound, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from exc
@@ -145,12 +149,15 @@ class Command(BaseCommand):
         # A cycle waits at most a quarter interval for the hub's partition list, then balances the last one.
         partitions = PartitionList(source.partition_ids, max(0.2, interval / 4), f"event hub {ref.hub}", expiry)
 
+        notices = Notices(built_stores.ownership, ref)
         processors = []
         for i in range(count):
             coordinator = build_coordinator(
                 ref, f"{prefix}-{i}", stores, partitions, strategy=strategy, expiry=expiry, on_event=sink,
                 clock=clock, race_times=times, interval=interval,
             )  # fmt: skip
+            if isinstance(coordinator, Coordinator):  # a planned move wakes its receiver at once
+                coordinator.on_released = notices.publisher()
             processors.append(EventProcessor(
                 coordinator, checkpoints=stores.checkpoints, source=source, handler=handler, interval=interval,
                 pump_config=config, dead_letters=dead_letters, shutdown_timeout=options["shutdown_timeout"],
@@ -165,7 +172,8 @@ class Command(BaseCommand):
             count, prefix, count - 1, ref.namespace, ref.hub, ref.consumer_group, strategy.name,
             options["store"] or settings.LEASEBOARD_STORE, interval, expiry, options["handler"],
         )
-        return Built(processors, sink, stores, source)
+        log.info("release notices: %s", notices.kind)
+        return Built(processors, sink, stores, source, notices)
 
     def handle(self, *args: Any, **options: Any) -> None:
         built = self.build(options)
@@ -177,10 +185,15 @@ class Command(BaseCommand):
             built.source.close()
 
     async def _run(self, built: Built) -> None:
+        listener = asyncio.get_running_loop().create_task(built.notices.listen(built.processors), name="notices")
         try:
             if await wait_for_stores(built):
                 await run_workers(built.processors, sink=built.sink)
         finally:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
+            await built.notices.aclose()
             await close_stores(built.stores)
             await close_race_stores()
 
@@ -263,5 +276,6 @@ class Built:
     sink: EventSink
     stores: Stores
     source: EventSource
+    notices: Notices
 
 

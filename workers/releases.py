@@ -1,0 +1,89 @@
+"""Release notices for one ``runworkers`` process (``balancer.notices``): each coordinator's
+releases are published on the store's channel, and a notice from another worker of the same hub
+wakes this process's workers, whose next cycle (now) claims what was released to them.
+
+The channel is the store's own where it has one (Redis pub/sub; PostgreSQL ``LISTEN/NOTIFY``), else
+one inside this process, which still joins the workers of one process (``--count``, embedded
+workers). The Blob store and SQLite have none: a receiver on another process claims at its next
+cycle there, as before. A notice that cannot be sent is logged once per outage; losing it costs no
+more than that wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from balancer.model import HubRef
+from balancer.notices import LocalChannel, ReleaseChannel, Released, concerns, release_channel
+
+log = logging.getLogger("leaseboard.notices")
+
+PUBLISH_TIMEOUT = 2.0  # seconds: a notice later than this is no better than the receiver's next cycle
+RESTART = 1.0  # seconds before a listener that failed unexpectedly listens again
+
+
+class Wakeable(Protocol):
+    @property
+    def owner_id(self) -> str: ...
+
+    def wake(self) -> None: ...
+
+
+class Notices:
+    """The release notices of the workers of one process on one hub and consumer group."""
+
+    def __init__(self, store: object, ref: HubRef) -> None:
+        found = release_channel(store, ref)
+        self.channel: ReleaseChannel = found if found is not None else LocalChannel()
+        self.kind = "in this process only" if found is None else repr(found)
+        self.ref = ref
+        self._sending: set[asyncio.Task[None]] = set()
+        self._failing = False
+
+    def publisher(self) -> Callable[[Released], None]:
+        """A coordinator's ``on_released``: sends each notice in the background (never blocks a cycle)."""
+
+        def publish(notice: Released) -> None:
+            task = asyncio.get_running_loop().create_task(self._send(notice), name="release notice")
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+        return publish
+
+    async def _send(self, notice: Released) -> None:
+        try:
+            await asyncio.wait_for(self.channel.publish(notice), PUBLISH_TIMEOUT)
+        except Exception as exc:  # a hint lost: the receiver claims at its next cycle
+            if not self._failing:
+                log.warning("release notices: could not send one (%s: %s); receivers claim at their next cycle",
+                            type(exc).__name__, exc)  # fmt: skip
+            self._failing = True
+        else:
+            if self._failing:
+                log.info("release notices: sending again")
+            self._failing = False
+
+    async def listen(self, workers: Sequence[Wakeable]) -> None:
+        """Wake ``workers`` on each notice of another worker's release on this hub, until cancelled."""
+        while True:
+            try:
+                async for notice in self.channel.listen():
+                    for worker in workers:
+                        if concerns(notice, self.ref, worker.owner_id):
+                            worker.wake()
+            except Exception as exc:  # never let a notice take a worker down: listen again
+                log.warning("release notices: the listener failed (%s: %s); listening again",
+                            type(exc).__name__, exc)  # fmt: skip
+            await asyncio.sleep(RESTART)
+
+    async def aclose(self) -> None:
+        for task in list(self._sending):
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*self._sending, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self.channel.aclose()
