@@ -21,7 +21,9 @@ clock the store judges leases by. What that proves: per partition, no two worker
 once by the store's clock; so, with every worker handling only before its monotonic deadline (sent
 + expiry), no two workers handled events of a partition at once, to within that resolution and the
 drift between the store's clock and the workers' monotonic clocks over one expiry (one machine
-here: the same oscillator). ``checkpoint_regressions`` fails when a checkpoint written is below
+here: the same oscillator). ``handled_outside`` joins the workers' own records to it: every event a
+worker handled must fall inside one of its tenures of that partition, on the store's clock.
+``checkpoint_regressions`` fails when a checkpoint written is below
 one written before it. Both print the slice of history that shows the violation.
 """
 
@@ -32,6 +34,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import pairwise
+
+from tests.chaos.evidence import Handling
 
 SHOWN = 4  # writes printed before and after the one that breaks a rule
 
@@ -233,3 +237,46 @@ def summary(history: History, expiry: float) -> str:
 
 def _key(pid: str) -> tuple[int, str]:
     return (int(pid), pid) if pid.isdigit() else (1 << 30, pid)
+
+
+def handled_outside(
+    history: History, handlings: Iterable[Handling], offset: float, expiry: float, slack: float = 0.0
+) -> list[str]:
+    """Every event a worker handled outside the tenures the store's history gives it on that
+    partition: before its claim had landed, or after its lease had ended by the store's clock.
+
+    ``handlings`` are on the machine's monotonic clock (the workers' recordings); ``offset`` turns
+    one into the store's (store = monotonic + offset: the store's clock is this machine's wall
+    clock). Allowed beyond each end: the store's resolution and ``slack`` (the error of ``offset``).
+    Consecutive events of one worker outside its tenures are reported as one run."""
+    tenured: dict[tuple[str, str], list[Tenure]] = {}
+    per = by_partition(history.writes)
+    for writes in per.values():
+        for tenure in tenures(writes, expiry):
+            tenured.setdefault((tenure.partition, tenure.owner), []).append(tenure)
+    allowed = history.resolution + slack
+    outside: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for h in handlings:
+        at = h.at + offset
+        if not any(t.start - allowed <= at <= t.end + allowed for t in tenured.get((h.partition, h.owner), [])):
+            outside.setdefault((h.partition, h.owner), []).append((h.sequence, at))
+    problems = []
+    for (pid, owner), found in sorted(outside.items(), key=lambda kv: (_key(kv[0][0]), kv[0][1])):
+        found.sort()
+        runs: list[list[tuple[int, float]]] = []
+        for item in found:
+            if runs and item[0] == runs[-1][-1][0] + 1:
+                runs[-1].append(item)
+            else:
+                runs.append([item])
+        writes = per.get(pid, [])
+        for run in runs:
+            (low, first), (high, last) = run[0], run[-1]
+            near = min(range(len(writes)), key=lambda i: abs(writes[i].at - first), default=None)
+            lines = [] if near is None else history_slice(writes, near, near, -1, writes[0].at)
+            problems.append(
+                f"partition {pid}: {owner} handled {low}..{high} from {clock(first)} to {clock(last)} (store clock), "
+                f"outside every lease the store gave it there ({len(tenured.get((pid, owner), []))} tenures). "
+                "The store's history around it:\n" + "\n".join(lines)
+            )
+    return problems

@@ -15,6 +15,7 @@ from tests.netsplit.history import (
     Write,
     checkpoint_regressions,
     foreign_writers,
+    handled_outside,
     judge,
     margins,
     owner_overlaps,
@@ -141,3 +142,18 @@ def test_azurite_request_log_gives_successful_writes_only() -> None:
     assert found.writes == [Write("3", "w1-0", at + 0.644, at + 0.658, "0x1", "10.9.0.4")]
     assert found.checkpoints == [CheckpointWrite("3", 57, at + 1.102, "10.9.0.4")]
     assert found.resolution == 1.0
+
+
+def test_events_handled_inside_the_owners_tenure_pass_and_one_after_it_fails() -> None:
+    # w1 holds partition 0 from 100.001 to 105.0 (last renewal sent by 102), w2 from 105.201 on; the
+    # store's clock is the monotonic one + 1000. w1 handles 0..2 inside its lease, then 3..4 at
+    # 105.3 and 105.4, after it ended; w2 handles 3 at 105.5, inside its own.
+    found = history(("0", "w1", 100.0, 100.001), ("0", "w1", 102.0, 102.001), ("0", "w2", 105.2, 105.201))
+    inside = [Handling("0", 0, "w1", -899.5), Handling("0", 1, "w1", -898.9), Handling("0", 2, "w1", -898.1),
+              Handling("0", 3, "w2", -894.5)]  # fmt: skip
+    assert handled_outside(found, inside, offset=1000.0, expiry=EXPIRY) == []
+    late = [Handling("0", 3, "w1", -894.7), Handling("0", 4, "w1", -894.6)]
+    (problem,) = handled_outside(found, [*inside, *late], offset=1000.0, expiry=EXPIRY)
+    assert problem.startswith("partition 0: w1 handled 3..4 from 00:01:45.300000 to 00:01:45.400000 (store clock), "
+                              "outside every lease the store gave it there (1 tenures)")  # fmt: skip
+    assert handled_outside(found, late, offset=1000.0, expiry=EXPIRY, slack=0.5) == []

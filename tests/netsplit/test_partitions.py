@@ -16,7 +16,9 @@ back, and the console never a 500.
 The store's own history (``store_history``: a trigger in PostgreSQL, ``MONITOR`` on Redis, Azurite's
 request log) is judged too (``history``), by the store's clock and nothing the workers wrote: per
 partition no two leases at once (to within the resolution of the clock the store judges leases by),
-checkpoints never going back, and every ownership write coming from the host of the worker it names.
+checkpoints never going back, every ownership write coming from the host of the worker it names, and
+every event a worker recorded handling inside a lease the store gave it (the workers' monotonic
+readings put on the store's clock, which here is the machine's wall clock).
 
 Every await has a deadline (``deadlines.within``): past it, the run fails naming what it waited for,
 with the stack of every task and thread.
@@ -41,10 +43,10 @@ from tests.chaos.faults import PostCheck, new_name
 from tests.chaos.invariants import check
 from tests.chaos.stores import DASHBOARD_ALIAS, migrated_database
 from tests.chaos.test_chaos import finish, print_report
-from tests.netsplit.checks import crash_loops, overlaps, recovery, recovery_problems
+from tests.netsplit.checks import OVERLAP_SLACK, crash_loops, overlaps, recovery, recovery_problems
 from tests.netsplit.cluster import HOSTS, HostedConsole, NetFleet, make_kit, start_hub, start_store
 from tests.netsplit.deadlines import within
-from tests.netsplit.history import History, judge, summary
+from tests.netsplit.history import History, handled_outside, judge, summary
 from tests.netsplit.nemeses import NEMESES
 from tests.netsplit.store_history import recorder_for
 from tests.support.databases import remove_django_database
@@ -111,6 +113,8 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
     checks: list[PostCheck] = []
     kit = make_kit(store, net["store"], server, url)
     recorder = recorder_for(store, kit, url, tmp_path)
+    # The stores' clocks are this machine's wall clock: the workers' monotonic readings map onto it.
+    offsets = [time.time() - time.monotonic()]
     await within(STEP, f"the {store} store's history to start recording", asyncio.to_thread(recorder.start))
     history: History | None = None
     with django_db_blocker.unblock():
@@ -166,9 +170,15 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
     assert net is not None
     addresses = {f"{name}-0": net[host].address for name, host in fleet.placed.items()}
     report.violations += judge(history, fleet.expiry, addresses)
+    offsets.append(time.time() - time.monotonic())
+    offset, drift = sum(offsets) / 2, abs(offsets[1] - offsets[0])
+    outside = handled_outside(history, evidence.handlings, offset, fleet.expiry, OVERLAP_SLACK + drift)
+    report.violations += [f"store history: {p}" for p in outside[:5]]
     with capsys.disabled():
         print_report(f"netsplit {store}", report, fleet, time.monotonic() - started)
         print(f"  {summary(history, fleet.expiry)}")
+        print(f"  handled outside the store's leases: {len(outside)} runs of events (wall minus monotonic clock moved "
+              f"{drift * 1000:.3f} ms over the run; allowed {OVERLAP_SLACK:g}s + that)")
         figures = ", ".join(f"{r.kind} {'never' if r.seconds is None else f'{r.seconds:.1f}s'}" for r in healed)
         print(f"  recovery after each heal (expiry + 2 intervals = {fleet.expiry + 2 * fleet.interval:g}s): {figures}")
     assert not report.violations, "broken invariants:\n" + "\n".join(report.violations)
