@@ -17,7 +17,7 @@ A *tenure* is one owner's run of consecutive writes to a partition: it starts at
 ``at`` and ends at the last write's ``since + expiry``, or at ``since`` of the release that follows
 it (a worker releases after it has stopped handling and checkpointed). ``owner_overlaps`` fails
 when a tenure starts before the previous owner's has ended, by more than the resolution of the
-clock the store judges leases by. What that proves: per partition, no two workers held a lease at
+history's stamps. What that proves: per partition, no two workers held a lease at
 once by the store's clock; so, with every worker handling only before its monotonic deadline (sent
 + expiry), no two workers handled events of a partition at once, to within that resolution and the
 drift between the store's clock and the workers' monotonic clocks over one expiry (one machine
@@ -66,7 +66,7 @@ class History:
 
     store: str
     source: str  # where it came from: "trigger on dashboard_ownership (clock_timestamp())", ...
-    resolution: float  # seconds: of the clock the store judges leases by, so of what can be proved
+    resolution: float  # seconds: of the history's stamps, so of what it can prove
     writes: list[Write] = field(default_factory=list)
     checkpoints: list[CheckpointWrite] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)  # why the history may be incomplete (empty: complete)
@@ -213,25 +213,30 @@ def judge(history: History, expiry: float, addresses: Mapping[str, str] | None =
     return problems
 
 
-def margins(history: History, expiry: float) -> list[float]:
+def margins(history: History, expiry: float) -> dict[bool, list[float]]:
     """For every change of owner, seconds between the end of the previous tenure and the start of
-    the next (negative: an overlap)."""
-    out = []
+    the next (negative: an overlap), by whether the previous owner released (True: a handoff) or
+    its lease ran out (False: a takeover after expiry, where the margin is the safety margin)."""
+    out: dict[bool, list[float]] = {True: [], False: []}
     for writes in by_partition(history.writes).values():
-        found = tenures(writes, expiry)
-        out += [after.start - before.end for before, after in pairwise(found)]
+        for before, after in pairwise(tenures(writes, expiry)):
+            out[before.released].append(after.start - before.end)
     return out
 
 
 def summary(history: History, expiry: float) -> str:
     """One line: what the history holds and the bound it proves."""
     found = margins(history, expiry)
-    changes = len(found)
-    closest = f", closest {min(found):+.3f}s" if found else ""
+
+    def changes(released: bool, what: str) -> str:
+        closest = f" (closest {min(found[released]):+.3f}s)" if found[released] else ""
+        return f"{len(found[released])} {what}{closest}"
+
     return (
         f"store history [{history.store}] from {history.source}: {len(history.writes)} ownership writes, "
-        f"{len(history.checkpoints)} checkpoints, {changes} changes of owner{closest} (next tenure's start minus "
-        f"the previous one's end); proves no two leases at once to within {history.resolution:g}s"
+        f"{len(history.checkpoints)} checkpoints; changes of owner, next tenure's start minus the previous one's "
+        f"end: {changes(True, 'after a release')}, {changes(False, 'after a lease ran out')}; proves no two "
+        f"leases at once to within {history.resolution:g}s"
     )
 
 

@@ -19,6 +19,7 @@ from tests.netsplit.history import (
     judge,
     margins,
     owner_overlaps,
+    summary,
 )
 from tests.netsplit.store_history import azurite_history, monitor_arguments, monitor_history
 
@@ -72,7 +73,10 @@ def test_a_claim_after_the_previous_lease_expired_is_no_overlap() -> None:
     found = history(("0", "w1", 100.0, 100.001), ("0", "w1", 101.0, 101.001), ("0", "w1", 102.0, 102.001),
                     ("0", "w2", 105.2, 105.201))  # fmt: skip
     assert owner_overlaps(found, EXPIRY) == []
-    assert margins(found, EXPIRY) == [pytest.approx(0.201)]
+    assert margins(found, EXPIRY) == {True: [], False: [pytest.approx(0.201)]}
+    assert summary(found, EXPIRY).endswith(
+        "0 after a release, 1 after a lease ran out (closest +0.201s); proves no two leases at once to within 1e-06s"
+    )
 
 
 def test_a_claim_after_a_release_is_no_overlap_however_soon() -> None:
@@ -96,7 +100,7 @@ def test_a_claim_while_the_previous_lease_ran_fails_and_shows_the_history() -> N
 def test_an_overlap_within_the_stores_resolution_is_not_reported() -> None:
     found = history(("0", "w1", 100.0, 100.1), ("0", "w2", 102.6, 102.7))
     assert owner_overlaps(found, EXPIRY) != []
-    found.resolution = 1.0  # a store judging leases by whole seconds (Azurite's Last-Modified) proves no more
+    found.resolution = 1.0  # a history stamped to the second proves no more
     assert owner_overlaps(found, EXPIRY) == []
 
 
@@ -141,7 +145,7 @@ def test_azurite_request_log_gives_successful_writes_only() -> None:
     at = datetime(2026, 11, 26, 5, 40, 13, tzinfo=UTC).timestamp()
     assert found.writes == [Write("3", "w1-0", at + 0.644, at + 0.658, "0x1", "10.9.0.4")]
     assert found.checkpoints == [CheckpointWrite("3", 57, at + 1.102, "10.9.0.4")]
-    assert found.resolution == 1.0
+    assert found.resolution == 1e-3
 
 
 def test_events_handled_inside_the_owners_tenure_pass_and_one_after_it_fails() -> None:

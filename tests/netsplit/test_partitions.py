@@ -15,7 +15,7 @@ back, and the console never a 500.
 
 The store's own history (``store_history``: a trigger in PostgreSQL, ``MONITOR`` on Redis, Azurite's
 request log) is judged too (``history``), by the store's clock and nothing the workers wrote: per
-partition no two leases at once (to within the resolution of the clock the store judges leases by),
+partition no two leases at once (to within the resolution of the history's stamps),
 checkpoints never going back, every ownership write coming from the host of the worker it names, and
 every event a worker recorded handling inside a lease the store gave it (the workers' monotonic
 readings put on the store's clock, which here is the machine's wall clock).
