@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import random
 import signal
@@ -36,6 +37,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from workers.sources.base import Position
 
 SIZES = ((64, 8), (256, 16), (1024, 64))
 INTERVAL = 2.0
@@ -324,17 +327,18 @@ class _Polled:
         return Reader()
 
 
-async def pumps_alone(pumps: int, seconds: float, notified: bool, root: Path) -> tuple[float, float, float]:
-    """(CPU % of a core of ``pumps`` idle pumps, p50 and p99 ms from an append to the handler)."""
+async def pumps_alone(
+    source: Any, writer: Any, pumps: int, seconds: float, notified: bool, settle: float = 2.0
+) -> tuple[float, float, float]:
+    """(CPU % of a core of this process with ``pumps`` idle pumps on ``source``, p50 and p99 ms from an
+    append to ``writer`` (the embedded hub behind ``source``) to the handler)."""
     from balancer.model import HubRef, OwnershipRecord
     from balancer.stores.memory import MemoryStore
-    from workers.hub.embedded import EmbeddedHub
     from workers.runtime.config import PumpConfig
     from workers.runtime.deadletters import DeadLetters
     from workers.runtime.pump import PartitionPump
 
     ref = HubRef("localhost", "alone", "$Default")
-    hub = EmbeddedHub(root, f"alone-{notified}", partitions=pumps)
     store = MemoryStore()
     await store.claim_ownership([OwnershipRecord(ref, str(p), "w") for p in range(pumps)])
     latencies: list[float] = []
@@ -342,29 +346,65 @@ async def pumps_alone(pumps: int, seconds: float, notified: bool, root: Path) ->
     def handler(event: Any, ctx: Any) -> None:
         latencies.append(time.time() - event.enqueued_time)
 
-    source: Any = hub if notified else _Polled(hub)
+    polled: Any = source if notified else _Polled(source)
     running = []
     for p in range(pumps):
         pump = PartitionPump(
-            ref=ref, partition_id=str(p), owner_id="w", holds=lambda pid: True, checkpoints=store, source=source,
-            handler=handler, config=PumpConfig(dead_letter_dir=None), dead_letters=DeadLetters(None),
+            ref=ref, partition_id=str(p), owner_id="w", holds=lambda pid: True, checkpoints=store, source=polled,
+            handler=handler, config=PumpConfig(dead_letter_dir=None, initial_position=Position(latest=True)),
+            dead_letters=DeadLetters(None),
         )  # fmt: skip
         running.append((pump, asyncio.create_task(pump.run())))
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(settle)  # readers open (over AMQP: every receiver attached)
     cpu0, t0 = time.process_time(), time.monotonic()
     await asyncio.sleep(seconds)
     cpu = 100 * (time.process_time() - cpu0) / (time.monotonic() - t0)
     rng = random.Random(1)
     for _ in range(100):
-        hub.send(b"{}", partition_id=str(rng.randrange(pumps)))
+        writer.send(b"{}", partition_id=str(rng.randrange(pumps)))
         await asyncio.sleep(0.02)
-    await asyncio.sleep(0.2)
+    deadline = time.monotonic() + 10
+    while len(latencies) < 100 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
     for pump, _ in running:
         pump.stop()
     await asyncio.gather(*(task for _, task in running))
-    hub.close()
-    ms = sorted(x * 1000 for x in latencies)
+    ms = sorted(x * 1000 for x in latencies) or [math.nan]
     return cpu, statistics.median(ms), ms[min(len(ms) - 1, int(len(ms) * 0.99))]
+
+
+def pumps_section(pumps: int, amqp_pumps: int, tmp: Path) -> None:
+    """Idle pumps alone in this process, polled (before) and woken (after): the embedded hub's files,
+    then the Event Hubs source over AMQP (``runhub``), where the SDK's receive is the long poll."""
+    from tests.benchmarks.bench_amqp import HUB, start_runhub
+    from workers.hub.embedded import EmbeddedHub
+    from workers.sources.eventhubs import EventHubsSource
+
+    logging.getLogger("leaseboard.pump").setLevel(logging.WARNING)  # a line per pump stopped otherwise
+    seconds = 5.0
+    print(f"pumps alone in this process: CPU over {seconds:g}s idle, then 100 appends 20 ms apart")
+    if pumps:
+        for notified in (False, True):
+            with EmbeddedHub(tmp / "alone", f"alone-{notified}", partitions=pumps) as hub:
+                cpu, p50, p99 = asyncio.run(pumps_alone(hub, hub, pumps, seconds, notified))
+            how = "woken (after)" if notified else "polled every 50 ms (before)"
+            print(f"  embedded hub, {pumps} pumps, {how:<28} CPU {cpu:6.1f} % of a core; append to handler "
+                  f"p50 {p50:6.1f} ms, p99 {p99:6.1f} ms", flush=True)  # fmt: skip
+    if amqp_pumps:
+        hub = start_runhub(tmp / "amqp", amqp_pumps)
+        try:
+            for notified in (False, True):
+                with (
+                    EventHubsSource(HUB, connection_string=hub.connection_string) as source,
+                    EmbeddedHub(hub.hub_dir, HUB) as writer,
+                ):
+                    cpu, p50, p99 = asyncio.run(pumps_alone(source, writer, amqp_pumps, seconds, notified, 6.0))
+                how = "woken (after)" if notified else "polled every 50 ms (before)"
+                print(f"  AMQP (runhub), {amqp_pumps} pumps, {how:<28} CPU {cpu:6.1f} % of a core; append to "
+                      f"handler p50 {p50:6.1f} ms, p99 {p99:6.1f} ms", flush=True)  # fmt: skip
+        finally:
+            hub.process.terminate()
+            hub.process.wait(10)
 
 
 # output ---------------------------------------------------------------------------------------------
@@ -429,6 +469,9 @@ def chart(rows: list[Row], path: Path) -> None:
 
 
 def parse_sizes(text: str) -> list[tuple[int, int]]:
+    """ "64/8,256/16" -> [(64, 8), (256, 16)]; "none": no fleets (the pumps-alone section only)."""
+    if text.strip() in ("", "none"):
+        return []
     sizes = []
     for part in text.split(","):
         partitions, workers = part.split("/")
@@ -445,7 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, help="a checkout whose workers give the 'before' rows")
     parser.add_argument("--window", type=float, default=WINDOW, help=f"seconds of idle measured (default {WINDOW:g})")
     parser.add_argument("--png", type=Path, help="where the chart goes (default: a file beside the temporary root)")
-    parser.add_argument("--pumps", type=int, default=256, help="idle pumps of the in-process section (0: skip it)")
+    parser.add_argument("--pumps", type=int, default=256, help="idle pumps on the embedded hub alone (0: none)")
+    parser.add_argument("--amqp-pumps", type=int, default=16, help="idle pumps over AMQP alone (0: none)")
     options = parser.parse_args(sys.argv[1:] if argv is None else argv)
     stores = options.store or ["postgresql", "redis"]
     repos = {"after": ROOT}
@@ -460,29 +504,24 @@ def main(argv: list[str] | None = None) -> int:
         import django
 
         django.setup()
-        if options.pumps:
-            logging.getLogger("leaseboard.pump").setLevel(logging.WARNING)  # a line per pump stopped otherwise
-            print(f"{options.pumps} pumps in one process, idle for 5 s, then 100 appends 20 ms apart:")
-            for notified in (False, True):
-                cpu, p50, p99 = asyncio.run(pumps_alone(options.pumps, 5.0, notified, tmp / "alone"))
-                how = "woken by the hub's files" if notified else "polling every 50 ms (before)"
-                print(f"  {how:<30} idle CPU {cpu:6.1f} % of a core; append to handler p50 {p50:.1f} ms, "
-                      f"p99 {p99:.1f} ms", flush=True)  # fmt: skip
-        print(
-            f"\nidle fleets: one runworkers process per worker, embedded hub, interval {INTERVAL:g}s, expiry "
-            f"{EXPIRY:g}s, no events; 'balance': seconds from the last start; 'after kill': from one SIGKILL; "
-            f"queries, rows and CPU over {options.window:g}s of steady state"
-            + (f"; 'before' = workers of {repos['before']}" if "before" in repos else "")
-        )
-        print(HEADER, flush=True)
+        if options.pumps or options.amqp_pumps:
+            pumps_section(options.pumps, options.amqp_pumps, tmp)
         rows: list[Row] = []
-        for store in stores:
-            cases = [Row(store, code, p, w) for p, w in options.sizes for code in sorted(repos, reverse=True)]
-            run_store(store, cases, repos, tmp, options.window)
-            rows.extend(cases)
-        png = options.png or Path(tempfile.gettempdir()) / f"bench_fleet_cost-{os.getpid()}.png"
-        chart(rows, png)
-        print(f"chart: {png}")
+        if options.sizes:
+            print(
+                f"\nidle fleets: one runworkers process per worker, embedded hub, interval {INTERVAL:g}s, expiry "
+                f"{EXPIRY:g}s, no events; 'balance': seconds from the last start; 'after kill': from one SIGKILL; "
+                f"queries, rows and CPU over {options.window:g}s of steady state"
+                + (f"; 'before' = workers of {repos['before']}" if "before" in repos else "")
+            )
+            print(HEADER, flush=True)
+            for store in stores:
+                cases = [Row(store, code, p, w) for p, w in options.sizes for code in sorted(repos, reverse=True)]
+                run_store(store, cases, repos, tmp, options.window)
+                rows.extend(cases)
+            png = options.png or Path(tempfile.gettempdir()) / f"bench_fleet_cost-{os.getpid()}.png"
+            chart(rows, png)
+            print(f"chart: {png}")
     return 1 if any(r.error for r in rows) else 0
 
 
