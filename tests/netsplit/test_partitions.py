@@ -5,7 +5,8 @@ flapping link; nothing may be lost and no invariant of the chaos suite may break
 The hosts are network namespaces (``cluster.py``); the workers read the hub over AMQP and the store
 over TCP, so every fault is a real partition: packets dropped silently, connections hanging until
 their timeouts. One nemesis after another (``NETSPLIT_NEMESES=a,b`` chooses; ``NETSPLIT_SECONDS=N``
-runs random ones for N seconds with the seed printed; ``CHAOS_SEED`` replays), each phase ending
+runs random ones for N seconds with the seed printed; ``CHAOS_SEED`` replays; ``NETSPLIT_EXPIRY``
+sets the workers' lease expiry, 3 s by default), each phase ending
 only when the fleet has recovered: every partition owned by a running worker, balanced, every
 checkpoint caught up. The chaos suite's checker (``tests.chaos.invariants``) then judges what the
 workers recorded, the store's ownership and checkpoints sampled by the observer, and the console's
@@ -56,6 +57,7 @@ from tests.support.postgres import Postgres
 pytestmark = pytest.mark.slow
 
 SECONDS = float(os.environ.get("NETSPLIT_SECONDS") or 0)
+EXPIRY = float(os.environ.get("NETSPLIT_EXPIRY") or 3.0)  # the fleet's lease expiry, seconds
 # The short version (make test): every nemesis on PostgreSQL, one after another, then two chosen at
 # random from the seed; the cuts of one worker on the others.
 SHORT = {"postgresql": list(NEMESES), "redis": ["cut-store", "isolated"], "blob": ["cut-store", "isolated"]}
@@ -119,7 +121,7 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
     history: History | None = None
     with django_db_blocker.unblock():
         opened = await within(STEP, "the observer to open the store", kit.open())
-        fleet = NetFleet(kit, tmp_path, opened, net=net)
+        fleet = NetFleet(kit, tmp_path, opened, net=net, expiry=EXPIRY)
         fleet.hub_server = start_hub(net["hub"], tmp_path, fleet.partitions, fleet.env)
         # The console keeps its default expiry (30 s): it judges heartbeats by the expiry they name.
         console = HostedConsole(tmp_path, {**fleet.env, "LEASEBOARD_STORE": kit.store}, fleet.ref)
