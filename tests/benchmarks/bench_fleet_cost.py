@@ -70,6 +70,7 @@ class Row:
     cpu_store: float | None = None  # % of a core, the store's server
     rss: float | None = None  # MB, mean per worker process
     error: str = ""
+    note: str = ""
 
 
 # /proc --------------------------------------------------------------------------------------------
@@ -268,6 +269,9 @@ async def measure(kit: Any, meter: Meter, row: Row, repo: Path, root: Path, wind
         row.queries = (calls1 - calls0) / seconds
         row.rows = None if rows0 is None or rows1 is None else (rows1 - rows0) / seconds
         row.rss = statistics.mean(rss_mb(p) for p in pids)
+        logs = [(root / f"{owner[:-2]}.log").read_text(errors="replace") for owner in fleet.processes]
+        if polled := sum("inotify unavailable" in text for text in logs):
+            row.note = f"{polled} of {len(pids)} processes had no inotify (the per-user limit?): their pumps polled"
         fleet.kill_one()
         row.balance_kill = await until_balanced(store, ref, fleet, time.monotonic())
     finally:
@@ -295,7 +299,7 @@ def run_store(store: str, cases: list[Row], repos: dict[str, Path], tmp: Path, w
                     except Exception as exc:  # one case failing must not hide the others
                         first = str(exc).splitlines()[0] if str(exc) else ""
                         row.error = f"{type(exc).__name__}: {first[:200]}"
-                    print(line(row), flush=True)
+                    print(line(row) + (f"\n  note: {row.note}" if row.note else ""), flush=True)
             finally:
                 meter.close()
         finally:
