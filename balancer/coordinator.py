@@ -138,7 +138,7 @@ class Coordinator:
         listed, now = dict(view.ownership), view.now
         plan = self.strategy.plan(view, self.rng)
         self._previous.update((p, r.owner_id) for p, r in view.active().items())
-        self._announced = True
+        first, self._announced = not self._announced, True
         self._waiting = {p: self._waiting.get(p, now) for p in plan.waiting}
 
         lost = self._drop_taken(listed)
@@ -165,6 +165,8 @@ class Coordinator:
             requests=self._requests,
             seconds=self.monotonic() - started,
             rebalance=self._rebalance,
+            announced=first,
+            waiting=tuple(p for p in plan.waiting if p not in self._leases),
         )
         for event in report.gained + report.lost:
             self._emit(event)

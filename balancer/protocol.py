@@ -122,6 +122,23 @@ class CycleReport:
     requests: int = 0
     seconds: float = 0.0
     rebalance: bool = False  # an operator asked for a rebalance since the last cycle: cycle again now
+    # The worker's first cycle, which (with the default strategy) only announced it: cycle again soon,
+    # once the workers starting with it have announced themselves, not a whole interval later.
+    announced: bool = False
+    waiting: tuple[str, ...] = ()  # partitions assigned to this worker that another still holds
+
+
+SOON_SHARE, SOON_MAX = 0.25, 1.0  # "soon": a quarter interval, at most a second
+
+
+def soon(report: CycleReport, interval: float, *, poll_waiting: bool = True) -> float | None:
+    """The delay before the next cycle when ``report`` calls for one sooner than ``interval``, else None:
+    after the announcing first cycle (so simultaneous starters have all announced themselves and no
+    whole interval is lost at every start), and, with ``poll_waiting`` (a store without release
+    notices), while a handoff to this worker is pending, to claim soon after the release."""
+    if report.announced or (poll_waiting and report.waiting):
+        return min(interval * SOON_SHARE, SOON_MAX)
+    return None
 
 
 class Balancer(Protocol):

@@ -40,6 +40,7 @@ class Notices:
         found = release_channel(store, ref)
         self.channel: ReleaseChannel = found if found is not None else LocalChannel()
         self.kind = "in this process only" if found is None else repr(found)
+        self.across_processes = found is not None  # else a receiver in another process polls while waiting
         self.ref = ref
         self._sending: set[asyncio.Task[None]] = set()
         self._failing = False

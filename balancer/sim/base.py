@@ -20,7 +20,7 @@ from collections.abc import Callable
 from balancer.errors import OwnershipLost, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, partition_ids
 from balancer.notices import Released
-from balancer.protocol import Balancer, CycleReport
+from balancer.protocol import Balancer, CycleReport, soon
 from balancer.sim.measures import Processing, longest_unprocessed, min_moves, overlap_seconds
 from balancer.sim.scenarios import COLD, EPOCH, REF, Outcome, Settings
 from balancer.sim.store import LatentStore, Ledger
@@ -112,9 +112,12 @@ class Run(abc.ABC):
         rng = random.Random(self.env.random())
         await self._sleep_until(first_at)
         while True:
+            report = None
             with contextlib.suppress(StoreUnavailable):  # as the runtime: try again next interval
-                await self._cycle(w)
-            next_at = self._now() + self.s.interval * (1 + self.s.jitter * (2 * rng.random() - 1))
+                report = await self._cycle(w)
+            polls = self.s.notice_latency is None  # no notices: a waiting receiver polls, as the runtime does
+            sooner = None if report is None else soon(report, self.s.interval, poll_waiting=polls)
+            next_at = self._now() + (sooner or self.s.interval) * (1 + self.s.jitter * (2 * rng.random() - 1))
             claimed_at = self.proxies[w].first_claim_at
             if claimed_at is not None and claimed_at + self.s.expiry < next_at:
                 await self._sleep_until(claimed_at + self.s.expiry)  # the local lease deadline passes first
@@ -153,7 +156,7 @@ class Run(abc.ABC):
 
         return tell
 
-    async def _cycle(self, w: str) -> None:
+    async def _cycle(self, w: str) -> CycleReport:
         async with self.locks[w]:
             self.proxies[w].first_claim_at = None
             report = await self.coordinators[w].cycle()
@@ -163,6 +166,7 @@ class Run(abc.ABC):
             self.requests.append(spent - self.counted[w])
         self.counted[w] = spent
         self._after_cycle(w, report)
+        return report
 
     def _after_cycle(self, w: str, report: CycleReport) -> None:
         for pid in self.processing.of(w):

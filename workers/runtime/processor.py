@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import workers.metrics as metrics
-from balancer.protocol import Balancer, CheckpointStore, CycleReport
+from balancer.protocol import Balancer, CheckpointStore, CycleReport, soon
 from workers.handlers import Handler
 from workers.runtime.checkpoints import CheckpointOutage, PauseLog
 from workers.runtime.config import PumpConfig, PumpStats
@@ -86,6 +86,10 @@ class EventProcessor:
         # Called when this worker's cycle saw an operator's rebalance request: run_workers wakes every
         # worker of the process (a request may reach only one of them through the store).
         self.on_rebalance: Callable[[], None] | None = None
+        # While a handoff to this worker is pending, cycle every quarter interval (``balancer.protocol.soon``)
+        # to claim soon after the release; False where the store's release notices wake it instead.
+        self.poll_waiting = True
+        self._last: CycleReport | None = None  # the last cycle's report (None: it failed)
         # cycle() and release() both rewrite the coordinator's lease table across awaits: never at once.
         self._lock = asyncio.Lock()
         self._handoffs: dict[str, asyncio.Task[None]] = {}
@@ -177,12 +181,15 @@ class EventProcessor:
             if report.rebalance and self.on_rebalance is not None:
                 self.on_rebalance()
         self._reconcile(frozenset(e.partition_id for e in report.lost) if report is not None else frozenset())
+        self._last = report
         return report
 
     def _next_delay(self) -> float:
         base = self.interval
         if self.cycles == 0 and self._start_failures:
             base = min(self.interval * 2 ** min(self._start_failures - 1, 30), self.start_backoff_max)
+        elif self._last is not None:
+            base = soon(self._last, self.interval, poll_waiting=self.poll_waiting) or base
         return base * (1 + self._jitter * (2 * self._rng.random() - 1))
 
     async def _wait(self, seconds: float) -> None:

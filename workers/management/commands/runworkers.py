@@ -158,10 +158,12 @@ class Command(BaseCommand):
             )  # fmt: skip
             if isinstance(coordinator, Coordinator):  # a planned move wakes its receiver at once
                 coordinator.on_released = notices.publisher()
-            processors.append(EventProcessor(
+            processor = EventProcessor(
                 coordinator, checkpoints=stores.checkpoints, source=source, handler=handler, interval=interval,
                 pump_config=config, dead_letters=dead_letters, shutdown_timeout=options["shutdown_timeout"],
-            ))
+            )
+            processor.poll_waiting = not notices.across_processes
+            processors.append(processor)
             if isinstance(coordinator, RaceCoordinator):  # 001's lease race: options of its own
                 if i == 0 and races_in_process(coordinator.backend):
                     log.warning("--strategy race without REDIS_URL races in this process only")
