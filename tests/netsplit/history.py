@@ -13,18 +13,18 @@ Each ownership write carries two times on the store's clock:
 - ``at``: no later than the moment its writer can have heard that it succeeded. A new owner handles
   nothing of the partition before its claim returns, so not before ``at``.
 
-A *tenure* is one owner's run of consecutive writes to a partition: it starts at the first write's
-``at`` and ends at the last write's ``since + expiry``, or at ``since`` of the release that follows
-it (a worker releases after it has stopped handling and checkpointed). ``owner_overlaps`` fails
-when a tenure starts before the previous owner's has ended, by more than the resolution of the
-history's stamps. What that proves: per partition, no two workers held a lease at
-once by the store's clock; so, with every worker handling only before its monotonic deadline (sent
-+ expiry), no two workers handled events of a partition at once, to within that resolution and the
-drift between the store's clock and the workers' monotonic clocks over one expiry (one machine
-here: the same oscillator). ``handled_outside`` joins the workers' own records to it: every event a
-worker handled must fall inside one of its tenures of that partition, on the store's clock.
-``checkpoint_regressions`` fails when a checkpoint written is below
-one written before it. Both print the slice of history that shows the violation.
+A *tenure* is one owner's run of consecutive writes to a partition, each within the expiry of the
+one before: it starts at the first write's ``at`` and ends at the last write's ``since + expiry``,
+or at ``since`` of the release that follows it (a worker releases after it has stopped handling
+and checkpointed). ``owner_overlaps`` fails when a tenure starts before the previous owner's has
+ended, by more than the resolution of the history's stamps. What that proves: per partition, no
+two workers held a lease at once by the store's clock; so, with every worker handling only before
+its monotonic deadline (sent + expiry), no two workers handled events of a partition at once, to
+within that resolution and the drift between the store's clock and the workers' monotonic clocks
+over one expiry (one machine here: the same oscillator). ``handled_outside`` joins the workers'
+own records to it: every event a worker handled must fall inside one of its tenures of that
+partition, on the store's clock. ``checkpoint_regressions`` fails when a checkpoint written is
+below one written before it. Each prints the slice of history that shows the violation.
 """
 
 from __future__ import annotations
@@ -105,7 +105,9 @@ def tenures(writes: list[Write], expiry: float) -> list[Tenure]:
     out: list[Tenure] = []
     current: tuple[str, int] | None = None  # (owner, index of its first write)
     for i, write in enumerate(writes):
-        if current is not None and write.owner != current[0]:
+        lapsed = current is not None and write.owner == current[0] and write.at > writes[i - 1].since + expiry
+        if current is not None and (write.owner != current[0] or lapsed):
+            # another owner, a release, or the same owner again after its lease ran out (a new tenure)
             owner, first = current
             released = write.owner == ""
             end = write.since if released else writes[i - 1].since + expiry
@@ -220,7 +222,8 @@ def margins(history: History, expiry: float) -> dict[bool, list[float]]:
     out: dict[bool, list[float]] = {True: [], False: []}
     for writes in by_partition(history.writes).values():
         for before, after in pairwise(tenures(writes, expiry)):
-            out[before.released].append(after.start - before.end)
+            if before.owner != after.owner:
+                out[before.released].append(after.start - before.end)
     return out
 
 

@@ -339,8 +339,9 @@ class AzuriteLog:
         self.path, self.container = path, container
 
     def start(self) -> None:
-        if not self.path.exists():
-            raise FileNotFoundError(f"Azurite writes no request log at {self.path} (started without --debug?)")
+        from tests.support.waiting import until_sync
+
+        until_sync(self.path.exists, f"Azurite's request log at {self.path} (started with --debug?)", 10.0, step=0.05)
 
     def stop(self) -> None:
         pass

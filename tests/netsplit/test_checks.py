@@ -13,6 +13,7 @@ from tests.netsplit.history import (
     CheckpointWrite,
     History,
     Write,
+    by_partition,
     checkpoint_regressions,
     foreign_writers,
     handled_outside,
@@ -20,6 +21,7 @@ from tests.netsplit.history import (
     margins,
     owner_overlaps,
     summary,
+    tenures,
 )
 from tests.netsplit.store_history import azurite_history, monitor_arguments, monitor_history
 
@@ -161,3 +163,13 @@ def test_events_handled_inside_the_owners_tenure_pass_and_one_after_it_fails() -
     assert problem.startswith("partition 0: w1 handled 3..4 from 00:01:45.300000 to 00:01:45.400000 (store clock), "
                               "outside every lease the store gave it there (1 tenures)")  # fmt: skip
     assert handled_outside(found, late, offset=1000.0, expiry=EXPIRY, slack=0.5) == []
+
+
+def test_an_owner_handling_while_its_lease_had_lapsed_is_found_even_if_it_claimed_again() -> None:
+    # w1's lease ran out at 103.0 (renewal sent by 100), nobody took it, w1 claimed it again at 106.001;
+    # w1 handled an event at 104.5 in between: it held no lease then
+    found = history(("0", "w1", 100.0, 100.001), ("0", "w1", 106.0, 106.001))
+    assert [(t.start, t.end) for t in tenures(by_partition(found.writes)["0"], EXPIRY)] == [(100.001, 103.0),
+                                                                                          (106.001, 109.0)]  # fmt: skip
+    (problem,) = handled_outside(found, [Handling("0", 7, "w1", 104.5)], offset=0.0, expiry=EXPIRY)
+    assert problem.startswith("partition 0: w1 handled 7..7 from 00:01:44.500000")

@@ -117,7 +117,11 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
     recorder = recorder_for(store, kit, url, tmp_path)
     # The stores' clocks are this machine's wall clock: the workers' monotonic readings map onto it.
     offsets = [time.time() - time.monotonic()]
-    await within(STEP, f"the {store} store's history to start recording", asyncio.to_thread(recorder.start))
+    try:
+        await within(STEP, f"the {store} store's history to start recording", asyncio.to_thread(recorder.start))
+    except BaseException:
+        getattr(kit, "finish", lambda: None)()
+        raise
     history: History | None = None
     with django_db_blocker.unblock():
         opened = await within(STEP, "the observer to open the store", kit.open())
