@@ -490,13 +490,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", choices=["postgresql", "redis"], action="append",
                         help="default: postgresql and redis")  # fmt: skip
     parser.add_argument("--baseline", type=Path, help="a checkout whose workers give the 'before' rows")
+    parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose workers give the 'after' rows")
     parser.add_argument("--window", type=float, default=WINDOW, help=f"seconds of idle measured (default {WINDOW:g})")
     parser.add_argument("--png", type=Path, help="where the chart goes (default: a file beside the temporary root)")
     parser.add_argument("--pumps", type=int, default=256, help="idle pumps on the embedded hub alone (0: none)")
     parser.add_argument("--amqp-pumps", type=int, default=16, help="idle pumps over AMQP alone (0: none)")
     options = parser.parse_args(sys.argv[1:] if argv is None else argv)
     stores = options.store or ["postgresql", "redis"]
-    repos = {"after": ROOT}
+    repos = {"after": options.repo.resolve()}
     if options.baseline is not None:
         repos["before"] = options.baseline.resolve()
 
@@ -512,11 +513,12 @@ def main(argv: list[str] | None = None) -> int:
             pumps_section(options.pumps, options.amqp_pumps, tmp)
         rows: list[Row] = []
         if options.sizes:
+            compared = f"; 'before': workers of {repos['before']}, 'after': of {repos['after']}"
             print(
                 f"\nidle fleets: one runworkers process per worker, embedded hub, interval {INTERVAL:g}s, expiry "
                 f"{EXPIRY:g}s, no events; 'balance': seconds from the last start; 'after kill': from one SIGKILL; "
                 f"queries, rows and CPU over {options.window:g}s of steady state"
-                + (f"; 'before' = workers of {repos['before']}" if "before" in repos else "")
+                + (compared if "before" in repos else "")
             )
             print(HEADER, flush=True)
             for store in stores:
