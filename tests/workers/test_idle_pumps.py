@@ -293,3 +293,35 @@ async def test_an_event_hubs_reader_wakes_its_idle_pump_when_a_batch_arrives() -
 def test_idle_seconds_must_be_positive() -> None:
     with pytest.raises(ValueError):
         PumpConfig(idle_seconds=0)
+
+
+def test_without_inotify_the_watch_falls_back_to_the_poller_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refused(changed: Any) -> None:
+        raise OSError(24, "inotify_init1: Too many open files")  # the per-user limit of instances
+
+    monkeypatch.setattr(arrivals, "_Inotify", refused)
+    watch = FileWatch(poll_seconds=0.01)
+    assert watch.kind == "poll"
+    assert "inotify unavailable" in caplog.text
+    path = tmp_path / "0.log"
+    path.touch()
+    woken = Counter()
+    token = watch.watch(str(path), woken)
+    path.write_bytes(b"grown")
+    until_sync(lambda: woken.n, "the poller's wake-up")
+    watch.unwatch(token)
+
+
+def test_an_inotify_queue_overflow_wakes_every_watcher(tmp_path: Path) -> None:
+    watch = FileWatch()
+    counters = [Counter() for _ in range(3)]
+    tokens = []
+    for i, counter in enumerate(counters):
+        (tmp_path / f"{i}.log").touch()
+        tokens.append(watch.watch(str(tmp_path / f"{i}.log"), counter))
+    watch._changed(None)  # what the reading thread does on IN_Q_OVERFLOW: any log may have grown
+    assert [c.n for c in counters] == [1, 1, 1]
+    for token in tokens:
+        watch.unwatch(token)

@@ -17,7 +17,6 @@ every ``POLL_SECONDS`` and wakes the readers of a log whose size or modification
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import itertools
 import logging
@@ -66,7 +65,7 @@ class FileWatch:
 
     @property
     def kind(self) -> str:
-        return "inotify" if isinstance(self.backend, _Inotify) else "poll"
+        return "poll" if isinstance(self.backend, _Poller) else "inotify"
 
     def watch(self, path: str, wake: Wake) -> int:
         """Call ``wake()`` when ``path`` is written, until ``unwatch`` of the token returned."""
@@ -154,7 +153,7 @@ class _Inotify:
     """One inotify descriptor and the daemon thread that reads it."""
 
     def __init__(self, changed: Callable[[str | None], None]) -> None:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # the C library the interpreter runs on
         self._add_watch = libc.inotify_add_watch
         self._add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
         self._add_watch.restype = ctypes.c_int
