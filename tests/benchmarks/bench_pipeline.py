@@ -8,12 +8,19 @@ written durably with ``workers.landing.write_atomically``); they are synthetic s
 
 * pyarrow: a scan of every column (the floor: reading is all it does), and a scan plus the
   per-home/minute/sensor count (the aggregation without the dedupe);
-* Spark batch, on the same session: read, count per home/minute/sensor, write Parquet; and the same
-  with ``dropDuplicates(partition, sequence)`` first (what the job must at least do);
-* Spark (``local[2]``, the session started once): the real job, ``runpipeline --once`` minus the
-  command (``PipelineJob.start(once=True)``: file source, dedupe by counted ranges, aggregates
-  and alerts to Parquet, summary to a throw-away SQLite database), from a fresh checkpoint; first
-  (cold: paying the JVM's warm-up, before the batch cases) and last (warm).
+* Spark batch: read, count per home/minute/sensor, write Parquet; and the same with
+  ``dropDuplicates(partition, sequence)`` first (what the job must at least do);
+* the real job, ``runpipeline --once`` minus the command (``PipelineJob.start(once=True)``: file
+  source, dedupe by counted ranges, aggregates and alerts to Parquet, summary to a throw-away SQLite
+  database), from a fresh checkpoint.
+
+Each Spark case is measured twice (``local[2]``, the pipeline's own session settings):
+
+* cold: each case is the first query of its own new Spark session, in its own process and JVM
+  (the same settings for all, so each pays the JVM's warm-up and code generation once); the
+  session's start is not counted and is printed apart;
+* warm: all cases on one session (the same session), one round to warm it, then ``--rounds``
+  rounds in turn; the median of each.
 
 Then the demo's latency from enqueue to aggregate: ``produce --rate 50``, ``runworkers --count 3
 --handler workers.landing.LandingHandler`` and ``runpipeline --master local[1]`` (5 s trigger, as
@@ -27,6 +34,7 @@ Prints one table. Not collected by pytest (no ``test_`` prefix).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import statistics
@@ -132,14 +140,14 @@ def database(root: Path) -> str:
     return alias
 
 
-def spark_run(root: Path, run: int, alias: str) -> tuple[int, float, float, float]:
+def spark_run(root: Path, run: str, alias: str) -> tuple[int, float, float, float]:
     """The job over the landing from a fresh checkpoint; (events counted, seconds, trigger s, write s)."""
     from workers.models import CountedRange, PipelineBatch
     from workers.pipeline.job import Paths, PipelineJob
     from workers.pipeline.spark import build_session
 
     spark = build_session("local[2]", "leaseboard-bench")
-    paths = Paths.for_hub(HUB, root, root / f"pipeline-{run}")
+    paths = Paths.for_hub(HUB, root, root.parent / f"pipeline-{run}")
     CountedRange.objects.using(alias).filter(hub=HUB).delete()  # a fresh start: nothing counted yet
     job = PipelineJob(spark, HUB, paths, database=alias)
     started = time.perf_counter()
@@ -151,6 +159,52 @@ def spark_run(root: Path, run: int, alias: str) -> tuple[int, float, float, floa
     trigger = sum(b.duration_seconds or 0.0 for b in batches)
     write = sum(b.write_seconds for b in batches)
     return sum(b.events for b in batches), seconds, trigger, write
+
+
+CASES = {
+    "batch": "Spark batch: read, count, write",
+    "dedupe": "Spark batch + dropDuplicates",
+    "job": "the job (runpipeline --once, minus the command)",
+}
+
+
+def run_case(case: str, root: Path, alias: str, tag: str) -> dict[str, float]:
+    """One run of ``case`` over ``root``/landing on this process's session: its figures."""
+    from workers.pipeline.spark import build_session
+
+    if case == "job":
+        counted, seconds, trigger, write = spark_run(root / "landing", tag, alias)
+        return {"seconds": seconds, "events": counted, "trigger": trigger, "write": write}
+    spark = build_session("local[2]", "leaseboard-bench")
+    seconds = spark_batch(spark, root / "landing" / HUB, root / f"batch-{case}-{tag}", case == "dedupe")
+    return {"seconds": seconds}
+
+
+def cold_case(case: str, root: Path) -> dict[str, float]:
+    """``case`` as the first query of a new session in a new process (its own JVM): its figures and
+    ``session``, the seconds its session took to start."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.benchmarks.bench_pipeline", "--cold-case", case, "--root", str(root)],
+        capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        raise RuntimeError(f"cold case {case} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return dict(json.loads(lines[-1]))
+
+
+def cold_main(case: str, root: Path) -> None:
+    """The child of ``cold_case``: start a session, run ``case`` once, print its figures as JSON."""
+    from workers.pipeline.spark import build_session
+
+    logging.getLogger("leaseboard").setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        alias = database(Path(tmp)) if case == "job" else "default"
+        started = time.perf_counter()
+        build_session("local[2]", "leaseboard-bench")
+        session = time.perf_counter() - started
+        figures = run_case(case, root, alias, f"cold-{os.getpid()}")
+    print(json.dumps({**figures, "session": session}), flush=True)
 
 
 def flat_run(events: int, alias: str) -> None:
@@ -253,11 +307,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=1_000_000, help="events to land (default 1000000)")
     parser.add_argument("--latency-seconds", type=float, default=45.0,
                         help="seconds to measure the demo's latency after its first batch (default 45; 0: skip)")
+    parser.add_argument("--rounds", type=int, default=3, help="warm rounds, after a first one (default 3)")
+    parser.add_argument("--cold-case", choices=sorted(CASES), help=argparse.SUPPRESS)  # cold_case's child
+    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--flat-events", type=int, default=0,
                         help="also land this many events and run the job 1 M events a batch (10000000: per-batch "
                         "time from 1 M to 10 M; default 0: skip)")
     args = parser.parse_args(argv or [])
     logging.getLogger("leaseboard").setLevel(logging.WARNING)
+    if args.cold_case:
+        cold_main(args.cold_case, args.root)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         files, landing_seconds = land(root / "landing", args.events)
@@ -278,29 +338,41 @@ def main(argv: list[str] | None = None) -> None:
         rows, seconds = pyarrow_aggregate(folder)
         row("pyarrow scan + count per home/minute/sensor (no dedupe)", seconds)
 
+        # Cold: each case the first query of its own new session (own process and JVM).
+        cold = {case: cold_case(case, root) for case in CASES}
+        print(f"cold: each case the first query of a new Spark session in its own JVM, local[2] "
+              f"(session start apart: {statistics.median(c['session'] for c in cold.values()):.2f} s median)")
+        for case, title in CASES.items():
+            row(f"  {title}", cold[case]["seconds"])
+        assert cold["job"]["events"] == events, f"the job counted {cold['job']['events']} events, not {events}"
+        print(f"{'    of which Spark trigger / foreachBatch writes':<62} {cold['job']['trigger']:>8.2f} "
+              f"{cold['job']['write']:>11.2f}")  # fmt: skip
+
+        # Warm: one session for every case, a first round to warm it, then rounds in turn.
         alias = database(root)
-        started = time.perf_counter()
         from workers.pipeline.spark import build_session
 
-        spark = build_session("local[2]", "leaseboard-bench")
-        print(f"{'(Spark session start, not counted below)':<62} {time.perf_counter() - started:>8.2f}")
-        timings: dict[str, float] = {}
+        build_session("local[2]", "leaseboard-bench")
+        warm: dict[str, list[dict[str, float]]] = {case: [] for case in CASES}
+        for n in range(args.rounds + 1):
+            for case in CASES:
+                figures = run_case(case, root, alias, f"warm-{n}")
+                if case == "job":
+                    assert figures["events"] == events, f"the job counted {figures['events']} events, not {events}"
+                if n:
+                    warm[case].append(figures)
+        print(f"warm: one Spark session for every case, after a first round; median of {args.rounds} rounds")
 
-        def job(run: int, title: str) -> None:
-            counted, seconds, trigger, write = spark_run(root / "landing", run, alias)
-            assert counted == events, f"the job counted {counted} events, not {events}"
-            timings[title] = seconds
-            row(title, seconds)
-            print(f"{'  of which Spark trigger / foreachBatch writes':<62} {trigger:>8.2f} {write:>11.2f}")
+        def median(case: str, key: str = "seconds") -> float:
+            return statistics.median(f[key] for f in warm[case])
 
-        job(1, "the job, cold (first run of the JVM)")
-        for dedupe, title in ((False, "Spark batch: read, count, write"), (True, "Spark batch + dropDuplicates")):
-            timings[title] = spark_batch(spark, folder, root / f"batch-{dedupe}", dedupe)
-            row(title, timings[title])
-        job(2, "the job, warm")
-        reference = timings["Spark batch + dropDuplicates"]
-        for title in ("the job, cold (first run of the JVM)", "the job, warm"):
-            print(f"  {title}: {100 * reference / timings[title]:.0f} % of Spark batch + dropDuplicates")
+        for case, title in CASES.items():
+            row(f"  {title}", median(case))
+        print(f"{'    of which Spark trigger / foreachBatch writes':<62} {median('job', 'trigger'):>8.2f} "
+              f"{median('job', 'write'):>11.2f}")  # fmt: skip
+        for label, job_s, dedupe_s in (("cold", cold["job"]["seconds"], cold["dedupe"]["seconds"]),
+                                       ("warm", median("job"), median("dedupe"))):  # fmt: skip
+            print(f"  the job, {label}: {100 * dedupe_s / job_s:.0f} % of Spark batch + dropDuplicates ({label})")
 
         if args.flat_events:
             from workers.models import CountedRange

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from workers.landing import file_name
 from workers.models import UnreadableFile
-from workers.pipeline import summary
+from workers.pipeline import audit, summary
 from workers.sensors import SensorEvent
 
 from .conftest import HUB, Landing, fleet_events
@@ -162,3 +162,31 @@ def test_the_dedupe_state_is_a_few_ranges_per_partition_across_gaps_late_files_a
     assert minutes_in_db() == expected_minutes(counted)
     assert aggregates_in_parquet(spark, landing.paths) == expected_aggregates(counted)
     assert [b.events for b in batches()] == [200, 200, 50]
+
+
+def test_rows_missing_a_required_field_are_dropped_whether_or_not_the_footers_rule_nulls_out(
+    spark: SparkSession, landing: Landing
+) -> None:
+    readings = fleet_events(300, seed=19)
+    for n, pid in enumerate(("0", "1", "2")):
+        landing.land(pid, 0, [e.to_json() for e in readings[n * 100 : (n + 1) * 100]])
+    files = [landing.root / HUB / pid / file_name(0, 99) for pid in ("0", "1", "2")]
+    assert audit.nulls_ruled_out([f.as_uri() for f in files])  # the landing's own files: REQUIRED columns
+    # Another writer's files: every column nullable; one without nulls (its statistics say so), one
+    # with an event whose home is missing (that event cannot be counted).
+    for path, holes in ((files[1], []), (files[2], [7])):
+        table = pq.read_table(path)
+        table = table.cast(pa.schema([f.with_nullable(True) for f in table.schema]))
+        homes = [None if i in holes else h for i, h in enumerate(table.column("home").to_pylist())]
+        at = table.schema.get_field_index("home")
+        pq.write_table(table.set_column(at, table.schema.field(at), pa.array(homes, pa.string())), path)
+    assert audit.nulls_ruled_out([files[0].as_uri(), files[1].as_uri()])
+    assert not audit.nulls_ruled_out([files[0].as_uri(), files[2].as_uri()])
+    assert not audit.nulls_ruled_out(None)
+
+    run_once(spark, landing.paths)
+
+    counted = [e for i, e in enumerate(readings) if i != 207]
+    assert [b.events for b in batches()] == [299]
+    assert minutes_in_db() == expected_minutes(counted)
+    assert aggregates_in_parquet(spark, landing.paths) == expected_aggregates(counted)

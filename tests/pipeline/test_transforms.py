@@ -129,17 +129,23 @@ def test_rows_missing_a_required_field_are_not_well_formed(spark: SparkSession) 
     assert [r["sequence_number"] for r in transforms.well_formed(frame).collect()] == [1]
 
 
-def test_the_cells_give_the_same_aggregates_minutes_and_summary_as_the_events(spark: SparkSession) -> None:
+def test_the_tallies_give_the_same_aggregates_alerts_minutes_and_summary_as_the_events(spark: SparkSession) -> None:
     frame = events(spark, [
         ("0", 1, "home-1", "door", "opened", True, at(0, 5)),
         ("0", 2, "home-1", "door", "closed", True, at(0, 9)),
+        ("0", 3, "home-1", "door", "opened", True, at(0, 7)),  # a second alert in the same cell
+        ("0", 4, "home-1", "door", "opened", False, at(0, 8)),  # and an event of it that raised none
         ("1", 1, "home-2", "smoke", "detected", False, at(1)),
         ("1", 2, "home-1", "motion", "detected", False, at(1, 30)),
         ("2", 7, "home-2", "glass_break", "detected", False, at(3)),
     ])  # fmt: skip
-    aggregates, minutes, totals = transforms.of_cells(transforms.cells(frame))
+    aggregates, alerts, minutes = transforms.of_tallies(transforms.tallies(frame))
     assert_df_equality(aggregates, transforms.per_home_minute_sensor(frame), ignore_row_order=True)
-    assert_df_equality(minutes, transforms.per_minute_sensor(frame), ignore_row_order=True, ignore_nullable=True)
-    assert totals.first() == transforms.summary(frame).first()
-    empty = transforms.of_cells(transforms.cells(frame.limit(0)))[2].first()
-    assert empty is not None and empty["events"] == 0 and empty["newest_event"] is None
+    assert_df_equality(alerts, transforms.alerts(frame), ignore_row_order=True, ignore_nullable=True)
+    assert_df_equality(
+        minutes.select("minute", "sensor", "events", "alerts"), transforms.per_minute_sensor(frame),
+        ignore_row_order=True, ignore_nullable=True,
+    )  # fmt: skip
+    assert transforms.totals(minutes.collect()) == transforms.summary(frame).first().asDict()  # type: ignore[union-attr]
+    empty = transforms.totals(transforms.of_tallies(transforms.tallies(frame.limit(0)))[2].collect())
+    assert empty == {"events": 0, "oldest_enqueued": None, "newest_enqueued": None, "newest_event": None}

@@ -7,6 +7,11 @@ asks which files the batch was given and checks their Parquet footers and schema
 own log in the checkpoint (``sources/0/<batch>`` or, every tenth batch, ``<batch>.compact``:
 a "v1" line, then one JSON object per file with ``path`` and ``batchId``), the record Spark
 itself replays a batch from, so a replayed batch is audited on the same files.
+
+The same footers say whether a batch can hold a row missing a required field at all
+(``nulls_ruled_out``): a landing file declares those columns REQUIRED (or its statistics count no
+null), so the job skips the per-row check (``transforms.well_formed``) and with it the reading of
+the columns only that check would read. Profiled on 1 M events: the check cost about half the scan.
 """
 
 from __future__ import annotations
@@ -109,6 +114,39 @@ def problem(path: Path) -> str | None:
         if not schema.field(index).type.equals(expected.type):
             return f"column {expected.name!r} is {schema.field(index).type}, not {expected.type}"
     return None
+
+
+def nulls_ruled_out(uris: Iterable[str] | None) -> bool:
+    """True if no row of the files ``uris`` can be missing a required field (``schema.LANDING``'s
+    non-nullable columns): each is local, has every such column with its type, and its footer says
+    none holds a null (the column is REQUIRED, or every row group's statistics count 0 nulls).
+    False if unsure (a remote or unreadable file, a missing column, no statistics): then the job
+    checks every row."""
+    if uris is None:
+        return False
+    required = [f for f in ARROW_SCHEMA if not f.nullable]
+    for uri in uris:
+        path = local_path(uri)
+        if path is None:
+            return False
+        try:
+            metadata = pq.read_metadata(path)
+            schema = metadata.schema.to_arrow_schema()
+        except (OSError, pa.ArrowException):
+            return False
+        columns = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+        for field in required:
+            index = columns.get(field.name)
+            at = schema.get_field_index(field.name)  # -1 if missing or named twice
+            if index is None or at < 0 or not schema.field(at).type.equals(field.type):
+                return False
+            if metadata.schema.column(index).max_definition_level == 0:
+                continue  # REQUIRED: cannot hold a null
+            for group in range(metadata.num_row_groups):
+                stats = metadata.row_group(group).column(index).statistics
+                if stats is None or not stats.has_null_count or stats.null_count != 0:
+                    return False
+    return True
 
 
 def unreadable(uris: Iterable[str]) -> list[Unreadable]:
