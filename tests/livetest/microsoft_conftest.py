@@ -3,8 +3,15 @@
 It stands in for the conftest of the SDK's source distribution, which creates an event hub in an
 Azure subscription through the management plane. Here every test gets a fresh hub of the ``runhub``
 whose connection string is in ``LIVETEST_CONNECTION_STRING`` (the hub is created in the directory
-``LIVETEST_HUB_DIR`` that ``runhub`` serves), clients get ``client_args={"use_tls": False}``, and
-where the SDK's tests ask for an Entra credential they get a named-key credential for runhub's key.
+``LIVETEST_HUB_DIR`` that ``runhub`` serves), and where the SDK's tests ask for an Entra credential
+they get a named-key credential for runhub's key.
+
+The clients speak TLS, as they do to Azure: ``runhub`` serves AMQPS on port 5671 (the only port the
+SDK uses with TLS) of a loopback address of its own, with a certificate made for this run by a CA
+made for this run (``LIVETEST_CA_FILE``). Tests that take ``client_args`` get
+``connection_verify=<that CA>``; for the clients a test builds without them, the CA is added to the
+trust store the SDK uses by default (certifi's bundle, as ``LIVETEST_TRUST_FILE``), as an operator
+adds a private CA to a machine's trust store. No client runs with TLS off.
 
 Tests an emulator cannot pass are deselected here, through ``tests.livetest.not_applicable`` (the
 one list, each with its reason); their node ids go to ``LIVETEST_DESELECTED`` for the summary.
@@ -14,12 +21,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import certifi
 import pytest
 from azure.core.credentials import AzureNamedKeyCredential
 from azure.core.settings import settings
@@ -29,11 +38,14 @@ from azure.eventhub._pyamqp.authentication import SASTokenAuth
 from tracing_common import FakeSpan  # type: ignore[import-not-found]
 
 from tests.livetest.not_applicable import reason_for
+from tests.livetest.schedule import is_long, slow_first
 from workers.hub.embedded import EmbeddedHub
 
 PARTITION_COUNT = 2
 CONN_STR = "Endpoint=sb://{}/;SharedAccessKeyName={};SharedAccessKey={};EntityPath={}"
-CLIENT_ARGS = {"use_tls": False}
+CLIENT_ARGS = {"connection_verify": os.environ["LIVETEST_CA_FILE"]}
+# certifi's public authorities and runhub's CA: what the SDK trusts when a test names no CA file.
+certifi.where = lambda: os.environ["LIVETEST_TRUST_FILE"]
 
 
 def _runhub() -> dict[str, str]:
@@ -59,25 +71,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--sleep", action="store", default="True", help="sleep on reconnect test: True or False")
 
 
-# Tests that sleep for minutes (past Event Hubs' idle timeout, on purpose). suite.py runs them in a
-# pytest of their own (LIVETEST_PART=long) beside the rest (LIVETEST_PART=rest), so they overlap.
-LONG_SLEEPS = ("test_long_sleep", "test_send_with_long_interval")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    kept, deselected = [], []
+    kept: list[pytest.Item] = []
+    deselected: list[pytest.Item] = []
     for item in items:
         (deselected if reason_for(item.nodeid) else kept).append(item)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
+    # suite.py runs the tests that take minutes (schedule.LONG) in a pytest of their own
+    # (LIVETEST_PART=long), a worker each, beside the rest (LIVETEST_PART=rest), slow ones first.
     part = os.environ.get("LIVETEST_PART")
     if part in ("long", "rest"):
-        kept = [item for item in kept if item.name.startswith(LONG_SLEEPS) == (part == "long")]
+        kept = [item for item in kept if is_long(item.nodeid) == (part == "long")]
+    kept.sort(key=lambda item: slow_first(item.nodeid, item.name))
     items[:] = kept
     target = os.environ.get("LIVETEST_DESELECTED")
     if target:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         Path(f"{target}.{part}.{worker}").write_text(json.dumps(sorted(item.nodeid for item in deselected)))
+
+
+_started: dict[str, float] = {}
+
+
+def pytest_runtest_logstart(nodeid: str, location: object) -> None:
+    _started[nodeid] = time.time()
+
+
+def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
+    """Each test's start and end (wall clock), for suite.py's account of where the time went."""
+    target = os.environ.get("LIVETEST_TIMES")
+    if target and nodeid in _started:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(f"{target}.{worker}", "a") as out:
+            out.write(json.dumps({"nodeid": nodeid, "start": _started.pop(nodeid), "end": time.time()}) + "\n")
 
 
 # -- the hub of each test ---------------------------------------------------------------------------
@@ -96,15 +123,12 @@ def live_eventhub() -> Iterator[dict[str, str]]:
         "event_hub": name,
         "consumer_group": "$Default",
         "partition": "0",
-        "connection_str": f"{RUNHUB['connection_string']};EntityPath={name}",
+        "connection_str": f"{RUNHUB['connection_string'].rstrip(';')};EntityPath={name}",
     }
 
 
 def _with_key(live_eventhub: dict[str, str], key_name: str, key: str) -> str:
-    return (
-        f"Endpoint=sb://{live_eventhub['hostname']};SharedAccessKeyName={key_name};SharedAccessKey={key};"
-        f"UseDevelopmentEmulator=true;EntityPath={live_eventhub['event_hub']}"
-    )
+    return CONN_STR.format(live_eventhub["hostname"], key_name, key, live_eventhub["event_hub"])
 
 
 @pytest.fixture

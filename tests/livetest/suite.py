@@ -5,14 +5,21 @@ at test time and cached (never committed); its ``tests/livetest`` folders and ``
 are copied into a run folder beside our fixture layer (``microsoft_conftest.py`` as ``conftest.py``),
 and pytest runs them there in a child process, spread over several pytest-xdist workers that share
 one ``runhub`` (each test on a fresh hub of its own).
+
+``runhub`` serves TLS as Azure does, on port 5671: the SDK connects to no other port with TLS. So
+that runs (and other programs) on this machine do not collide on 5671, each runhub takes a loopback
+address of its own (``127.x.y.z``: all of 127/8 is the loopback interface) and a certificate made
+at test time for that address by a CA made at test time.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -24,6 +31,10 @@ from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 
+import certifi
+
+from tests.amqp.certs import Certificates, make_certificates
+from tests.livetest.schedule import LONG
 from tests.support.waiting import until_sync
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 PYTEST_INI = """\
 [pytest]
 asyncio_default_fixture_loop_scope = function
-timeout = 300
+timeout = 600
 addopts = -p no:django -p no:cacheprovider -p no:randomly
 """
 
@@ -75,44 +86,94 @@ def assemble(archive: Path, run_dir: Path) -> Path:
     return run_dir
 
 
+AMQPS_PORT = 5671
+
+
 @dataclass
 class RunHub:
     process: subprocess.Popen[str]
-    connection_string: str
+    connection_string: str  # TLS, Azure's form: the SDK connects to the host's port 5671
     hub_dir: Path
     log: Path
+    certificates: Certificates
+    trust: Path  # certifi's bundle and the run's CA: the SDK's default trust store, for the tests
+
+
+def free_loopback_address(port: int = AMQPS_PORT, attempts: int = 50) -> str:
+    """A loopback address (127.x.y.z, not 127.0.0.1) where ``port`` can be bound now. Raises OSError."""
+    for _ in range(attempts):
+        address = f"127.{random.randint(2, 254)}.{random.randint(0, 255)}.{random.randint(1, 254)}"
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio binds
+            try:
+                probe.bind((address, port))
+            except OSError:
+                continue
+            return address
+    raise OSError(f"no loopback address with port {port} free in {attempts} tries")
 
 
 @contextmanager
 def runhub(root: Path) -> Iterator[RunHub]:
-    """``manage.py runhub`` on a free loopback port with its var and hub folders under ``root``."""
-    var, hub_dir, log = root / "var", root / "hub", root / "runhub.log"
+    """``manage.py runhub`` serving TLS on port 5671 of a loopback address of its own (with a plain
+    port beside it, unused by the suite), its var, hub and certificate folders under ``root``."""
+    for attempt in range(5):
+        hub = _start_runhub(root)
+        try:
+            hub.connection_string = _tls_connection_string(hub)
+        except AssertionError:
+            _stop(hub.process)
+            if "cannot listen" in hub.log.read_text() and attempt < 4:
+                continue  # another program took that address's port 5671 after the probe: another address
+            raise
+        try:
+            yield hub
+        finally:
+            _stop(hub.process)
+        return
+
+
+def _start_runhub(root: Path) -> RunHub:
+    var, hub_dir, log, tls = root / "var", root / "hub", root / "runhub.log", root / "tls"
     var.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "LEASEBOARD_VAR_DIR": str(var), "LEASEBOARD_HUB_DIR": str(hub_dir), "PYTHONUNBUFFERED": "1"}
-    env.pop("LEASEBOARD_HUB_KEY", None)
+    for name in ("LEASEBOARD_HUB_KEY", "LEASEBOARD_HUB_TLS_CERT", "LEASEBOARD_HUB_TLS_KEY"):
+        env.pop(name, None)
+    address = free_loopback_address()
+    certificates = make_certificates(tls, (address, "localhost"))
+    trust = tls / "trust.pem"
+    trust.write_text(Path(certifi.where()).read_text() + "\n" + certificates.ca.read_text())
+    command = [
+        sys.executable, "manage.py", "runhub", "--host", address, "--port", "0", "--hub", "livetest",
+        "--partitions", "2", "--tls-port", str(AMQPS_PORT), "--tls-cert", str(certificates.cert),
+        "--tls-key", str(certificates.key),
+    ]  # fmt: skip
     with log.open("w") as err:
-        process = subprocess.Popen(
-            [sys.executable, "manage.py", "runhub", "--port", "0", "--hub", "livetest", "--partitions", "2"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True,
-        )  # fmt: skip
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+    return RunHub(process, "", hub_dir, log, certificates, trust)
+
+
+def _tls_connection_string(hub: RunHub) -> str:
+    """What runhub prints as its TLS connection string; AssertionError if it exits first."""
+
+    def printed() -> str | None:
+        assert hub.process.stdout is not None
+        line = hub.process.stdout.readline()
+        if hub.process.poll() is not None:
+            raise AssertionError(f"runhub exited with {hub.process.returncode}: {hub.log.read_text()}")
+        found = re.match(r"EVENTHUB_TLS_CONNECTION_STRING=(\S+)", line)
+        return found.group(1) if found else None
+
+    return str(until_sync(printed, "runhub's TLS connection string", 60))
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    process.terminate()
     try:
-
-        def connection_string() -> str | None:
-            assert process.stdout is not None
-            line = process.stdout.readline()
-            if process.poll() is not None:
-                raise AssertionError(f"runhub exited with {process.returncode}: {log.read_text()}")
-            found = re.match(r"EVENTHUB_CONNECTION_STRING=(\S+)", line)
-            return found.group(1) if found else None
-
-        yield RunHub(process, until_sync(connection_string, "runhub's connection string", 60), hub_dir, log)
-    finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(15)
+        process.wait(15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(15)
 
 
 @dataclass
@@ -125,6 +186,17 @@ class Outcome:
     failed: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    times: dict[str, tuple[float, float]] = field(default_factory=dict)  # nodeid: (start, end) from the run's start
+
+    def timing(self, slowest: int = 5) -> str:
+        """Where the time went: when the first test started and the last ended, the slowest tests."""
+        if not self.times:
+            return "no test timings"
+        first = min(start for start, _ in self.times.values())
+        last = max(end for _, end in self.times.values())
+        ranked = sorted(self.times.items(), key=lambda kv: kv[1][0] - kv[1][1])[:slowest]
+        tests = ", ".join(f"{nodeid.rsplit('::', 1)[-1]} {end - start:.0f} s" for nodeid, (start, end) in ranked)
+        return f"first test started at {first:.0f} s, last ended at {last:.0f} s; slowest: {tests}"
 
     def summary(self, pinned: str) -> str:
         return (
@@ -135,23 +207,26 @@ class Outcome:
 
 
 def run(run_dir: Path, hub: RunHub, workers: int, extra: list[str] | None = None) -> Outcome:
-    """Runs the assembled suite against ``hub``: the long-sleep tests (``LONG_SLEEPS`` of the conftest)
-    in one pytest, a worker each, and the rest beside it on ``workers`` pytest-xdist workers (xdist
-    hands a worker consecutive tests: in one run the long ones would queue behind each other).
-    Returns what happened."""
+    """Runs the assembled suite against ``hub``: the tests that take minutes (``schedule.LONG``) in
+    one pytest, a worker each, and the rest beside it on ``workers`` pytest-xdist workers (xdist
+    queues a worker's next test behind its current one: in one run a long test would hold another
+    back for minutes). Returns what happened."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(run_dir)]),
         "LIVETEST_CONNECTION_STRING": hub.connection_string,
+        "LIVETEST_CA_FILE": str(hub.certificates.ca),
+        "LIVETEST_TRUST_FILE": str(hub.trust),
         "LIVETEST_HUB_DIR": str(hub.hub_dir),
         "LIVETEST_DESELECTED": str(run_dir / "deselected"),
+        "LIVETEST_TIMES": str(run_dir / "times"),
     }
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
     base = [sys.executable, "-m", "pytest", str(run_dir), "-c", str(run_dir / "pytest.ini"), "--rootdir", str(run_dir)]
     base += ["-q", "--dist", "load", "-o", "junit_family=xunit1", *(extra or [])]
     running = []
-    for part, count in (("long", 2), ("rest", workers)):
+    for part, count in (("long", len(LONG)), ("rest", workers)):
         with (run_dir / f"pytest-{part}.log").open("w") as out:
             args = [*base, "-n", str(count), f"--junitxml={run_dir / f'junit-{part}.xml'}"]
             running.append(
@@ -168,7 +243,18 @@ def run(run_dir: Path, hub: RunHub, workers: int, extra: list[str] | None = None
     for junit in sorted(run_dir.glob("junit-*.xml")):
         _count(outcome, junit)
     outcome.collected = len(outcome.passed) + len(outcome.failed) + len(outcome.skipped) + len(not_applicable)
+    outcome.times = _times(run_dir, started_at)
     return outcome
+
+
+def _times(run_dir: Path, started_at: float) -> dict[str, tuple[float, float]]:
+    """Each test's start and end, in seconds from the start of the run."""
+    times = {}
+    for path in run_dir.glob("times.*"):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            times[row["nodeid"]] = (row["start"] - started_at, row["end"] - started_at)
+    return times
 
 
 def _count(outcome: Outcome, junit: Path) -> None:

@@ -30,7 +30,7 @@ def test_microsofts_livetest_suite_passes_against_runhub(request: pytest.Fixture
     line = outcome.summary(pinned)
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.write_line(f"\n{line}")
+        reporter.write_line(f"\n{line}\n{outcome.timing()}")
     request.node.user_properties.append(("summary", line))
     problems = "\n".join(f"  {nodeid}: {why}" for nodeid, why in {**outcome.failed, **outcome.skipped}.items())
     assert outcome.passed and not outcome.failed and not outcome.skipped, f"{line}\n{problems}"

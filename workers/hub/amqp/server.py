@@ -7,6 +7,10 @@ workers) read, and what other processes append is sent to AMQP receivers within 
 --partitions``) are served from the next request on. One asyncio loop runs everything; file
 reads and appends are short and happen on it.
 
+It listens for plain AMQP on ``port`` and, given a TLS context (``tls.server_context``), for AMQPS
+on ``tls_port`` (5671 by default, the only port the SDKs use with TLS): either or both, one set
+of hubs, links and receivers behind them.
+
 ``thread.ServerThread`` runs a server on a loop of its own in a daemon thread, for tests and benchmarks.
 """
 
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -35,6 +40,7 @@ from workers.hub.amqp.management import HubDirectory, put_token, read_properties
 from workers.hub.amqp.notes import AttachInfo
 from workers.hub.amqp.producer import ProducerLink
 from workers.hub.amqp.requests import ReplyLink, Request, RequestLink, Response
+from workers.hub.amqp.tls import AMQPS_PORT
 from workers.hub.embedded import EmbeddedHub
 
 log = logging.getLogger("leaseboard.amqp")
@@ -42,8 +48,13 @@ EPOCH = "com.microsoft:epoch"
 RUNTIME_METRICS = "com.microsoft:enable-receiver-runtime-metric"
 
 
-def connection_string(host: str, port: int, key: SasKey) -> str:
-    """What a client of the Event Hubs SDKs is given (TLS off: ``UseDevelopmentEmulator=true``)."""
+def connection_string(host: str, port: int, key: SasKey, *, tls: bool = False) -> str:
+    """What a client of the Event Hubs SDKs is given. Plain AMQP: ``UseDevelopmentEmulator=true``
+    (TLS off, the port used). TLS: Azure's form; the SDKs connect to 5671 whatever the endpoint's
+    port, so on another port a client needs ``custom_endpoint_address="sb://host:port"`` too."""
+    if tls:
+        where = host if port == AMQPS_PORT else f"{host}:{port}"
+        return f"Endpoint=sb://{where}/;SharedAccessKeyName={key.name};SharedAccessKey={key.key}"
     return (
         f"Endpoint=sb://{host}:{port};SharedAccessKeyName={key.name};SharedAccessKey={key.key};"
         "UseDevelopmentEmulator=true"
@@ -64,8 +75,9 @@ class Stats:
 
 
 class HubServer:
-    """Serves the hubs under ``root`` on ``host:port`` (0: a free port, see ``port`` once started)
-    to clients holding ``key``. Implements ``connection.Router``."""
+    """Serves the hubs under ``root`` to clients holding ``key``: plain AMQP on ``host:port`` (0: a
+    free port, see ``port`` once started; None: no plain listener) and, with ``tls``, AMQPS on
+    ``host:tls_port`` (0: a free port, see ``tls_port``). Implements ``connection.Router``."""
 
     def __init__(
         self,
@@ -73,20 +85,26 @@ class HubServer:
         key: SasKey,
         *,
         host: str = "127.0.0.1",
-        port: int = 0,
+        port: int | None = 0,
+        tls: ssl.SSLContext | None = None,
+        tls_port: int = AMQPS_PORT,
         limits: Limits | None = None,
         poll_interval: float = 0.02,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if port is None and tls is None:
+            raise ValueError("a HubServer needs a plain port, a TLS context, or both")
         self.hubs = HubDirectory(Path(root))
         self.key = key
         self.host = host
         self.port = port
+        self.tls = tls
+        self.tls_port: int | None = tls_port if tls is not None else None
         self.limits = limits or Limits()
         self.poll_interval = poll_interval
         self.stats = Stats()
         self._clock = clock
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._connections: set[AmqpConnection] = set()
         self._grants: dict[int, list[Grant]] = defaultdict(list)
         self._replies: dict[int, list[ReplyLink]] = defaultdict(list)
@@ -97,36 +115,63 @@ class HubServer:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Listens; raises OSError if the port cannot be bound."""
-        loop = asyncio.get_running_loop()
+        """Listens on every port asked for; raises OSError if one cannot be bound (and then listens on none)."""
         self._wake = asyncio.Event()
-        self._server = await loop.create_server(
-            lambda: AmqpConnection(self, self.limits, "leaseboard-hub"), self.host, self.port, reuse_address=True
-        )
-        self.port = int(self._server.sockets[0].getsockname()[1])
+        try:
+            if self.port is not None:
+                self.port = await self._listen(self.port, None)
+            if self.tls is not None and self.tls_port is not None:
+                self.tls_port = await self._listen(self.tls_port, self.tls)
+        except OSError:
+            for server in self._servers:
+                server.close()
+            self._servers.clear()
+            raise
         self._pump_task = asyncio.create_task(self._pump_forever(), name="amqp event pump")
-        log.info("embedded hub serving AMQP on %s:%d (hubs under %s)", self.host, self.port, self.hubs.root)
+        listening = [f"AMQP on {self.host}:{self.port}"] if self.port is not None else []
+        if self.tls_port is not None:
+            listening.append(f"AMQPS (TLS) on {self.host}:{self.tls_port}")
+        log.info("embedded hub serving %s (hubs under %s)", " and ".join(listening), self.hubs.root)
+
+    async def _listen(self, port: int, tls: ssl.SSLContext | None) -> int:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: AmqpConnection(self, self.limits, "leaseboard-hub"), self.host, port, reuse_address=True, ssl=tls,
+            ssl_handshake_timeout=self.limits.handshake_timeout if tls is not None else None,
+        )  # fmt: skip
+        self._servers.append(server)
+        return int(server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
         """Stops listening, closes every connection (with ``amqp:connection:forced``) and the hubs."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for conn in list(self._connections):
             conn.close("amqp:connection:forced", "the hub is shutting down")
         if self._pump_task is not None:
             self._pump_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pump_task
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
         self.hubs.close()
 
     @property
     def connections(self) -> list[AmqpConnection]:
         return list(self._connections)
 
-    def connection_string(self, host: str | None = None) -> str:
-        return connection_string(host or self.host, self.port, self.key)
+    def connection_string(self, host: str | None = None, *, tls: bool | None = None) -> str:
+        """The plain listener's connection string, or the TLS one's (``tls=True``, or no plain listener)."""
+        use_tls = self.port is None if tls is None else tls
+        port = self.tls_port if use_tls else self.port
+        if port is None:
+            raise ValueError(f"this server has no {'TLS' if use_tls else 'plain'} listener")
+        return connection_string(host or self.host, port, self.key, tls=use_tls)
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port`` of the plain listener, else of the TLS one: how entities are named in errors."""
+        return f"{self.host}:{self.port if self.port is not None else self.tls_port}"
 
     # -- connection.Router -------------------------------------------------------------------------
 
@@ -203,7 +248,7 @@ class HubServer:
     def _hub(self, address: Address) -> EmbeddedHub:
         hub = self.hubs.get(address.hub)
         if hub is None:
-            entity = f"sb://{self.host}:{self.port}/{address.hub}"
+            entity = f"sb://{self.endpoint}/{address.hub}"
             raise BadAddress(f"The messaging entity '{entity}' could not be found.", "amqp:not-found")
         return hub
 
@@ -248,7 +293,7 @@ class HubServer:
             # As Event Hubs does: a token for an entity that does not exist is refused, not stored.
             name = grant.path.split("/")[0]
             response, grant = (
-                Response(404, f"The messaging entity 'sb://{self.host}:{self.port}/{name}' could not be found."),
+                Response(404, f"The messaging entity 'sb://{self.endpoint}/{name}' could not be found."),
                 None,
             )
         if grant is None:
@@ -272,7 +317,7 @@ class HubServer:
         grants = self._grants.get(conn.id, [])
         return read_properties(
             request, self.hubs, self.key, now, lambda entity: any(g.covers(entity, now) for g in grants),
-            lambda hub: f"sb://{self.host}:{self.port}/{hub}",
+            lambda hub: f"sb://{self.endpoint}/{hub}",
         )  # fmt: skip
 
     # -- the event pump --------------------------------------------------------------------------

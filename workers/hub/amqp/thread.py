@@ -51,7 +51,14 @@ class ServerThread:
 
     @property
     def port(self) -> int:
-        return self.server.port
+        """The plain listener's port (the TLS one's if it has no plain listener)."""
+        port = self.server.port if self.server.port is not None else self.server.tls_port
+        assert port is not None, "the server is not listening"
+        return port
+
+    @property
+    def tls_port(self) -> int | None:
+        return self.server.tls_port
 
     @property
     def connection_string(self) -> str:
