@@ -202,10 +202,18 @@ def foreign_writers(history: History, addresses: Mapping[str, str]) -> list[str]
     return problems
 
 
-def judge(history: History, expiry: float, addresses: Mapping[str, str] | None = None) -> list[str]:
+def judge(
+    history: History,
+    expiry: float,
+    addresses: Mapping[str, str] | None = None,
+    final: Mapping[str, tuple[str, str]] | None = None,
+) -> list[str]:
     """Every rule over ``history``, each problem one (multi-line) string; the gaps, if any, are problems
-    too (a history with holes proves nothing)."""
+    too (a history with holes proves nothing), and so is an end that is not the store's ``final``
+    state (partition -> (owner, ETag), read after the last write)."""
     problems = [f"store history incomplete: {gap}" for gap in history.gaps]
+    if final is not None:
+        problems += [f"store history incomplete: {p}" for p in unmatched_ends(history, final)[:5]]
     if not history.writes:
         problems.append(f"store history: no ownership write recorded ({history.source})")
     problems += [f"store history: {p}" for p in owner_overlaps(history, expiry)]
@@ -286,5 +294,23 @@ def handled_outside(
                 f"partition {pid}: {owner} handled {low}..{high} from {clock(first)} to {clock(last)} (store clock), "
                 f"outside every lease the store gave it there ({len(tenured.get((pid, owner), []))} tenures). "
                 "The store's history around it:\n" + "\n".join(lines)
+            )
+    return problems
+
+
+def unmatched_ends(history: History, final: Mapping[str, tuple[str, str]]) -> list[str]:
+    """The history's last write of each partition against the store's records read after every
+    worker stopped (``final``: partition -> (owner, ETag)): a history that missed a write, or holds
+    one the store never kept, ends elsewhere than the store. Partitions without a record must have
+    no write either."""
+    per = by_partition(history.writes)
+    problems = []
+    for pid in sorted(set(per) | set(final), key=_key):
+        last = per[pid][-1] if pid in per else None
+        kept = final.get(pid)
+        ended = (last.owner, last.etag) if last is not None else None
+        if ended != kept:
+            problems.append(
+                f"partition {pid}: the history ends with {ended or 'no write'}, the store holds {kept or 'no record'}"
             )
     return problems

@@ -22,6 +22,7 @@ from tests.netsplit.history import (
     owner_overlaps,
     summary,
     tenures,
+    unmatched_ends,
 )
 from tests.netsplit.store_history import azurite_history, monitor_arguments, monitor_history
 
@@ -173,3 +174,16 @@ def test_an_owner_handling_while_its_lease_had_lapsed_is_found_even_if_it_claime
                                                                                           (106.001, 109.0)]  # fmt: skip
     (problem,) = handled_outside(found, [Handling("0", 7, "w1", 104.5)], offset=0.0, expiry=EXPIRY)
     assert problem.startswith("partition 0: w1 handled 7..7 from 00:01:44.500000")
+
+
+def test_a_history_that_does_not_end_where_the_store_is_incomplete() -> None:
+    found = History("hand-made", "a test", 1e-6, [Write("0", "w1", 1.0, 1.0, "e1"), Write("0", "", 2.0, 2.0, "e2"),
+                                                  Write("1", "w2", 1.0, 1.0, "e3")])  # fmt: skip
+    assert unmatched_ends(found, {"0": ("", "e2"), "1": ("w2", "e3")}) == []
+    assert unmatched_ends(found, {"0": ("w3", "e9"), "1": ("w2", "e3"), "2": ("w1", "e4")}) == [
+        "partition 0: the history ends with ('', 'e2'), the store holds ('w3', 'e9')",
+        "partition 2: the history ends with no write, the store holds ('w1', 'e4')",
+    ]
+    assert judge(found, EXPIRY, final={"0": ("", "e2")}) == [
+        "store history incomplete: partition 1: the history ends with ('w2', 'e3'), the store holds no record"
+    ]

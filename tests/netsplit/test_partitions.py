@@ -154,6 +154,9 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
             problems += rules.event_clock(events, wall_from, time.time())
             probes = await within(STEP, "the console's pollers to stop", asyncio.to_thread(console.stop_polling))
             evidence = await within(STEP, "the store's final checkpoints", fleet.evidence())
+            # Every worker has stopped: the store's records are where its history must end.
+            records = await within(STEP, "the store's final ownership", fleet.store.list_ownership(fleet.ref))
+            final = {r.partition_id: (r.owner_id, r.etag or "") for r in records}
             evidence.console = probes
         finally:
             console.stop()
@@ -175,14 +178,14 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
     report.violations += recovery_problems(fleet, healed) + overlaps(evidence)
     assert net is not None
     addresses = {f"{name}-0": net[host].address for name, host in fleet.placed.items()}
-    report.violations += judge(history, fleet.expiry, addresses)
+    report.violations += judge(history, fleet.expiry, addresses, final)
     offsets.append(time.time() - time.monotonic())
     offset, drift = sum(offsets) / 2, abs(offsets[1] - offsets[0])
     outside = handled_outside(history, evidence.handlings, offset, fleet.expiry, OVERLAP_SLACK + drift)
     report.violations += [f"store history: {p}" for p in outside[:5]]
     with capsys.disabled():
         print_report(f"netsplit {store}", report, fleet, time.monotonic() - started)
-        print(f"  {summary(history, fleet.expiry)}")
+        print(f"  {summary(history, fleet.expiry)}; its last writes compared with the store's {len(final)} records")
         print(f"  handled outside the store's leases: {len(outside)} runs of events (wall minus monotonic clock moved "
               f"{drift * 1000:.3f} ms over the run; allowed {OVERLAP_SLACK:g}s + that)")
         figures = ", ".join(f"{r.kind} {'never' if r.seconds is None else f'{r.seconds:.1f}s'}" for r in healed)
