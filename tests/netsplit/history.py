@@ -24,7 +24,10 @@ within that resolution and the drift between the store's clock and the workers' 
 over one expiry (one machine here: the same oscillator). ``handled_outside`` joins the workers'
 own records to it: every event a worker handled must fall inside one of its tenures of that
 partition, on the store's clock. ``checkpoint_regressions`` fails when a checkpoint written is
-below one written before it. Each prints the slice of history that shows the violation.
+below one written before it; ``foreign_writers`` and ``foreign_checkpoints`` when a write comes
+from another host than that of the worker it names, or a checkpoint from another host than that
+of the partition's owner then (the owner fence, seen from the store). Each prints the slice of
+history that shows the violation.
 """
 
 from __future__ import annotations
@@ -220,6 +223,7 @@ def judge(
     problems += [f"store history: {p}" for p in checkpoint_regressions(history)]
     if addresses is not None:
         problems += [f"store history: {p}" for p in foreign_writers(history, addresses)[:5]]
+        problems += [f"store history: {p}" for p in foreign_checkpoints(history, addresses)[:5]]
     return problems
 
 
@@ -312,5 +316,26 @@ def unmatched_ends(history: History, final: Mapping[str, tuple[str, str]]) -> li
         if ended != kept:
             problems.append(
                 f"partition {pid}: the history ends with {ended or 'no write'}, the store holds {kept or 'no record'}"
+            )
+    return problems
+
+
+def foreign_checkpoints(history: History, addresses: Mapping[str, str]) -> list[str]:
+    """Checkpoints written from another host than that of the partition's owner at the time, by the
+    store's history (its last ownership write before the checkpoint): the owner fence
+    (``update_checkpoint``) seen from the store. Checkpoints of unknown origin are not judged."""
+    per = by_partition(history.writes)
+    problems = []
+    for point in sorted(history.checkpoints, key=lambda c: c.at):
+        if not point.client:
+            continue
+        before = [w for w in per.get(point.partition, []) if w.at <= point.at]
+        owner = before[-1].owner if before else ""
+        if addresses.get(owner) != point.client:
+            holder = f"{owner} (host {addresses.get(owner, '?')})" if owner else "nobody"
+            problems.append(
+                f"partition {point.partition}: checkpoint {point.sequence} written from {point.client} at "
+                f"{clock(point.at)} while {holder} owned it; the ownership history before it:\n"
+                + "\n".join(history_slice(before, len(before) - 1, len(before) - 1, -1, before[0].at) if before else [])
             )
     return problems

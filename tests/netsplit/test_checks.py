@@ -15,6 +15,7 @@ from tests.netsplit.history import (
     Write,
     by_partition,
     checkpoint_regressions,
+    foreign_checkpoints,
     foreign_writers,
     handled_outside,
     judge,
@@ -186,4 +187,18 @@ def test_a_history_that_does_not_end_where_the_store_is_incomplete() -> None:
     ]
     assert judge(found, EXPIRY, final={"0": ("", "e2")}) == [
         "store history incomplete: partition 1: the history ends with ('w2', 'e3'), the store holds no record"
+    ]
+
+
+def test_a_checkpoint_written_by_a_former_owner_is_found() -> None:
+    writes = [Write("0", "w1", 1.0, 1.0, client="10.0.0.4"), Write("0", "w2", 5.0, 5.0, client="10.0.0.5")]
+    points = [CheckpointWrite("0", 10, 2.0, "10.0.0.4"), CheckpointWrite("0", 20, 6.0, "10.0.0.5"),
+              CheckpointWrite("0", 15, 6.5, "10.0.0.4"), CheckpointWrite("1", 3, 6.5, "10.0.0.4")]  # fmt: skip
+    found = History("hand-made", "a test", 1e-6, writes, points)
+    problems = foreign_checkpoints(found, {"w1-0": "10.0.0.9", "w1": "10.0.0.4", "w2": "10.0.0.5"})
+    assert [p.splitlines()[0] for p in problems] == [
+        "partition 0: checkpoint 15 written from 10.0.0.4 at 00:00:06.500000 while w2 (host 10.0.0.5) owned it; "
+        "the ownership history before it:",
+        "partition 1: checkpoint 3 written from 10.0.0.4 at 00:00:06.500000 while nobody owned it; "
+        "the ownership history before it:",
     ]
