@@ -186,8 +186,10 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
     with capsys.disabled():
         print_report(f"netsplit {store}", report, fleet, time.monotonic() - started)
         print(f"  {summary(history, fleet.expiry)}; its last writes compared with the store's {len(final)} records")
-        print(f"  handled outside the store's leases: {len(outside)} runs of events (wall minus monotonic clock moved "
-              f"{drift * 1000:.3f} ms over the run; allowed {OVERLAP_SLACK:g}s + that)")
+        print(
+            f"  handled outside the store's leases: {len(outside)} runs of events (wall minus monotonic clock moved "
+            f"{drift * 1000:.3f} ms over the run; allowed {OVERLAP_SLACK:g}s + that)"
+        )
         figures = ", ".join(f"{r.kind} {'never' if r.seconds is None else f'{r.seconds:.1f}s'}" for r in healed)
         print(f"  recovery after each heal (expiry + 2 intervals = {fleet.expiry + 2 * fleet.interval:g}s): {figures}")
     assert not report.violations, "broken invariants:\n" + "\n".join(report.violations)
