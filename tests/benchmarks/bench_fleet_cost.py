@@ -442,13 +442,14 @@ def chart(rows: list[Row], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = [
-        ("seconds to balance (cold: solid, after a kill: dashed)", ("balance_cold", "balance_kill")),
+        ("seconds to balance (from the last start: solid; after a SIGKILL: dashed)", ("balance_cold", "balance_kill")),
         ("store queries a second", ("queries",)),
         ("idle CPU, % of one core (fleet: solid, per worker: dashed)", ("cpu_fleet", "cpu_worker")),
         ("RSS per worker process, MB", ("rss",)),
     ]
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
     series = sorted({(r.store, r.code) for r in rows if not r.error})
+    sizes = sorted({(r.partitions, r.workers) for r in rows})
     for ax, (title, attrs) in zip(axes.flat, panels, strict=True):
         for (store, code), color in zip(series, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False):
             chosen = sorted((r for r in rows if (r.store, r.code) == (store, code) and not r.error),
@@ -462,8 +463,9 @@ def chart(rows: list[Row], path: Path) -> None:
         ax.set_title(title, fontsize=10)
         ax.set_xscale("log", base=2)
         ax.set_ylim(bottom=0)
-        ax.set_xlabel("partitions (" + ", ".join(sorted({f"{r.partitions}/{r.workers}" for r in rows}, key=len))
-                      + " partitions/workers)")  # fmt: skip
+        ax.set_xticks([p for p, _ in sizes], [f"{p}/{w}" for p, w in sizes])
+        ax.minorticks_off()
+        ax.set_xlabel("partitions/workers")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"idle fleets of runworkers processes: interval {INTERVAL:g}s, expiry {EXPIRY:g}s, no events")
