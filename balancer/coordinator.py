@@ -8,6 +8,7 @@ simulator calls the same ``cycle()`` on simulated time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import random
@@ -36,6 +37,12 @@ from .strategies.base import age
 
 T = TypeVar("T")
 log = logging.getLogger("leaseboard.balancer")
+
+# Renewal: a lease is renewed once half the expiry has passed since its last renewal, or sooner if
+# waiting one more cycle and then failing once (RETRY_CYCLES late cycles, timer jitter included)
+# could let it lapse. At the defaults (10 s interval, 30 s expiry) that is every cycle; at 2 s and
+# 10 s every third; at 10 s and 60 s every third. With no interval known, every cycle.
+RETRY_CYCLES, LATE = 2, 1.1
 
 
 @dataclass
@@ -88,6 +95,7 @@ class Coordinator:
     # release sent while a cycle's renewal is in flight would lose to it (the renewal moves the ETag)
     # and leave the store saying we own a partition we have forgotten. One at a time, then.
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _heartbeat_at: float | None = field(default=None, init=False)  # local monotonic time of the last one
 
     def __post_init__(self) -> None:
         if self.controls is None and self.strategy.uses_members and isinstance(self.store, ControlStore):
@@ -143,21 +151,25 @@ class Coordinator:
 
         lost = self._drop_taken(listed)
         releases = self._start_handoffs([p for p in plan.releases if p in self._leases])
-        requests: list[OwnershipRecord] = [
-            self._leases[p].record for p in self._leases if p not in releases
-        ]
+        at = self.monotonic()
+        renewing = {p for p, lease in self._leases.items() if p not in releases and self._renewal_due(lease, at)}
+        requests: list[OwnershipRecord] = [self._leases[p].record for p in self._leases if p in renewing]
         requests += [replace(self._leases[p].record, owner_id="") for p in releases]
         claims = {c.partition_id: c for c in plan.claims if c.partition_id not in self._leases}
         requests += [self._claim_record(c) for c in claims.values()]
 
         sent_at = self.monotonic()
-        won = by_partition(await self._call(self.store.claim_ownership(requests)))
+        won = by_partition(await self._call(self.store.claim_ownership(requests))) if requests else {}
         failed = [r for r in requests if r.partition_id not in won]
         if failed:
             won.update(await self._retry(failed, claims, sent_at))
 
-        gained, lost2, released = self._apply(won, claims, releases, sent_at, self._stamp(list(won.values())))
+        stamp = self._stamp(list(won.values()))
+        held = bool(self._leases)
+        gained, lost2, released = self._apply(won, claims, releases, renewing, sent_at, stamp)
         self._handing_off &= set(self._leases)
+        if held and not self._leases and self.controls is not None:
+            await self._heartbeat(self._stamp())  # alive by its leases until now: by a heartbeat from now on
         report = CycleReport(
             owned=self.owned,
             gained=tuple(gained),
@@ -195,6 +207,9 @@ class Coordinator:
         why = reason if won else "taken by another worker before the release"
         event = self._event(kind, partition_id, None, why, self._stamp(won), handoff=bool(won))
         self._emit(event)
+        if not self._leases and self.controls is not None:
+            with contextlib.suppress(StoreUnavailable):  # the next cycle heartbeats anyway
+                await self._heartbeat(self._stamp())  # alive by its leases until now: by a heartbeat from now on
         if won:
             self._announce([partition_id])
         return event
@@ -238,9 +253,18 @@ class Coordinator:
             listed, now = by_partition(snap.ownership), snap.now
             self._seen_store_time(now)
             dark = self._darkness(now)
-            await self._call(self.controls.heartbeat(self._member(now)))
+            if self._heartbeat_due():
+                await self._heartbeat(now)
             heartbeats = {m.owner_id: m.last_seen for m in snap.members if age(m.last_seen, now, dark) <= self.expiry}
-            members = frozenset(heartbeats) | {self.owner_id}
+            # A worker that has announced itself and holds a live lease is a member, heartbeat or not
+            # (it renews its leases instead); an owner that never announced itself (a phantom or
+            # hand-edited record) is none: its partitions go to the members.
+            known = {m.owner_id for m in snap.members}
+            holders = {
+                r.owner_id for r in listed.values()
+                if r.owner_id in known and age(r.last_modified, now, dark, self.expiry) <= self.expiry
+            }  # fmt: skip
+            members = frozenset(heartbeats) | holders | {self.owner_id}
             controls = Controls.of(snap.controls)
             drained, pins = controls.drained, dict(controls.pins)
             token = next((c.value for c in snap.controls if c.kind is ControlKind.REBALANCE), None)
@@ -255,8 +279,8 @@ class Coordinator:
             else:
                 now = self.clock()
             dark = self._darkness(now)
-            if self.controls is not None:  # heartbeats for the dashboard's worker list
-                await self._call(self.controls.heartbeat(self._member(now)))
+            if self.controls is not None and self._heartbeat_due():  # for the dashboard's worker list
+                await self._heartbeat(now)
         return View(
             self.owner_id,
             pids,
@@ -307,6 +331,25 @@ class Coordinator:
         """This worker's heartbeat; its info names the strategy, so the dashboard previews with it,
         and the expiry, so a reader judges the heartbeat by the fleet's expiry, not its own setting."""
         return Member(self.ref, self.owner_id, now, {"strategy": self.strategy.name, "expiry": f"{self.expiry:g}"})
+
+    def _renewal_due(self, lease: _Lease, at: float) -> bool:
+        """Whether to renew ``lease`` in the cycle starting at ``at`` (local monotonic time)."""
+        if self.interval is None:
+            return True
+        age = at - lease.renewed_at
+        return age >= self.expiry / 2 or age + RETRY_CYCLES * self.interval * LATE >= self.expiry
+
+    def _heartbeat_due(self) -> bool:
+        """A worker that holds partitions is alive by its ownership records (renewed while it lives:
+        ``balancer.model.signs_of_life``), so it sends no heartbeat; one that holds nothing heartbeats
+        every cycle, and every worker does in its first cycle, announcing itself, its strategy and its
+        expiry (the member record that makes its leases count as a live worker's)."""
+        return not self._leases or self._heartbeat_at is None
+
+    async def _heartbeat(self, now: float) -> None:
+        assert self.controls is not None
+        await self._call(self.controls.heartbeat(self._member(now)))
+        self._heartbeat_at = self.monotonic()
 
     def _start_handoffs(self, planned: list[str]) -> list[str]:
         """The partitions to release in this cycle's request. With a handoff hook, a planned release
@@ -389,12 +432,15 @@ class Coordinator:
         won: dict[str, OwnershipRecord],
         claims: dict[str, Claim],
         releases: list[str],
+        renewing: set[str],
         sent_at: float,
         now: float,
     ) -> tuple[list[BalancerEvent], list[BalancerEvent], list[BalancerEvent]]:
         gained, lost, released = [], [], []
         for pid in list(self._leases):
             record = won.get(pid)
+            if pid not in releases and pid not in renewing:
+                continue  # not due for renewal this cycle: held as it was
             if pid in releases:
                 del self._leases[pid]
                 if record is not None:

@@ -128,6 +128,27 @@ class Member:
         return named if math.isfinite(named) and named > 0 else default
 
 
+def signs_of_life(members: Iterable[Member], records: Iterable[OwnershipRecord]) -> dict[str, float]:
+    """Each worker's last sign of life on the store's clock: its heartbeat, or a later write of an
+    ownership record naming it (a worker that holds partitions renews them instead of heartbeating).
+    Only workers that have announced themselves (a member record) count: a record naming anyone else
+    (a phantom, a hand edit) is no sign of a live worker."""
+    signs = {m.owner_id: m.last_seen for m in members}
+    for record in records:
+        at = record.last_modified
+        if record.owner_id in signs and at is not None and math.isfinite(at) and at > signs[record.owner_id]:
+            signs[record.owner_id] = at
+    return signs
+
+
+def alive_workers(members: Iterable[Member], records: Iterable[OwnershipRecord], now: float, expiry: float) -> set[str]:
+    """The workers alive at ``now``: a sign of life (``signs_of_life``) within the expiry each names in
+    its heartbeat (else ``expiry``)."""
+    known = {m.owner_id: m for m in members}
+    signs = signs_of_life(known.values(), records)
+    return {w for w, at in signs.items() if now - at <= known[w].expiry(expiry)}
+
+
 class ControlKind(StrEnum):
     DRAIN = "drain"
     PIN = "pin"

@@ -15,7 +15,16 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from balancer.model import Checkpoint, Control, Controls, HubRef, Member, OwnershipRecord
+from balancer.model import (
+    Checkpoint,
+    Control,
+    Controls,
+    HubRef,
+    Member,
+    OwnershipRecord,
+    alive_workers,
+    signs_of_life,
+)
 from workers.sources.base import PartitionProperties
 
 from .capacity import Capacity, Observation, configured_target, record
@@ -70,8 +79,8 @@ class WorkerRow:
     id: str
     owned: int  # partitions it holds an unexpired lease on
     draining: bool
-    last_seen: float | None  # last heartbeat (store clock); None: never sent one
-    alive: bool  # heartbeat within the lease expiry
+    last_seen: float | None  # last sign of life (store clock): heartbeat or lease renewal; None: never announced
+    alive: bool  # a sign of life within the lease expiry
     events_per_second: float | None = None  # with_figures: checkpointed, over the partitions it owns
 
     @property
@@ -296,13 +305,16 @@ def assemble(
         )  # fmt: skip
 
     seen = {m.owner_id: m for m in members if m.ref == ref}
+    # A worker holding partitions renews them instead of heartbeating: its last sign of life is the
+    # later of its heartbeat and its latest renewal.
+    signs = signs_of_life(seen.values(), owned_by.values())
+    alive = alive_workers(seen.values(), owned_by.values(), now, expiry)
     workers = []
     for worker_id in sorted(set(seen) | set(owned_count) | standing.drained):
-        member = seen.get(worker_id)
         workers.append(
             WorkerRow(
                 worker_id, owned_count.get(worker_id, 0), worker_id in standing.drained,
-                member.last_seen if member is not None else None, member is not None and member.alive(now, expiry),
+                signs.get(worker_id), worker_id in alive,
             )
         )  # fmt: skip
     return ConsoleState(

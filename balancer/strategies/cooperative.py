@@ -142,7 +142,8 @@ def vacated_just_now(view: View, partition_id: str) -> bool:
     before = view.previous.get(partition_id)
     if view.interval is None or record is None or record.owner_id or not before:
         return False
-    return before not in view.members and view.age(record.last_modified) < view.interval
+    left = before not in view.members and before not in view.drained  # a drained worker hands over; it has not left
+    return left and view.age(record.last_modified) < view.interval
 
 
 def plan(view: View, rng: random.Random) -> Plan:

@@ -6,7 +6,7 @@ import asyncio
 from collections import Counter
 from dataclasses import dataclass
 
-from balancer.model import Checkpoint, Controls, HubRef, Member, OwnershipRecord
+from balancer.model import Checkpoint, Controls, HubRef, Member, OwnershipRecord, alive_workers, signs_of_life
 from balancer.strategies import DEFAULT, NAMES
 from workers.wiring import Stores
 
@@ -47,7 +47,7 @@ class Fleet:
 
     @property
     def alive(self) -> frozenset[str]:
-        return frozenset(w for w, m in self.members.items() if m.alive(self.now, self.expiry))
+        return frozenset(alive_workers(self.members.values(), self.records.values(), self.now, self.expiry))
 
     def known_workers(self) -> set[str]:
         return set(self.members) | {r.owner_id for r in self.active.values()} | set(self.drained)
@@ -61,10 +61,10 @@ class Fleet:
         return (self.alive | {r.owner_id for r in self.active.values()}) - drained
 
     def ago(self, worker: str) -> str:
-        member = self.members.get(worker)
-        if member is None:
+        seen = signs_of_life(self.members.values(), self.records.values()).get(worker)
+        if seen is None:
             return "it has never sent a heartbeat"
-        return f"its last heartbeat was {self.now - member.last_seen:.0f}s ago"
+        return f"its last heartbeat or lease renewal was {self.now - seen:.0f}s ago"
 
     def strategy(self, configured: str | None) -> FleetStrategy:
         """The strategy the live workers' heartbeats name; ``configured`` (else the default) when none does.

@@ -206,7 +206,9 @@ async def test_before_its_first_cycle_a_worker_backs_off_and_once_it_holds_lease
     await asyncio.wait_for(processor.run(), 10)
     hub.close()
     assert delays[:9] == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]  # doubling, at most 30 s
-    assert delays[9:] == [0.5] * 5  # a cycle worked: every interval from then on, outage or not
+    # A cycle worked: it announced the worker, so the next comes a quarter interval later, then every
+    # interval from then on, outage or not.
+    assert delays[9:] == [0.125] + [0.5] * 4
 
 
 # configuration errors ------------------------------------------------------------------------------

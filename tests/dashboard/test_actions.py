@@ -21,7 +21,7 @@ from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, Own
 from balancer.strategies import get_strategy
 from dashboard.control import actions
 from dashboard.control.actions import Refused, Request
-from dashboard.models import AuditEntry, EventLog, MemberRow
+from dashboard.models import AuditEntry, EventLog, MemberRow, Ownership
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
 
@@ -38,7 +38,11 @@ async def own(stores: Stores, ref: HubRef, holdings: dict[str, list[str]]) -> No
 
 
 async def dead(worker: str) -> None:
+    """Its heartbeat and its leases 10 minutes old (a worker holding partitions is alive by its renewals)."""
     await database_sync_to_async(MemberRow.objects.filter(owner_id=worker).update)(last_seen=F("last_seen") - 600)
+    await database_sync_to_async(Ownership.objects.filter(owner_id=worker).update)(
+        last_modified=F("last_modified") - 600
+    )
 
 
 def cooperative(stores: Stores, ref: HubRef, worker: str) -> Coordinator:
@@ -109,7 +113,8 @@ async def test_pinning_to_a_drained_or_dead_worker_is_refused(stores: Stores, hu
 
     with pytest.raises(Refused, match="it is draining") as drained:
         await actions.preview(ref, Request("pin", "0", "w2"))
-    with pytest.raises(Refused, match=r"w3: it is not alive \(its last heartbeat was 6\d\ds ago\)") as gone:
+    gone_message = r"w3: it is not alive \(its last heartbeat or lease renewal was 6\d\ds ago\)"
+    with pytest.raises(Refused, match=gone_message) as gone:
         await actions.preview(ref, Request("pin", "0", "w3"))
 
     assert (drained.value.code, gone.value.code) == ("drained_worker", "dead_worker")

@@ -98,14 +98,18 @@ async def test_the_default_strategy_reads_one_snapshot_a_cycle_through_the_metri
 
     for cycle in range(5):
         before, round_trips = reads(), memory.requests
+        holding = bool(coordinator.owned)
         report = await coordinator.cycle()
 
         counted = {operation: requests(operation) - before[operation] for operation in READS}
         assert counted == {"snapshot": 1, "list_ownership": 0, "list_members": 0, "list_controls": 0, "now": 0}, (
             f"cycle {cycle} on Python {sys.version_info[:2]}"
         )
-        # One snapshot, one heartbeat, one claim-and-renew: in the store's own count and the coordinator's.
-        assert memory.requests - round_trips == report.requests == 3
+        # One snapshot; a heartbeat while it holds nothing (a worker holding partitions is alive by its
+        # renewals); one claim-and-renew when it has something to write (its first cycle only announces
+        # it): in the store's own count and the coordinator's.
+        expected = 2 if cycle == 0 else (2 if holding else 3)
+        assert memory.requests - round_trips == report.requests == expected, cycle
     assert coordinator.owned == frozenset(PARTITIONS)
 
 
