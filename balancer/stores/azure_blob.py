@@ -100,6 +100,10 @@ class BlobStore:
     comparison. ``corrupt`` lists the blobs the latest listings skipped, with what is wrong.
     """
 
+    # Last-Modified and the Date header count whole seconds: an age judged on them is off by up to a
+    # second either way, which only a whole-second expiry absorbs (``runworkers`` refuses another).
+    clock_resolution = 1.0
+
     def __init__(
         self,
         connection_string: str | None = None,

@@ -43,3 +43,13 @@ def test_runworkers_refuses_bad_options_in_one_line(options: list[str], message:
     with pytest.raises(CommandError, match=message) as refused:
         call_command("runworkers", *options, "--store", "memory")
     assert "\n" not in str(refused.value)
+
+
+def test_an_expiry_the_stores_clock_cannot_judge_is_refused_with_the_next_one_that_works() -> None:
+    from balancer.stores.azure_blob import BlobStore
+    from workers.management.commands.runworkers import check_resolution
+
+    check_resolution(BlobStore, 10.0, "--expiry")  # whole seconds: fine
+    check_resolution(object(), 3.5, "--expiry")  # a store with a finer clock says nothing
+    with pytest.raises(ValueError, match=r"--expiry \(3\.5s\) must be a whole number of 1s .* try 4$"):
+        check_resolution(BlobStore, 3.5, "--expiry")

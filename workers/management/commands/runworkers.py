@@ -135,6 +135,7 @@ class Command(BaseCommand):
                 raise ValueError(f"LEASEBOARD_CHECKPOINT_SECONDS must be more than 0, got {seconds:g}")
             times = race_times(options, interval) if strategy.name == RACE.name else None
             built_stores = build_stores(options["store"])
+            check_resolution(built_stores.ownership, expiry, expiry_name)
             stores = instrument(built_stores)
             source = source or build_source(options["source"], ref.hub)
         except (ValueError, TypeError, HandlerNotFound, ImproperlyConfigured) as exc:
@@ -226,6 +227,18 @@ def skewed_clock(skew: float) -> Callable[[], float]:
     if not skew:
         return time.time
     return lambda: time.time() + skew
+
+
+def check_resolution(store: object, expiry: float, name: str) -> None:
+    """Refuse an expiry the store's clock cannot judge: one that is no whole number of its ticks (the
+    Blob store's Last-Modified counts whole seconds, so a 3.5 s lease could be taken up to half a
+    second before its holder stops). Raises ValueError."""
+    tick = getattr(store, "clock_resolution", None)
+    if tick and abs(expiry / tick - round(expiry / tick)) > 1e-9:
+        raise ValueError(
+            f"{name} ({expiry:g}s) must be a whole number of {tick:g}s with this store: its clock counts whole "
+            f"{tick:g}s ticks, so a lease's age is judged to within one; try {math.ceil(expiry / tick) * tick:g}"
+        )
 
 
 def check_limits(options: dict[str, Any]) -> None:
