@@ -62,9 +62,15 @@ def _runhub() -> dict[str, str]:
 RUNHUB = _runhub()
 
 
+_record_times = True
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    global _record_times
     for marker in ("live", "liveTest", "no_amqpproxy"):
         config.addinivalue_line("markers", f"{marker}: a marker of Microsoft's suite")
+    # Under xdist the controller hears of every test too: only the process that ran it records it.
+    _record_times = hasattr(config, "workerinput") or not config.getoption("numprocesses", None)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -101,7 +107,7 @@ def pytest_runtest_logstart(nodeid: str, location: object) -> None:
 def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
     """Each test's start and end (wall clock), for suite.py's account of where the time went."""
     target = os.environ.get("LIVETEST_TIMES")
-    if target and nodeid in _started:
+    if target and _record_times and nodeid in _started:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         with open(f"{target}.{worker}", "a") as out:
             out.write(json.dumps({"nodeid": nodeid, "start": _started.pop(nodeid), "end": time.time()}) + "\n")

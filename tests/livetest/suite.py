@@ -23,6 +23,8 @@ import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -206,11 +208,15 @@ class Outcome:
         )
 
 
-def run(run_dir: Path, hub: RunHub, workers: int, extra: list[str] | None = None) -> Outcome:
+def run(
+    run_dir: Path, hub: RunHub, workers: int, extra: list[str] | None = None,
+    processes: list[subprocess.Popen[bytes]] | None = None,
+) -> Outcome:  # fmt: skip
     """Runs the assembled suite against ``hub``: the tests that take minutes (``schedule.LONG``) in
     one pytest, a worker each, and the rest beside it on ``workers`` pytest-xdist workers (xdist
     queues a worker's next test behind its current one: in one run a long test would hold another
-    back for minutes). Returns what happened."""
+    back for minutes). Its pytest processes are added to ``processes`` (so another thread can stop
+    them). Returns what happened."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(run_dir)]),
@@ -222,10 +228,14 @@ def run(run_dir: Path, hub: RunHub, workers: int, extra: list[str] | None = None
         "LIVETEST_TIMES": str(run_dir / "times"),
     }
     env.pop("DJANGO_SETTINGS_MODULE", None)
+    # Only the plugins the suite uses: the others installed here (hypothesis, schemathesis, the
+    # database fixtures) would triple what each of the twenty-odd processes spends starting up.
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     started, started_at = time.monotonic(), time.time()
     base = [sys.executable, "-m", "pytest", str(run_dir), "-c", str(run_dir / "pytest.ini"), "--rootdir", str(run_dir)]
+    base += ["-p", "xdist.plugin", "-p", "pytest_asyncio.plugin", "-p", "pytest_timeout"]
     base += ["-q", "--dist", "load", "-o", "junit_family=xunit1", *(extra or [])]
-    running = []
+    running = processes if processes is not None else []
     for part, count in (("long", len(LONG)), ("rest", workers)):
         with (run_dir / f"pytest-{part}.log").open("w") as out:
             args = [*base, "-n", str(count), f"--junitxml={run_dir / f'junit-{part}.xml'}"]
@@ -245,6 +255,72 @@ def run(run_dir: Path, hub: RunHub, workers: int, extra: list[str] | None = None
     outcome.collected = len(outcome.passed) + len(outcome.failed) + len(outcome.skipped) + len(not_applicable)
     outcome.times = _times(run_dir, started_at)
     return outcome
+
+
+def run_all(
+    cache: Path, root: Path, workers: int, processes: list[subprocess.Popen[bytes]] | None = None
+) -> tuple[str, Outcome]:
+    """Fetches, assembles and runs the suite under ``root`` against a runhub of its own; returns the
+    pinned version and what happened."""
+    pinned = version(PACKAGE)
+    run_dir = assemble(sdist(cache, pinned), root / "livetest")
+    with runhub(root / "runhub") as hub:
+        return pinned, run(run_dir, hub, workers, processes=processes)
+
+
+class Early:
+    """The suite started on a thread as soon as the session has collected (``LIVETEST_EARLY=1``), so
+    its minutes of sleeping overlap the tests that come before it; its test then only waits."""
+
+    def __init__(self) -> None:
+        self.root: Path | None = None
+        self._thread: threading.Thread | None = None
+        self._result: tuple[str, Outcome] | None = None
+        self._error: BaseException | None = None
+        self._processes: list[subprocess.Popen[bytes]] = []
+
+    @staticmethod
+    def wanted() -> bool:
+        return os.environ.get("LIVETEST_EARLY", "").lower() in ("1", "true", "yes")
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def start(self, cache: Path, workers: int) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="leaseboard-livetest-"))
+
+        def work() -> None:
+            assert self.root is not None
+            try:
+                self._result = run_all(cache, self.root, workers, self._processes)
+            except BaseException as exc:  # handed to the test, which raises it
+                self._error = exc
+
+        self._thread = threading.Thread(target=work, name="livetest", daemon=True)
+        self._thread.start()
+
+    def result(self, timeout: float) -> tuple[str, Outcome]:
+        """What the run gave, once it is over; raises what it raised, or AssertionError after ``timeout``."""
+        assert self._thread is not None
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise AssertionError(f"Microsoft's suite, started early, is still running after {timeout:.0f} s more")
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def stop(self) -> None:
+        """Stops a run still going (the session ends without its test: -x, Ctrl-C, deselection)."""
+        for process in self._processes:
+            if process.poll() is None:
+                process.kill()
+        if self._thread is not None:
+            self._thread.join(30)
+
+
+EARLY = Early()
 
 
 def _times(run_dir: Path, started_at: float) -> dict[str, tuple[float, float]]:

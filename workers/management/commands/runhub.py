@@ -125,7 +125,8 @@ class Command(BaseCommand):
             if server.tls_port != AMQPS_PORT:
                 self.stdout.write(
                     f"The SDKs use TLS on port {AMQPS_PORT} only: give them"
-                    f" custom_endpoint_address='sb://{server.host}:{server.tls_port}' as well."
+                    f" custom_endpoint_address='sb://{server.host}:{server.tls_port}' and"
+                    " transport_type=TransportType.Amqp (without it a custom endpoint means WebSockets)."
                 )
         self.stdout.write("Ctrl-C stops it.")
         self.stdout.flush()
