@@ -26,6 +26,11 @@ BASE_CONF: dict[str, str] = {
     # (the default) as a Spark job of one task per file: 208 tasks, 1.5 to 2 s for a 1 M-event batch,
     # where the driver stats them in milliseconds.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
+    # A map-side (partial) aggregate that merges few rows costs more than it saves: the job's tallies
+    # (per home, minute and sensor, each alert its own row) keep about 8 rows of 10. Spark stops
+    # aggregating on the map side past 100,000 rows when more than this share stays (0.9 by default).
+    # Profiled on 1 M events: the scan stage took about half as long.
+    "spark.sql.aggregate.skipPartialAggregate.aggregateRatio": "0.5",
 }
 
 

@@ -112,9 +112,11 @@ def tallies(events: DataFrame) -> DataFrame:
     its own that names it (its key is unique within a batch: ``ranges`` and ``deduplicate`` see to
     it). ``of_tallies`` gives the aggregates, the alerts and the minute figures without reading the
     events again. Profiled on 1 M events: a second scan for the alerts cost more than this."""
-    kind = alert_kind(events["sensor"], events["event"], events["armed"])
-    named = [F.when(kind.isNotNull(), events[name]).alias(f"alert_{name}") for name in ALERT_FIELDS]
-    return events.groupBy("home", _minute(events), "sensor", kind.alias("kind"), *named).agg(
+    kind = alert_kind(events["sensor"], events["event"], events["armed"]).alias("kind")
+    # The kind in a projection of its own, computed once a row (not once per alert field).
+    flagged = events.select("home", _minute(events), "sensor", kind, *ALERT_FIELDS)
+    named = [F.when(F.col("kind").isNotNull(), F.col(name)).alias(f"alert_{name}") for name in ALERT_FIELDS]
+    return flagged.groupBy("home", "minute", "sensor", "kind", *named).agg(
         F.count(F.lit(1)).alias("events"),
         F.min("enqueued_time").alias("oldest_enqueued"),
         F.max("enqueued_time").alias("newest_enqueued"),
