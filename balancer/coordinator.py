@@ -79,6 +79,7 @@ class Coordinator:
     _requests: int = field(default=0, init=False)
     _announced: bool = field(default=False, init=False)
     _waiting: dict[str, float] = field(default_factory=dict, init=False)
+    _waiting_on: dict[str, str] = field(default_factory=dict, init=False)  # partition -> the holder waited for
     _rebalance_token: str | None = field(default=None, init=False)
     _rebalance: bool = field(default=False, init=False)
     _handing_off: set[str] = field(default_factory=set, init=False)
@@ -147,7 +148,11 @@ class Coordinator:
         plan = self.strategy.plan(view, self.rng)
         self._previous.update((p, r.owner_id) for p, r in view.active().items())
         first, self._announced = not self._announced, True
-        self._waiting = {p: self._waiting.get(p, now) for p in plan.waiting}
+        # The handoff timeout runs per holder: a partition that changed hands meanwhile (its holder's
+        # lease ran out and a third worker took it) is waited for afresh, not taken from the new
+        # holder at once on the old holder's account.
+        self._waiting = {p: view.waiting.get(p, now) for p in plan.waiting}
+        self._waiting_on = {p: listed[p].owner_id for p in plan.waiting if p in listed}
 
         lost = self._drop_taken(listed)
         releases = self._start_handoffs([p for p in plan.releases if p in self._leases])
@@ -290,7 +295,7 @@ class Coordinator:
             members=members,
             drained=drained,
             pins=pins,
-            waiting=dict(self._waiting),
+            waiting={p: since for p, since in self._waiting.items() if self._still_held_by(p, listed)},
             handoff_timeout=self.handoff_timeout,
             first_cycle=not self._announced,
             dark=dark,
@@ -299,6 +304,11 @@ class Coordinator:
             interval=self.interval,
             previous=self._previous,
         )
+
+    def _still_held_by(self, partition_id: str, listed: dict[str, OwnershipRecord]) -> bool:
+        """Whether ``partition_id`` is still held by the worker this one started waiting for."""
+        record = listed.get(partition_id)
+        return record is not None and record.owner_id == self._waiting_on.get(partition_id)
 
     def _darkness(self, now: float) -> tuple[tuple[float, float], ...]:
         """The dark spans as of a view read at ``now``: the span since the last view read is dark if a

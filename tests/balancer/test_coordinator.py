@@ -197,3 +197,32 @@ async def test_with_a_handoff_hook_the_lease_is_kept_until_the_runtime_releases_
     assert not a.handing_off("0") and a.owned == frozenset()
     [record] = await cluster.store.list_ownership(REF)
     assert record.owner_id == ""
+
+
+async def test_the_handoff_timeout_runs_per_holder_not_from_the_first_holder_waited_for() -> None:
+    # b waits for a partition a holds (a renews and never hands over: an older strategy). Just before
+    # the timeout another holder, c, has it instead (here a record written for c; in the field a
+    # worker that took it when a's lease ran out): b must wait for c afresh, not take it from c at
+    # once on a's account (two live leases at once: found by the partition suite's store history).
+    cluster = Cluster(2, strategy="cooperative", expiry=30.0, interval=10.0)
+    a = cluster.add("a")
+    await a.cycle()
+    await a.cycle()
+    assert a.owned == {"0", "1"}
+    a.strategy = scripted()  # renews what it holds, hands nothing over
+    b = cluster.add("b")
+    await b.cycle()  # announces itself
+    cluster.now += 1.0
+    await b.cycle()  # waits for the partition the shared plan gives it
+    [waited] = list(b._waiting)
+    started = cluster.now
+    cluster.now = started + 25.0
+    await a.cycle()
+    [record] = [r for r in await cluster.store.list_ownership(REF) if r.partition_id == waited]
+    assert await cluster.store.claim_ownership([replace(record, owner_id="c")])
+    cluster.now = started + 30.0  # a's timeout would be up
+    await a.cycle()
+    await b.cycle()
+    owners = {r.partition_id: r.owner_id for r in await cluster.store.list_ownership(REF)}
+    assert owners[waited] == "c" and waited not in b.owned
+    assert not [e for e in cluster.events if e.kind is EventKind.STEAL]

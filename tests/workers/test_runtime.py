@@ -242,6 +242,17 @@ async def test_stop_gives_up_on_a_handler_that_never_returns_and_releases_anyway
     release.set()
 
 
+def test_a_handoff_waits_for_the_event_in_hand_no_longer_than_the_receivers_patience(rig: Rig) -> None:
+    # The receiver takes over after the handoff timeout (the expiry), counted from its own first cycle
+    # waiting, up to two late cycles before the holder saw the move: the holder releases before that.
+    tight = rig.worker("a", Recorder(), expiry=3.0, interval=0.5)
+    tight.shutdown_timeout = 5.0
+    assert tight._handoff_wait() == pytest.approx(3.0 - 2 * 0.5 * 1.1)
+    roomy = rig.worker("b", Recorder(), expiry=30.0, interval=2.0)
+    roomy.shutdown_timeout = 5.0
+    assert roomy._handoff_wait() == 5.0  # the shutdown timeout, when the receiver waits longer anyway
+
+
 def test_an_expiry_not_longer_than_the_interval_is_refused(rig: Rig) -> None:
     with pytest.raises(ValueError, match="must be longer than the interval"):
         rig.worker("a", Recorder(), expiry=10.0, interval=10.0)

@@ -250,11 +250,12 @@ class EventProcessor:
         if entry is not None:
             pump, task = entry
             pump.stop()
-            _, late = await asyncio.wait([task], timeout=self.shutdown_timeout)
+            wait = self._handoff_wait()
+            _, late = await asyncio.wait([task], timeout=wait)
             if late:
                 log.warning(
                     "worker %s: partition %s still busy after %gs; handing it off anyway (its event in hand "
-                    "will be handled again by the next owner)", self.owner_id, pid, self.shutdown_timeout,
+                    "will be handled again by the next owner)", self.owner_id, pid, wait,
                 )
         async with self._lock:
             try:
@@ -265,6 +266,14 @@ class EventProcessor:
                     "worker %s: could not release partition %s (%s: %s); the next owner takes it after the "
                     "handoff timeout", self.owner_id, pid, type(exc).__name__, exc,
                 )
+
+    def _handoff_wait(self) -> float:
+        """How long a handoff waits for the event in hand: the shutdown timeout, but short enough that
+        the release comes before the receiver's handoff timeout runs out (counted from its own first
+        cycle waiting, up to two late cycles before this worker saw the move): past it the receiver
+        takes the partition while this worker still holds the lease."""
+        timeout = getattr(self.coordinator, "handoff_timeout", None) or self.coordinator.expiry
+        return max(0.0, min(self.shutdown_timeout, timeout - 2 * self.interval * (1 + self._jitter)))
 
     def _start(self, pid: str) -> None:
         pump = PartitionPump(
