@@ -80,6 +80,7 @@ def _with_cryptography(made: Certificates, hosts: list[str]) -> None:
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )  # fmt: skip
+
     def name(host: str) -> x509.GeneralName:
         try:
             return x509.IPAddress(ipaddress.ip_address(host))

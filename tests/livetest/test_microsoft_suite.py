@@ -15,6 +15,7 @@ import pytest
 
 from tests.livetest import suite
 from tests.livetest.not_applicable import NOT_APPLICABLE
+from tests.livetest.schedule import LONG
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 # The tests mostly wait (on the hub, on Microsoft's own sleeps): many at once on two cores. Beside
@@ -43,5 +44,7 @@ def test_microsofts_livetest_suite_passes_against_runhub(request: pytest.Fixture
         key for key in NOT_APPLICABLE if not any(n == key or n.startswith(key + "[") for n in outcome.not_applicable)
     ]
     assert not stale, f"not_applicable.py names tests this version does not have: {stale}"
+    ran = {nodeid.split("[", 1)[0] for nodeid in outcome.times}
+    assert not (set(LONG) - ran), f"schedule.LONG names tests that did not run: {sorted(set(LONG) - ran)}"
     if suite.EARLY.root is not None:
         shutil.rmtree(suite.EARLY.root, ignore_errors=True)  # kept when something failed, for a look
