@@ -17,10 +17,15 @@ written durably with ``workers.landing.write_atomically``); they are synthetic s
 Each Spark case is measured twice (``local[2]``, the pipeline's own session settings):
 
 * cold: each case is the first query of its own new Spark session, in its own process and JVM
-  (the same settings for all, so each pays the JVM's warm-up and code generation once); the
-  session's start is not counted and is printed apart;
+  (the same settings for all, so each pays the JVM's warm-up and code generation once), the cases
+  in turn ``--cold-rounds`` times; the median of each; the session's start is not counted and is
+  printed apart;
 * warm: all cases on one session (the same session), one round to warm it, then ``--rounds``
   rounds in turn; the median of each.
+
+Beside the seconds, the CPU seconds of the process and its Spark JVM (``local[2]`` runs the
+executors in it): on a machine shared with other work, wall-clock ratios move from run to run;
+CPU seconds much less.
 
 Then the demo's latency from enqueue to aggregate: ``produce --rate 50``, ``runworkers --count 3
 --handler workers.landing.LandingHandler`` and ``runpipeline --master local[1]`` (5 s trigger, as
@@ -168,16 +173,30 @@ CASES = {
 }
 
 
+def cpu_seconds(spark: Any) -> float:
+    """CPU seconds used so far by this process and its Spark JVM (in ``local[2]`` the executors are
+    in it): what a case costs whatever else the machine runs, where wall-clock seconds are not."""
+    pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    jvm = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    own = os.times()
+    return jvm + own.user + own.system
+
+
 def run_case(case: str, root: Path, alias: str, tag: str) -> dict[str, float]:
-    """One run of ``case`` over ``root``/landing on this process's session: its figures."""
+    """One run of ``case`` over ``root``/landing on this process's session: its figures (``cpu``: CPU
+    seconds of this process and its JVM)."""
     from workers.pipeline.spark import build_session
 
+    spark = build_session("local[2]", "leaseboard-bench")
+    before = cpu_seconds(spark)
     if case == "job":
         counted, seconds, trigger, write = spark_run(root / "landing", tag, alias)
-        return {"seconds": seconds, "events": counted, "trigger": trigger, "write": write}
-    spark = build_session("local[2]", "leaseboard-bench")
-    seconds = spark_batch(spark, root / "landing" / HUB, root / f"batch-{case}-{tag}", case == "dedupe")
-    return {"seconds": seconds}
+        figures = {"seconds": seconds, "events": counted, "trigger": trigger, "write": write}
+    else:
+        out = root / f"batch-{case}-{tag}"
+        figures = {"seconds": spark_batch(spark, root / "landing" / HUB, out, case == "dedupe")}
+    return {**figures, "cpu": cpu_seconds(spark) - before}
 
 
 def cold_case(case: str, root: Path) -> dict[str, float]:
@@ -234,6 +253,8 @@ def flat_run(events: int, alias: str) -> None:
     for b in rows:
         print(f"  batch {b.batch_id:>3}: {b.events:>9,} events {b.duration_seconds or 0:>7.2f} {b.write_seconds:>7.2f}")
     first, last = rows[: len(rows) // 2], rows[len(rows) // 2 :]
+    if not first:
+        return  # one batch: nothing to compare
     print(f"  median trigger, first half / second half: {statistics.median(b.duration_seconds or 0 for b in first):.2f}"
           f" / {statistics.median(b.duration_seconds or 0 for b in last):.2f} s; landing files left: {left}; "
           f"state: {sum(len(v) for v in state.values())} intervals")  # fmt: skip
@@ -308,6 +329,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency-seconds", type=float, default=45.0,
                         help="seconds to measure the demo's latency after its first batch (default 45; 0: skip)")
     parser.add_argument("--rounds", type=int, default=3, help="warm rounds, after a first one (default 3)")
+    parser.add_argument("--cold-rounds", type=int, default=2, help="cold runs of each case (default 2)")
     parser.add_argument("--cold-case", choices=sorted(CASES), help=argparse.SUPPRESS)  # cold_case's child
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--flat-events", type=int, default=0,
@@ -326,10 +348,11 @@ def main(argv: list[str] | None = None) -> None:
         events = args.events // PARTITIONS * PARTITIONS
         print(f"{events:,} events in {files} landing files ({size / 1e6:.1f} MB), {PARTITIONS} partitions; "
               f"{os.cpu_count()} cores")  # fmt: skip
-        print(f"{'case':<62} {'seconds':>8} {'events/s':>11}")
+        print(f"{'case':<62} {'seconds':>8} {'events/s':>11} {'CPU s':>7}")
 
-        def row(title: str, seconds: float) -> None:
-            print(f"{title:<62} {seconds:>8.2f} {events / seconds:>11,.0f}", flush=True)
+        def row(title: str, seconds: float, cpu: float | None = None) -> None:
+            used = "" if cpu is None else f" {cpu:>7.2f}"
+            print(f"{title:<62} {seconds:>8.2f} {events / seconds:>11,.0f}{used}", flush=True)
 
         row("landing: write the files durably (pyarrow, fsync, rename)", landing_seconds)
         rows, seconds = pyarrow_scan(folder)
@@ -338,13 +361,18 @@ def main(argv: list[str] | None = None) -> None:
         rows, seconds = pyarrow_aggregate(folder)
         row("pyarrow scan + count per home/minute/sensor (no dedupe)", seconds)
 
-        # Cold: each case the first query of its own new session (own process and JVM).
-        cold = {case: cold_case(case, root) for case in CASES}
-        print(f"cold: each case the first query of a new Spark session in its own JVM, local[2] "
-              f"(session start apart: {statistics.median(c['session'] for c in cold.values()):.2f} s median)")
+        # Cold: each case the first query of its own new session (own process and JVM), in turn.
+        runs: dict[str, list[dict[str, float]]] = {case: [] for case in CASES}
+        for _ in range(args.cold_rounds):
+            for case in CASES:
+                runs[case].append(cold_case(case, root))
+        assert all(f["events"] == events for f in runs["job"]), "the job did not count every event once"
+        cold = {case: {key: statistics.median(f[key] for f in runs[case]) for key in runs[case][0]} for case in CASES}
+        start = statistics.median(c["session"] for c in cold.values())
+        print(f"cold: each case the first query of a new Spark session in its own JVM, local[2], median of "
+              f"{args.cold_rounds} (session start apart: {start:.2f} s)")
         for case, title in CASES.items():
-            row(f"  {title}", cold[case]["seconds"])
-        assert cold["job"]["events"] == events, f"the job counted {cold['job']['events']} events, not {events}"
+            row(f"  {title}", cold[case]["seconds"], cold[case]["cpu"])
         print(f"{'    of which Spark trigger / foreachBatch writes':<62} {cold['job']['trigger']:>8.2f} "
               f"{cold['job']['write']:>11.2f}")  # fmt: skip
 
@@ -367,12 +395,18 @@ def main(argv: list[str] | None = None) -> None:
             return statistics.median(f[key] for f in warm[case])
 
         for case, title in CASES.items():
-            row(f"  {title}", median(case))
+            row(f"  {title}", median(case), median(case, "cpu"))
         print(f"{'    of which Spark trigger / foreachBatch writes':<62} {median('job', 'trigger'):>8.2f} "
               f"{median('job', 'write'):>11.2f}")  # fmt: skip
-        for label, job_s, dedupe_s in (("cold", cold["job"]["seconds"], cold["dedupe"]["seconds"]),
-                                       ("warm", median("job"), median("dedupe"))):  # fmt: skip
-            print(f"  the job, {label}: {100 * dedupe_s / job_s:.0f} % of Spark batch + dropDuplicates ({label})")
+        for label, job_s, dedupe_s, job_cpu, dedupe_cpu in (
+            ("cold", cold["job"]["seconds"], cold["dedupe"]["seconds"], cold["job"]["cpu"], cold["dedupe"]["cpu"]),
+            ("warm", median("job"), median("dedupe"), median("job", "cpu"), median("dedupe", "cpu")),
+        ):
+            print(f"  the job, {label}: {100 * dedupe_s / job_s:.0f} % of Spark batch + dropDuplicates ({label}) in "
+                  f"events/s; {100 * dedupe_cpu / job_cpu:.0f} % in events per CPU second")  # fmt: skip
+        for label, figures in (("cold", runs), ("warm", warm)):
+            seconds = {case: ", ".join(f"{f['seconds']:.2f}" for f in figures[case]) for case in ("job", "dedupe")}
+            print(f"  ({label} runs, seconds: the job {seconds['job']}; batch + dropDuplicates {seconds['dedupe']})")
 
         if args.flat_events:
             from workers.models import CountedRange
