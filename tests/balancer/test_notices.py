@@ -8,6 +8,7 @@ from dataclasses import replace
 from balancer.model import HubRef
 from balancer.notices import LocalChannel, Released, concerns
 from balancer.strategies import Plan
+from tests.support.waiting import until
 
 from .cluster import REF, Cluster
 from .test_coordinator import scripted
@@ -60,12 +61,10 @@ async def test_the_local_channel_tells_every_listener_and_a_notice_concerns_only
             into.append(notice)
 
     tasks = [asyncio.create_task(listen(into)) for into in heard]
-    await asyncio.sleep(0)  # let both subscribe (no waiting on time: one turn of the loop)
+    await until(lambda: len(channel._queues) == 2, "both listeners to subscribe")
     notice = Released(REF, ("3",), "a")
     await channel.publish(notice)
-    for _ in range(3):
-        await asyncio.sleep(0)
-    assert heard == [[notice], [notice]]
+    await until(lambda: heard == [[notice], [notice]], "both listeners to hear the notice")
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)

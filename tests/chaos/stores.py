@@ -13,12 +13,13 @@ import asyncio
 import importlib.util
 import random
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from balancer.model import HubRef
-from tests.support.databases import add_django_database
+from tests.support.databases import add_django_database, remove_django_database
 from tests.support.postgres import Postgres, start_postgres
 
 DASHBOARD_ALIAS = "chaos"
@@ -58,6 +59,19 @@ CHAOS_POSTGRES = {"synchronous_commit": "on", "max_connections": "200"}
 def start_cluster() -> Postgres:
     """The module's PostgreSQL; an outage (``kill()``, a crash) keeps its data for ``start()``."""
     return start_postgres(CHAOS_POSTGRES)
+
+
+@contextmanager
+def migrated_cluster() -> Iterator[tuple[Postgres, str]]:
+    """A PostgreSQL cluster of its own with the dashboard's database migrated (Django alias
+    ``DASHBOARD_ALIAS``), and that database's URL; stopped and the alias forgotten afterwards. Call
+    it where the database may be used (``django_db_blocker.unblock()`` in a test)."""
+    server = start_cluster()
+    try:
+        yield server, migrated_database(server)
+    finally:
+        remove_django_database(DASHBOARD_ALIAS)
+        server.stop()
 
 
 def migrated_database(cluster: Postgres, name: str = DASHBOARD_ALIAS) -> str:

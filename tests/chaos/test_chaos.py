@@ -34,8 +34,7 @@ from tests.chaos.faults import FAULTS, PostCheck, injector, new_name
 from tests.chaos.fleet import Fleet
 from tests.chaos.invariants import Report, check
 from tests.chaos.recording import read_handlings
-from tests.chaos.stores import DASHBOARD_ALIAS, available_kits, make_kit, migrated_database, start_cluster
-from tests.support.databases import remove_django_database
+from tests.chaos.stores import available_kits, make_kit, migrated_cluster
 from tests.support.postgres import Postgres
 
 pytestmark = pytest.mark.slow
@@ -64,13 +63,8 @@ MAX_PARTITIONS = 24
 def cluster(django_db_blocker: Any) -> Iterator[tuple[Postgres, str]]:
     """One PostgreSQL cluster for the module: the SQL store's database, and the dashboard tables
     (event log) of the workers on the other stores."""
-    with django_db_blocker.unblock():
-        server = start_cluster()
-        try:
-            yield server, migrated_database(server)
-        finally:
-            remove_django_database(DASHBOARD_ALIAS)
-            server.stop()
+    with django_db_blocker.unblock(), migrated_cluster() as made:
+        yield made
 
 
 def test_the_suite_says_which_stores_it_runs_on(capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,8 +21,7 @@ from typing import Any
 import pytest
 
 from balancer.model import HubRef
-from tests.chaos.stores import DASHBOARD_ALIAS, RedisKit, SqlKit, migrated_database, start_cluster
-from tests.support.databases import remove_django_database
+from tests.chaos.stores import RedisKit, SqlKit, migrated_cluster
 from tests.support.postgres import Postgres
 from tests.support.processes import Processes, manage, worker_env
 from workers.hub.embedded import EmbeddedHub
@@ -39,13 +38,8 @@ REF = HubRef("localhost", "notices", "$Default")
 def database(django_db_blocker: Any) -> Iterator[tuple[Postgres, str]]:
     """A PostgreSQL server of the test's own, its database migrated (the SQL store, and the event log
     of the workers on Redis)."""
-    with django_db_blocker.unblock():
-        server = start_cluster()
-        try:
-            yield server, migrated_database(server)
-        finally:
-            remove_django_database(DASHBOARD_ALIAS)
-            server.stop()
+    with django_db_blocker.unblock(), migrated_cluster() as made:
+        yield made
 
 
 @pytest.mark.parametrize("store", ["postgresql", "redis"])
