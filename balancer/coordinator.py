@@ -30,7 +30,7 @@ from balancer.protocol import (
 )
 
 from .errors import StoreUnavailable
-from .model import BalancerEvent, ControlKind, Controls, EventKind, HubRef, Member, OwnershipRecord
+from .model import BalancerEvent, ControlKind, Controls, EventKind, HubRef, Member, OwnershipRecord, pid_key
 from .notices import Released
 from .strategies import Claim, Strategy, View
 from .strategies.base import age
@@ -490,11 +490,7 @@ class Coordinator:
 
     def _announce(self, released: list[str]) -> None:
         if released and self.on_released is not None:
-            self.on_released(Released(self.ref, tuple(sorted(released, key=_order)), self.owner_id))
-
-
-def _order(partition_id: str) -> tuple[int, str]:
-    return (int(partition_id), "") if partition_id.isdigit() else (0, partition_id)
+            self.on_released(Released(self.ref, tuple(sorted(released, key=pid_key)), self.owner_id))
 
 
 _IS_A_BALANCER: type[Balancer] = Coordinator  # the type checker proves it satisfies the protocol

@@ -128,6 +128,11 @@ class Member:
         return named if math.isfinite(named) and named > 0 else default
 
 
+def pid_key(partition_id: str) -> tuple[int, str]:
+    """Partition ids in numeric order ("2" before "10"), any other id after them."""
+    return (int(partition_id), partition_id) if partition_id.isdigit() else (1 << 62, partition_id)
+
+
 def signs_of_life(members: Iterable[Member], records: Iterable[OwnershipRecord]) -> dict[str, float]:
     """Each worker's last sign of life on the store's clock: its heartbeat, or a later write of an
     ownership record naming it (a worker that holds partitions renews them instead of heartbeating).

@@ -23,6 +23,7 @@ from balancer.model import (
     Member,
     OwnershipRecord,
     alive_workers,
+    pid_key,
     signs_of_life,
 )
 from workers.sources.base import PartitionProperties
@@ -39,11 +40,6 @@ class Lease(StrEnum):
     OWNED = "owned"
     UNOWNED = "unowned"  # never owned, or released
     EXPIRED = "expired"  # the owner stopped renewing: free for anyone to claim
-
-
-def pid_key(partition_id: str) -> tuple[int, str]:
-    """Partition ids in numeric order ("2" before "10"), any other id after them."""
-    return (int(partition_id), partition_id) if partition_id.isdigit() else (1 << 62, partition_id)
 
 
 @dataclass(frozen=True, slots=True)

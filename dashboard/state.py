@@ -26,11 +26,11 @@ from typing import TypeVar
 from django.conf import settings
 from django.db.models import Max
 
-from balancer.model import HubRef
+from balancer.model import HubRef, pid_key
 from workers.sources.base import EventSource, PartitionProperties
 from workers.wiring import Stores, build_source, build_stores, close_stores, hub_ref
 
-from .console import ConsoleState, Figures, Json, LagRules, assemble, pid_key
+from .console import ConsoleState, Figures, Json, LagRules, assemble
 from .dbthread import DatabaseThread
 from .health import DATABASE, DATABASE_ERRORS, health, report, store_backend
 from .lag import Status

@@ -6,7 +6,16 @@ import asyncio
 from collections import Counter
 from dataclasses import dataclass
 
-from balancer.model import Checkpoint, Controls, HubRef, Member, OwnershipRecord, alive_workers, signs_of_life
+from balancer.model import (
+    Checkpoint,
+    Controls,
+    HubRef,
+    Member,
+    OwnershipRecord,
+    alive_workers,
+    pid_key,
+    signs_of_life,
+)
 from balancer.strategies import DEFAULT, NAMES
 from workers.wiring import Stores
 
@@ -113,10 +122,6 @@ async def read_fleet(ref: HubRef, stores: Stores, expiry: float) -> Fleet:
         ref, now, expiry, ids, records, {m.owner_id: m for m in listed},
         standing.drained, dict(standing.pins), checkpoints,
     )  # fmt: skip
-
-
-def pid_key(pid: str) -> tuple[int, str]:
-    return (int(pid), pid) if pid.isdigit() else (1 << 62, pid)
 
 
 def check_partition(fleet: Fleet, partition: str) -> str:

@@ -24,10 +24,10 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from balancer.model import OwnershipRecord
+from balancer.model import OwnershipRecord, pid_key
 from balancer.strategies import Strategy, View
 
-from .fleet import Fleet, pid_key
+from .fleet import Fleet
 from .request import Move
 
 MAX_ROUNDS = 2000
