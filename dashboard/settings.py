@@ -210,6 +210,11 @@ LEASEBOARD_EVENT_PUBLISHER = envstr("LEASEBOARD_EVENT_PUBLISHER", "dashboard.bro
 # Seconds between load-balancing cycles, and without renewal after which a lease is free.
 LEASEBOARD_INTERVAL = envfloat("LEASEBOARD_INTERVAL", 2.0)
 LEASEBOARD_EXPIRY = envfloat("LEASEBOARD_EXPIRY", 10.0)
+# A worker that releases a partition tells the worker waiting for it at once, over the store's own
+# channel (PostgreSQL LISTEN/NOTIFY, Redis pub/sub). False: receivers in other processes claim at
+# their next quick cycle instead (for a PostgreSQL behind a transaction-pooling PgBouncer, which
+# cannot LISTEN).
+LEASEBOARD_RELEASE_NOTICES = envbool("LEASEBOARD_RELEASE_NOTICES", True)
 # Checkpoint after this many events or seconds, whichever comes first.
 LEASEBOARD_CHECKPOINT_EVENTS = envint("LEASEBOARD_CHECKPOINT_EVENTS", 100, minimum=1)
 LEASEBOARD_CHECKPOINT_SECONDS = envfloat("LEASEBOARD_CHECKPOINT_SECONDS", 1.0)

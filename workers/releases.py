@@ -36,10 +36,15 @@ class Wakeable(Protocol):
 class Notices:
     """The release notices of the workers of one process on one hub and consumer group."""
 
-    def __init__(self, store: object, ref: HubRef) -> None:
-        found = release_channel(store, ref)
+    def __init__(self, store: object, ref: HubRef, *, across_processes: bool = True) -> None:
+        """``across_processes=False`` keeps notices inside this process even where the store has a
+        channel (``--no-release-notices``)."""
+        found = release_channel(store, ref) if across_processes else None
         self.channel: ReleaseChannel = found if found is not None else LocalChannel()
-        self.kind = "in this process only" if found is None else repr(found)
+        if found is not None:
+            self.kind = repr(found)
+        else:
+            self.kind = "in this process only" + ("" if across_processes else " (turned off across processes)")
         self.across_processes = found is not None  # else a receiver in another process polls while waiting
         self.ref = ref
         self._sending: set[asyncio.Task[None]] = set()

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from workers.handlers import HandlerNotFound, resolve_handler
 
-from .conftest import Recorder
+from .conftest import REF, Recorder
 
 
 @pytest.mark.parametrize(
@@ -53,3 +56,39 @@ def test_an_expiry_the_stores_clock_cannot_judge_is_refused_with_the_next_one_th
     check_resolution(object(), 3.5, "--expiry")  # a store with a finer clock says nothing
     with pytest.raises(ValueError, match=r"--expiry \(3\.5s\) must be a whole number of 1s .* try 4$"):
         check_resolution(BlobStore, 3.5, "--expiry")
+
+
+class _StoreWithAChannel:
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def release_channel(self, ref: object) -> object:
+        self.asked += 1
+        return "the store's channel"
+
+
+@pytest.mark.parametrize(("flag", "setting", "across"), [
+    ([], True, True), (["--no-release-notices"], True, False), ([], False, False), (["--release-notices"], False, True),
+])  # fmt: skip
+def test_release_notices_cross_processes_unless_turned_off_by_option_or_setting(
+    flag: list[str], setting: bool, across: bool, settings: Any, tmp_path: Path
+) -> None:
+    from workers.management.commands.runworkers import Command
+    from workers.releases import Notices
+
+    settings.LEASEBOARD_RELEASE_NOTICES = setting
+    settings.LEASEBOARD_HUB_DIR = tmp_path
+    command = Command()
+    options = vars(command.create_parser("manage.py", "runworkers").parse_args(["--store", "memory", *flag]))
+    built = command.build(options)
+    try:
+        assert built.notices.across_processes is across
+        assert all(p.poll_waiting is not across for p in built.processors)  # else a receiver polls while waiting
+        assert built.notices.kind.endswith("(turned off across processes)") is not across
+    finally:
+        built.source.close()
+    store = _StoreWithAChannel()
+    off = Notices(store, REF, across_processes=False)
+    assert (store.asked, off.across_processes) == (0, False)
+    assert off.kind == "in this process only (turned off across processes)"
+    assert Notices(store, REF).channel == "the store's channel"

@@ -8,6 +8,7 @@ signal stops waiting. The loop is ``workers.runtime.processor``; this command on
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
@@ -90,6 +91,9 @@ class Command(BaseCommand):
             help="where a partition without a checkpoint starts (default: earliest)")
         add("--shutdown-timeout", type=float, default=10.0,
             help="seconds a graceful stop waits for handlers, and again for the release (default 10)")
+        add("--release-notices", action=argparse.BooleanOptionalAction, default=None,
+            help="tell a worker waiting for a partition of its release at once, over the store's channel where "
+                 "it has one (default: LEASEBOARD_RELEASE_NOTICES, on)")
         add("--metrics-port", type=int, default=0, help="serve Prometheus metrics on ADDR:PORT (default: off)")
         add("--metrics-addr", default="127.0.0.1", help="interface of --metrics-port (default 127.0.0.1)")
         add_race_options(parser)
@@ -150,7 +154,9 @@ class Command(BaseCommand):
         # A cycle waits at most a quarter interval for the hub's partition list, then balances the last one.
         partitions = PartitionList(source.partition_ids, max(0.2, interval / 4), f"event hub {ref.hub}", expiry)
 
-        notices = Notices(built_stores.ownership, ref)
+        wanted = options.get("release_notices")
+        across = settings.LEASEBOARD_RELEASE_NOTICES if wanted is None else wanted
+        notices = Notices(built_stores.ownership, ref, across_processes=across)
         processors = []
         for i in range(count):
             coordinator = build_coordinator(
