@@ -14,8 +14,21 @@ temporary file.
 
 At least once. A worker that dies after landing but before checkpointing leaves events that the
 next owner lands again: the same events with the same partition and sequence number, in a file
-of the same or another range (the same range renames an identical file over the old one).
-``workers.pipeline`` drops these duplicates by (partition_id, sequence_number).
+of the same or another range. ``workers.pipeline`` drops these duplicates by (partition_id,
+sequence_number).
+
+The writer of each file. Every file says who landed it, in its Parquet key-value metadata
+(``WRITER_KEY``: JSON with the owner id, the tenure, the host, the process id and the wall-clock
+time of the write; ``writer_of`` reads it back). The tenure is a token drawn at the pump's first
+file: one owner's uninterrupted run of a partition (a pump lives for one; the lease's ETag is not
+handed to handlers, ``PartitionContext`` carries none, so the token is the lease's identity here).
+The writer is NOT in the file's name: the pipeline parses ``<first>-<last>.parquet`` with both
+sides all digits (``workers.pipeline.ranges.landed_file``), and any other name sends its batch down
+the slow exact path. So a range landed again never replaces the file already there (it is linked
+into place only if the name is free): the later copy is kept beside it under a hidden name,
+``.<first>-<last>.parquet.<owner>.<token>``, which neither Spark (hidden, and not ``*.parquet``)
+nor the pipeline's audit reads; its rows are the ones already landed. Two owners landing the same
+range leave two files, each naming its writer.
 
 Malformed bodies. An event that is not a sensor reading is set aside through the pump's
 dead-letter mechanism (``workers.runtime.deadletters.DeadLetters``: ``<dead-letter dir>/<hub>/<partition>.jsonl``
@@ -31,10 +44,12 @@ The wait is in the partition's own thread, after the file is durable; lease rene
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import re
+import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -77,6 +92,9 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 _FILE = re.compile(r"(\d{20})-(\d{20})\.parquet")
+WRITER_KEY = b"leaseboard.writer"  # Parquet key-value metadata: who landed the file (``writer_of``)
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_NO_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV)  # file systems without hard links
 
 
 def landing_root() -> Path:
@@ -128,28 +146,77 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(directory: Path, name: str, table: pa.Table) -> Path:
+def write_atomically(directory: Path, name: str, table: pa.Table, *, beside: str | None = None) -> Path:
     """Write ``table`` as ``directory/name``, durably: temporary file, fsync, rename, fsync of the folder.
 
-    Returns the final path. Raises OSError (the temporary file is removed; no final file appears).
+    ``beside``: never replace a file already named ``name``; the table is then kept as the hidden
+    ``.<name>.<beside>`` instead (without it, an existing file is replaced). Returns the final path.
+    Raises OSError (the temporary file is removed; no final file appears).
     """
     if not directory.is_dir():
         directory.mkdir(parents=True, exist_ok=True)
         _fsync_dir(directory.parent)  # the new folder's own entry must survive a crash too
     temporary = directory / f".tmp-{os.getpid()}-{uuid.uuid4().hex}.parquet"
+    final = directory / name
     try:
         with temporary.open("wb") as f:
             pq.write_table(table, f)
             f.flush()
             os.fsync(f.fileno())
-        # Atomic: a reader sees no file or the whole file. The same range landed again (at least
-        # once) holds the same events, so replacing it changes nothing a reader could notice.
-        os.replace(temporary, directory / name)
+        # Atomic either way: a reader sees no file or the whole file.
+        if beside is None:
+            os.replace(temporary, final)
+        else:
+            final = _place(temporary, final, f".{name}.{beside}")
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
     _fsync_dir(directory)
-    return directory / name
+    return final
+
+
+def _place(temporary: Path, final: Path, hidden: str) -> Path:
+    """Move ``temporary`` to ``final`` if that name is free, else to ``hidden`` beside it; the path used."""
+    try:
+        os.link(temporary, final)  # fails if the name is taken: the file there stays as it is
+    except FileExistsError:
+        final = final.with_name(hidden)
+        os.replace(temporary, final)
+        return final
+    except OSError as exc:
+        if exc.errno not in _NO_LINKS:
+            raise
+        if final.exists():  # no hard links here: a check, then a rename (one writer per range at a time)
+            final = final.with_name(hidden)
+        os.replace(temporary, final)
+        return final
+    temporary.unlink()
+    return final
+
+
+def writer_metadata(ctx: PartitionContext) -> dict[str, object]:
+    """Who lands a file of ``ctx``'s partition now: owner, tenure (drawn at the pump's first file), host, pid."""
+    tenure = ctx.state.get("tenure")
+    if tenure is None:
+        tenure = ctx.state["tenure"] = uuid.uuid4().hex[:16]
+    return {
+        "owner_id": ctx.owner_id, "tenure": tenure, "host": socket.gethostname(), "pid": os.getpid(),
+        "landed_at": time.time(),
+    }  # fmt: skip
+
+
+def writer_of(path: Path) -> dict[str, object] | None:
+    """The writer recorded in a landing file (``writer_metadata``), or None if it names none.
+    Raises OSError or ``pa.ArrowException`` for a file that is not Parquet."""
+    found = pq.read_metadata(path).metadata or {}
+    raw = found.get(WRITER_KEY)
+    if raw is None:
+        return None
+    try:
+        writer = json.loads(raw)
+    except ValueError:
+        return None
+    return writer if isinstance(writer, dict) else None
 
 
 def read_markers(root: Path, hub: str) -> dict[str, dict[str, float]]:
@@ -206,7 +273,9 @@ class LandingHandler:
                 metrics.DEAD_LETTERS.inc()
                 log.warning(
                     "partition %s: set aside sequence number %d (malformed body): %s",
-                    event.partition_id, event.sequence_number, exc,
+                    event.partition_id,
+                    event.sequence_number,
+                    exc,
                 )
         if landed:
             self.land(ctx, landed)
@@ -217,7 +286,13 @@ class LandingHandler:
         """Write ``landed`` durably as one file; returns its path. Raises OSError (the pump retries)."""
         first, last = landed[0][0].sequence_number, landed[-1][0].sequence_number
         started = time.perf_counter()
-        path = write_atomically(self.root / ctx.ref.hub / ctx.partition_id, file_name(first, last), to_table(landed))
+        writer = writer_metadata(ctx)
+        table = to_table(landed)
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), WRITER_KEY: json.dumps(writer)})
+        beside = _UNSAFE.sub("_", f"{ctx.owner_id}.{writer['tenure']}.{uuid.uuid4().hex[:8]}")
+        path = write_atomically(
+            self.root / ctx.ref.hub / ctx.partition_id, file_name(first, last), table, beside=beside
+        )
         metrics.LANDING_WRITE.observe(time.perf_counter() - started)
         metrics.LANDED_EVENTS.inc(len(landed))
         metrics.LANDING_FILES.inc()

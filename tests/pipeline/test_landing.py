@@ -4,7 +4,10 @@ range; malformed bodies set aside; checkpoints only ever cover landed events."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import os
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -16,7 +19,8 @@ from balancer.stores.memory import MemoryStore
 from tests.support.waiting import until
 from workers.handlers import PartitionContext, batch_size
 from workers.hub.embedded import EmbeddedHub
-from workers.landing import MAX_EVENTS, LandingHandler, file_name, read_markers, sequence_range
+from workers.landing import MAX_EVENTS, LandingHandler, file_name, read_markers, sequence_range, writer_of
+from workers.pipeline.ranges import LandedFile, landed_file
 from workers.runtime.config import PumpConfig
 from workers.runtime.deadletters import DeadLetters
 from workers.runtime.pump import PartitionPump
@@ -51,8 +55,7 @@ def test_an_event_delivered_twice_lands_with_the_same_partition_and_sequence_num
     bodies = [r.to_json() for r in fleet_events(6)]
     landing.land("1", 0, bodies[:4])
     first = pq.read_table(landing.root / HUB / "1" / file_name(0, 3))
-    landing.land("1", 0, bodies[:4])  # the same batch again, after a crash before the checkpoint
-    landing.land("1", 2, bodies[2:6])  # or a new owner's batch overlapping it
+    landing.land("1", 2, bodies[2:6])  # a new owner's batch overlapping it, after a crash before the checkpoint
 
     assert landed_files(landing.root, "1") == [file_name(0, 3), file_name(2, 5)]
     assert pq.read_table(landing.root / HUB / "1" / file_name(0, 3)).equals(first)
@@ -63,6 +66,58 @@ def test_an_event_delivered_twice_lands_with_the_same_partition_and_sequence_num
     ]
     assert sorted(set(keys)) == sorted(set(keys[:4] + keys[4:]))
     assert len(keys) - len(set(keys)) == 2  # sequence numbers 2 and 3: the same keys, removable downstream
+
+
+def test_each_file_names_its_writer_and_the_tenure_it_landed_in(landing: Landing) -> None:
+    handler = landing.handler()
+    bodies = [r.to_json() for r in fleet_events(4)]
+    first, again = PartitionContext(REF, "4", "w1-0"), PartitionContext(REF, "4", "w1-0")
+    handler([received("4", 0, bodies[0]), received("4", 1, bodies[1])], first)
+    handler([received("4", 2, bodies[2])], first)
+    handler([received("4", 3, bodies[3])], again)  # the same owner's next pump: a new tenure
+
+    writers = [writer_of(landing.root / HUB / "4" / file_name(s, e)) for s, e in ((0, 1), (2, 2), (3, 3))]
+    assert [w["owner_id"] for w in writers if w] == ["w1-0"] * 3
+    tenures = [w["tenure"] for w in writers if w]
+    assert tenures[0] == tenures[1] != tenures[2]
+    assert all(w and w["pid"] == os.getpid() and abs(float(str(w["landed_at"])) - time.time()) < 60 for w in writers)
+    # the name stays the pipeline's: it reads the partition and the range from it
+    path = landing.root / HUB / "4" / file_name(0, 1)
+    assert landed_file(path.as_uri()) == LandedFile("4", 0, 1)
+
+
+def test_two_owners_landing_the_same_range_leave_two_files_each_naming_its_writer(landing: Landing) -> None:
+    handler = landing.handler()
+    bodies = [r.to_json() for r in fleet_events(3)]
+    events = [received("6", s, b) for s, b in enumerate(bodies)]
+    handler(events, PartitionContext(REF, "6", "w1-0"))
+    kept = (landing.root / HUB / "6" / file_name(0, 2)).read_bytes()
+    handler(events, PartitionContext(REF, "6", "w2-0"))  # the next owner, the same range again
+
+    names = landed_files(landing.root, "6")
+    assert len(names) == 2 and names[1] == file_name(0, 2), names
+    assert names[0].startswith(f".{file_name(0, 2)}.w2-0.") and not names[0].endswith(".parquet")
+    assert (landing.root / HUB / "6" / file_name(0, 2)).read_bytes() == kept, "the first file was replaced"
+    owners = [writer_of(landing.root / HUB / "6" / name) for name in names]
+    assert [w["owner_id"] for w in owners if w] == ["w2-0", "w1-0"]
+    tables = [pq.read_table(landing.root / HUB / "6" / name) for name in names]
+    assert tables[0].column("sequence_number").to_pylist() == tables[1].column("sequence_number").to_pylist()
+    assert landed_file((landing.root / HUB / "6" / names[0]).as_uri()) is None  # the pipeline never counts it
+
+
+def test_without_hard_links_a_range_landed_again_still_keeps_the_first_file(
+    landing: Landing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(source: object, target: object) -> None:
+        raise OSError(errno.EPERM, "no hard links on this file system")
+
+    monkeypatch.setattr(os, "link", refused)
+    handler = landing.handler()
+    events = [received("7", 0, fleet_events(1)[0].to_json())]
+    handler(events, PartitionContext(REF, "7", "w1-0"))
+    handler(events, PartitionContext(REF, "7", "w2-0"))
+    names = landed_files(landing.root, "7")
+    assert [writer_of(landing.root / HUB / "7" / n)["owner_id"] for n in names] == ["w2-0", "w1-0"]  # type: ignore[index]
 
 
 def test_a_malformed_body_is_set_aside_with_partition_sequence_and_error_and_the_rest_lands(
