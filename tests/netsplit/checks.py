@@ -59,7 +59,7 @@ def overlaps(evidence: Evidence, slack: float = OVERLAP_SLACK) -> list[str]:
     for pid, spans in sorted(tenures.items()):
         spans.sort()
         for i, (first, last, owner, low, high) in enumerate(spans):
-            for other_first, other_last, other, o_low, o_high in spans[i + 1:]:
+            for other_first, other_last, other, o_low, o_high in spans[i + 1 :]:
                 if other_first > last - slack:
                     break
                 if other != owner and min(last, other_last) - other_first > slack:

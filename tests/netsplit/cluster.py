@@ -4,7 +4,8 @@ Hosts (``tests.support.netns``): ``store`` (PostgreSQL: the SQL store and the ev
 Azurite too when the fleet's store is one of those), ``hub``
 (``manage.py runhub``, Event Hubs' AMQP, on the hub's own address), ``console`` (Daphne), and
 ``w1``..``w3``, one ``runworkers --count 1 --source eventhubs`` process each, reading the hub over
-AMQP and the store over TCP. The test process is the observer: it writes the events into the hub's
+AMQP and the store over TCP, and landing what they read (``landing.LandingRecorder``: Parquet files that
+name their writer). The test process is the observer: it writes the events into the hub's
 files (``runhub`` serves what is appended), samples the store and polls the console, on a link no
 nemesis cuts. Everything a worker records (``tests.chaos.recording``) and lands is on the shared
 file system, stamped with the machine's monotonic clock, which namespaces share.
@@ -39,6 +40,7 @@ from tests.support.postgres import Postgres, postgres_bin_dir
 from tests.support.processes import ROOT, manage, start_logged, worker_env
 from tests.support.redis_server import RedisServer, answers
 from workers.hub.embedded import EmbeddedHub
+from workers.sensors import SensorEvent
 
 HOSTS = ("store", "hub", "console", "w1", "w2", "w3")
 WORKER_HOSTS = ("w1", "w2", "w3")
@@ -231,6 +233,24 @@ class NetFleet(Fleet):
         self._producing = threading.Event()
         self._producer = None
 
+    @property
+    def landing(self) -> Path:
+        """Where the workers land (``LEASEBOARD_LANDING_DIR``'s default under their var folder)."""
+        return self.root / "var" / "landing"
+
+    def send(self, pid: str, malformed: bool) -> None:
+        """The chaos producer's event, as a sensor reading (what the landing lands) unless ``malformed``."""
+        if malformed:
+            super().send(pid, malformed)
+            return
+        with self._write:
+            self._counter += 1
+            body = SensorEvent(f"n{self._counter}", f"home-{pid}", "door", "door-1", "opened", False, time.time())
+            event = self.hub.send(body.to_json(), partition_id=pid)
+            events = self.produced.setdefault(pid, [])
+            assert event.sequence_number == len(events), f"partition {pid}: another writer on the hub?"
+            events.append((time.monotonic(), malformed))
+
     def host_of(self, owner: str) -> str:
         """The host a worker (owner id ``name-0``) runs on."""
         return self.placed[owner.removesuffix("-0")]
@@ -243,7 +263,7 @@ class NetFleet(Fleet):
             "runworkers", "--count", "1", "--owner-prefix", name,
             "--store", self.kit.store, "--source", "eventhubs", "--hub", HUB, "--namespace", self.hub_server.namespace,
             "--interval", str(self.interval), "--expiry", str(self.expiry),
-            "--handler", "tests.chaos.recording.Recorder",
+            "--handler", "tests.netsplit.landing.LandingRecorder",
             "--checkpoint-events", "50", "--checkpoint-seconds", "1", "--shutdown-timeout", "5",
         )]  # fmt: skip
         env = {**self.env, "EVENTHUB_CONNECTION_STRING": self.hub_server.connection_string}

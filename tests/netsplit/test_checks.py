@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from tests.chaos.evidence import Evidence, Handling
+from balancer.model import HubRef
+from tests.chaos.evidence import Evidence, Fault, Handling, Phase
 from tests.netsplit.checks import overlaps
+from tests.netsplit.eventlog import expected_events, taken_after_expiry, unlogged
 from tests.netsplit.history import (
     CheckpointWrite,
     History,
@@ -25,7 +28,14 @@ from tests.netsplit.history import (
     tenures,
     unmatched_ends,
 )
+from tests.netsplit.landed import duplicates, landed_outside, lost, per_nemesis, unsigned
+from tests.netsplit.landing import LandedFile, read_landing
 from tests.netsplit.store_history import azurite_history, monitor_arguments, monitor_history
+from workers.handlers import PartitionContext
+from workers.landing import LandingHandler
+from workers.runtime.deadletters import DeadLetters
+from workers.sensors import SensorEvent
+from workers.sources.base import ReceivedEvent
 
 
 def evidence(*handled: tuple[str, int, str, float]) -> Evidence:
@@ -202,3 +212,206 @@ def test_a_checkpoint_written_by_a_former_owner_is_found() -> None:
         "partition 1: checkpoint 3 written from 10.0.0.4 at 00:00:06.500000 while nobody owned it; "
         "the ownership history before it:",
     ]
+
+
+# the landing files, against the store's history -----------------------------------------------------
+
+
+def landed(partition: str, first: int, last: int, owner: str, written: float, tenure: str = "") -> LandedFile:
+    name = f"{first:020d}-{last:020d}.parquet"
+    return LandedFile(partition, name, tuple(range(first, last + 1)), owner, tenure or f"t-{owner}", written)
+
+
+def test_read_landing_gives_every_file_with_its_writer_and_skips_temporaries(tmp_path: Path) -> None:
+    handler = LandingHandler(tmp_path, dead_letters=DeadLetters(tmp_path / "dead"), linger=0)
+    body = SensorEvent("e1", "home-1", "door", "door-1", "opened", False, 1.0).to_json()
+    events = [ReceivedEvent("3", s, str(s), 1.0, None, body) for s in (5, 6)]
+    handler(events, PartitionContext(HubRef("ns", "hub", "$Default"), "3", "w1-0"))
+    handler(events, PartitionContext(HubRef("ns", "hub", "$Default"), "3", "w2-0"))
+    (tmp_path / "hub" / "3" / ".tmp-1-abc.parquet").write_bytes(b"half a file")
+    files, problems = read_landing(tmp_path, "hub")
+    assert problems == []
+    assert sorted((f.owner, f.sequences, f.name.startswith(".")) for f in files) == [
+        ("w1-0", (5, 6), False), ("w2-0", (5, 6), True)
+    ]  # fmt: skip
+    assert all(f.tenure and abs(f.written - time.time()) < 60 for f in files)
+    (tmp_path / "hub" / "3" / f"{7:020d}-{8:020d}.parquet").write_bytes(b"not parquet")
+    assert [p.split(" cannot be read")[0] for p in read_landing(tmp_path, "hub")[1]] == [
+        f"landing: hub/3/{7:020d}-{8:020d}.parquet"
+    ]
+
+
+def test_a_landing_file_must_name_a_writer_of_the_fleet() -> None:
+    files = [landed("0", 0, 9, "w1", 100.0), landed("0", 10, 19, "", 101.0), landed("1", 0, 9, "intruder", 100.0)]
+    assert unsigned(files, {"w1", "w2"}) == [
+        f"landing: 0/{files[1].name} names no writer",
+        f"landing: 1/{files[2].name} names writer 'intruder', no worker of the fleet",
+    ]
+    assert unsigned(files[:1], {"w1"}) == []
+
+
+def test_a_file_landed_outside_its_writers_lease_is_found() -> None:
+    # w1 holds partition 0 from 100.001 to 105.0, w2 from 105.201; w1's file at 105.3 is after its lease
+    found = history(("0", "w1", 100.0, 100.001), ("0", "w1", 102.0, 102.001), ("0", "w2", 105.2, 105.201))
+    inside = [landed("0", 0, 9, "w1", 101.0), landed("0", 10, 19, "w1", 104.9), landed("0", 20, 29, "w2", 105.3)]
+    assert landed_outside(found, inside, EXPIRY) == []
+    late = landed("0", 20, 25, "w1", 105.3)
+    elsewhere = landed("1", 0, 4, "w1", 101.0)
+    problems = landed_outside(found, [*inside, late, elsewhere], EXPIRY)
+    assert [p.split(" (")[0] for p in problems] == [
+        f"landing: w1 wrote 0/{late.name}", f"landing: w1 wrote 1/{elsewhere.name}"
+    ]  # fmt: skip
+    assert "outside every lease the store gave it there (its nearest tenure there ran 00:01:40.001000" in problems[0]
+    assert "the store never gave it that partition" in problems[1]
+    assert landed_outside(found, [late], EXPIRY, slack=0.5) == []
+
+
+def test_an_event_produced_and_never_landed_is_lost_unless_set_aside() -> None:
+    produced = {"0": [(1.0, False)] * 6, "1": [(1.0, False)] * 2}
+    files = [landed("0", 0, 1, "w1", 1.0), landed("0", 4, 5, "w1", 2.0), landed("1", 0, 1, "w1", 1.0)]
+    assert lost(produced, set(), files) == ["landing: partition 0: 2 events never landed: 2..3"]
+    assert lost(produced, {("0", 2), ("0", 3)}, files) == []
+
+
+def cut(kind: str, started: float, ended: float, *victims: str, planned: bool = False) -> Fault:
+    return Fault(kind, started, ended, frozenset(victims), planned)
+
+
+def test_a_duplicate_is_counted_against_the_cut_that_stopped_its_first_writer_before_its_checkpoint() -> None:
+    # the store's clock is the monotonic one + 1000. w1 checkpointed 9 at 1001.5, landed 10..19 at 1002.0
+    # and was cut from the store from 1003.0 to 1015.0 (monotonic 3..15); w2 took over and landed 10..29
+    # again at 1008.0: ten events processed twice, all counted against the cut
+    found = history(("0", "w1", 1000.0, 1000.001), checkpoints=(("0", 9, 1001.5),))
+    files = [landed("0", 0, 9, "w1", 1001.0), landed("0", 10, 19, "w1", 1002.0), landed("0", 10, 29, "w2", 1008.0)]
+    cause = cut("cut-store", 3.0, 15.0, "w1")
+    twice, problems = duplicates(files, [cause], found, offset=1000.0)
+    assert problems == []
+    assert [(d.sequence, d.first.owner, d.again.owner, d.cause) for d in twice] == [
+        (s, "w1", "w2", cause) for s in range(10, 20)
+    ]
+
+
+@pytest.mark.parametrize(
+    "why, faults, checkpoint",
+    [
+        ("no fault at all", [], 9),
+        ("a planned move (SIGTERM) allows none", [cut("sigterm", 3.0, 3.0, "w1", planned=True)], 9),
+        ("a cut from the hub keeps the store", [cut("cut-hub", 3.0, 15.0, "w1")], 9),
+        ("the cut struck another worker", [cut("cut-store", 3.0, 15.0, "w3")], 9),
+        ("the cut healed before the first landing", [cut("cut-store", 0.5, 1.5, "w1")], 9),
+        ("the events were checkpointed before the cut", [cut("cut-store", 3.0, 15.0, "w1")], 19),
+    ],
+)
+def test_a_duplicate_without_a_cause_fails(why: str, faults: list[Fault], checkpoint: int) -> None:
+    found = history(("0", "w1", 1000.0, 1000.001), checkpoints=(("0", checkpoint, 1002.5),))
+    files = [landed("0", 10, 19, "w1", 1002.0), landed("0", 10, 12, "w2", 1008.0)]
+    twice, problems = duplicates(files, faults, found, offset=1000.0)
+    assert [d.cause for d in twice] == [None, None, None], why
+    assert len(problems) == 3 and problems[0].startswith(
+        "landing: partition 0: sequence 10 processed twice with no fault to explain it: landed by w1 at 00:16:42.000000"
+    ), why
+
+
+def test_an_event_landed_twice_by_one_tenure_fails() -> None:
+    files = [landed("0", 10, 19, "w1", 1002.0, "t1"), landed("0", 15, 20, "w1", 1003.0, "t1"),
+             landed("0", 20, 21, "w1", 1004.0, "t2")]  # fmt: skip
+    twice, problems = duplicates(files, [cut("cut-store", 0.0, 10.0, "w1")], history(), offset=1000.0)
+    assert len(problems) == 5 and problems[0].startswith("landing: partition 0: w1 landed sequence 15 twice in one ")
+    assert [(d.sequence, d.cause is not None) for d in twice] == [(20, True)]  # another tenure: the cut's
+
+
+def test_per_nemesis_figures() -> None:
+    # phase "cut-store" from 10 to 30 (monotonic; store clock + 1000): 4 events produced in it on partition 0,
+    # one never landed; w1 cut 12..24; w2 took over at 1017 (w1's lease ended at 1016: no overlap) and landed
+    # 2..3 again; partition 0 handled nothing from 13 to 21
+    produced = {"0": [(5.0, False), (11.0, False), (12.0, False), (13.0, False), (14.0, False), (40.0, False)]}
+    files = [landed("0", 0, 3, "w1", 1013.0), landed("0", 2, 4, "w2", 1021.0)]
+    handled = [Handling("0", s, "w1", at) for s, at in ((0, 5.1), (1, 11.1), (2, 12.1), (3, 13.0))]
+    handled += [Handling("0", s, "w2", 21.0) for s in (2, 3, 4)]
+    found = history(("0", "w1", 1013.0, 1013.001), ("0", "w2", 1017.0, 1017.001))
+    fault = cut("cut-store", 12.0, 24.0, "w1")
+    twice, problems = duplicates(files, [fault], found, offset=1000.0)
+    assert problems == [] and len(twice) == 2
+    phases = [Phase("start", 0.0, 10.0), Phase("cut-store", 10.0, 30.0)]
+    start, during = per_nemesis(phases, produced, set(), files, handled, twice, found, EXPIRY, 1000.0, {fault: 6.5})
+    assert (start.produced, start.lost, start.twice, start.balanced) == (1, 0, 0, None)
+    assert (during.produced, during.lost, during.twice, during.balanced) == (4, 0, 2, 6.5)
+    assert during.unprocessed == pytest.approx(9.0) and during.overlap == 0.0
+    assert during.line().startswith("cut-store          produced     4, lost 0, processed twice   2, longest unp")
+    # a lease taken 0.5 s early shows as the longest overlap; an event never landed as lost
+    early = history(("0", "w1", 1013.0, 1013.001), ("0", "w2", 1015.5, 1015.501))
+    _, overlapped = per_nemesis(phases, produced, set(), files[:1], handled, [], early, EXPIRY, 1000.0, {})
+    assert overlapped.overlap == pytest.approx(0.5, abs=0.01) and overlapped.lost == 1 and overlapped.twice == 0
+
+
+# the console's event log, against the store's history -----------------------------------------------
+
+
+def event(
+    kind: str, pid: str, owner: str | None, previous: str | None, reason: str, reporter: str = ""
+) -> dict[str, object]:
+    return {"kind": kind, "partition_id": pid, "owner_id": owner, "previous_owner": previous, "reason": reason,
+            "reporter": reporter or owner or previous or "", "at": 0.0}  # fmt: skip
+
+
+# partition 0: w1 claims it, its lease runs out (cut off), w2 takes it, hands it off to w3 (release), w3
+# claims it; partition 1: w1 claims, then w1 again after its own lapse (no change of owner, no event)
+CHANGES = history(("0", "w1", 100.0, 100.001), ("0", "w2", 104.0, 104.001), ("0", "", 106.0, 106.001),
+                  ("0", "w3", 106.01, 106.02), ("1", "w1", 100.0, 100.001), ("1", "w1", 110.0, 110.001))  # fmt: skip
+LOG = [
+    event("claim", "0", "w1", None, "never owned"),
+    event("claim", "1", "w1", None, "never owned"),
+    event("expire", "0", "w2", "w1", "lease of w1 not renewed for 3.9s (expiry 3s)"),
+    event("release", "0", None, "w2", "handed off"),
+    event("claim", "0", "w3", "w2", "released"),
+    event("expire", "1", "w1", "w1", "lease of w1 not renewed for 10.0s (expiry 3s)"),  # more than the store's: fine
+]
+
+
+def test_every_change_of_owner_in_the_stores_history_is_in_the_consoles_log() -> None:
+    assert [(e.partition, e.kinds, e.owner, e.previous) for e in expected_events(CHANGES, EXPIRY)] == [
+        ("0", ("claim",), "w1", None), ("0", ("expire", "steal"), "w2", "w1"), ("0", ("release",), None, "w2"),
+        ("0", ("claim",), "w3", None), ("1", ("claim",), "w1", None),
+    ]  # fmt: skip
+    assert unlogged(CHANGES, LOG, EXPIRY) == []
+
+
+@pytest.mark.parametrize(
+    "why, log, missing",
+    [
+        (
+            "the expiry is missing",
+            [e for e in LOG if e["kind"] != "expire" or e["partition_id"] != "0"],
+            "expire/steal",
+        ),
+        ("the release is missing", [e for e in LOG if e["kind"] != "release"], "release"),
+        (
+            "the expiry names no lease",
+            [*LOG[:2], event("expire", "0", "w2", "w1", "because"), *LOG[3:]],
+            "expire/steal",
+        ),
+        (
+            "a claim says the wrong previous owner",
+            [*LOG[:2], event("expire", "0", "w2", "w3", "lease of w3 not renewed"), *LOG[3:]],
+            "expire/steal",
+        ),
+        ("one event for two changes", [LOG[0], *LOG[2:]], "claim"),
+    ],
+)
+def test_a_change_of_owner_missing_from_the_log_or_with_a_reason_that_does_not_fit_fails(
+    why: str, log: list[dict[str, object]], missing: str
+) -> None:
+    (problem,) = unlogged(CHANGES, log, EXPIRY)
+    assert f"the console's log has no {missing} event for it with a reason that fits" in problem, why
+    assert problem.splitlines()[1:] and all(line.startswith("    ") for line in problem.splitlines()[1:])
+
+
+def test_a_cut_off_workers_partitions_show_expired_and_claimed_elsewhere() -> None:
+    log = [event("expire", "2", "w2", "w1", "lease of w1 not renewed for 3.4s (expiry 3s)"),
+           event("expire", "3", "w3", "w1", "lease of w1 not renewed for 3.1s (expiry 3s)")]  # fmt: skip
+    assert taken_after_expiry(log, "w1", {"2", "3"}) == []
+    assert taken_after_expiry(log[:1], "w1", {"2", "3"}) == [
+        "console: partition 3 of w1, cut off, not shown expired and claimed elsewhere (no event)"
+    ]
+    reclaimed = [log[0], event("expire", "3", "w1", "w1", "lease of w1 not renewed for 9.0s (expiry 3s)")]
+    assert taken_after_expiry(reclaimed, "w1", {"2", "3"})[0].startswith("console: partition 3 of w1, cut off")

@@ -21,6 +21,16 @@ checkpoints never going back, every ownership write coming from the host of the 
 every event a worker recorded handling inside a lease the store gave it (the workers' monotonic
 readings put on the store's clock, which here is the machine's wall clock).
 
+The workers land what they read (``landing.LandingRecorder``: the production landing, every file
+naming its writer), and the landing files are judged against that history (``landed``): every file
+written by a worker of the fleet inside a lease the store gave it there, no event produced and never
+landed, and every event processed twice (in the files of two writers) counted against the fault
+that cut its first writer off after processing and before its checkpoint; one without such a cause
+fails the run. The console's event log, read over HTTP from the observer (``/api/events``), must hold
+every change of owner the store recorded with a reason that fits it (``eventlog``). The run prints,
+per nemesis, events produced, lost, processed twice, the longest time a partition went unprocessed,
+the longest overlap of two leases (0) and the time to balance after the heal.
+
 Every await has a deadline (``deadlines.within``): past it, the run fails naming what it waited for,
 with the stack of every task and thread.
 """
@@ -47,7 +57,10 @@ from tests.chaos.test_chaos import finish, print_report
 from tests.netsplit.checks import OVERLAP_SLACK, crash_loops, overlaps, recovery, recovery_problems
 from tests.netsplit.cluster import HOSTS, HostedConsole, NetFleet, make_kit, start_hub, start_store
 from tests.netsplit.deadlines import within
+from tests.netsplit.eventlog import unlogged
 from tests.netsplit.history import History, handled_outside, judge, summary
+from tests.netsplit.landed import duplicates, landed_outside, lost, per_nemesis, unsigned
+from tests.netsplit.landing import read_landing
 from tests.netsplit.nemeses import NEMESES
 from tests.netsplit.store_history import recorder_for
 from tests.support.databases import remove_django_database
@@ -65,6 +78,7 @@ SHORT = {"postgresql": list(NEMESES), "redis": ["cut-store", "isolated"], "blob"
 # restart and a settle before one) and a settle of at most 45 s.
 PHASE = 240.0
 STEP = 60.0  # one request, one start, one stop
+HEALED = {*NEMESES, "store-cut", "split", "flapping"}  # the faults after whose heal ownership must balance
 
 
 def plan(store: str, fleet: NetFleet, started: float) -> Iterator[str]:
@@ -174,7 +188,7 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
     report = check(evidence)
     report.violations += problems + [p for post in checks for p in post(evidence)] + fleet.problems
     report.violations += crash_loops(fleet, evidence)
-    healed = recovery(fleet, evidence, set(NEMESES) | {"store-cut", "split", "flapping"})
+    healed = recovery(fleet, evidence, HEALED)
     report.violations += recovery_problems(fleet, healed) + overlaps(evidence)
     assert net is not None
     addresses = {f"{name}-0": net[host].address for name, host in fleet.placed.items()}
@@ -183,6 +197,19 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
     offset, drift = sum(offsets) / 2, abs(offsets[1] - offsets[0])
     outside = handled_outside(history, evidence.handlings, offset, fleet.expiry, OVERLAP_SLACK + drift)
     report.violations += [f"store history: {p}" for p in outside[:5]]
+    # The landing files: their writers, against the store's history; every duplicate against its cause.
+    files, unreadable = read_landing(fleet.landing, fleet.ref.hub)
+    report.violations += unreadable[:5] + unsigned(files, evidence.workers)[:5]
+    report.violations += landed_outside(history, files, fleet.expiry, OVERLAP_SLACK + drift)[:5]
+    report.violations += lost(evidence.produced, evidence.dead_letters, files)
+    twice, unexplained = duplicates(files, evidence.faults, history, offset, OVERLAP_SLACK + drift)
+    report.violations += unexplained
+    # The console's event log (read over HTTP from the observer) against the store's history.
+    report.violations += unlogged(history, events, fleet.expiry)[:5]
+    healing = [f for f in evidence.faults if f.kind in HEALED]
+    balanced = dict(zip(healing, (r.seconds for r in healed), strict=True))
+    figures = per_nemesis(fleet.phases, evidence.produced, evidence.dead_letters, files, evidence.handlings, twice,
+                          history, fleet.expiry, offset, balanced)  # fmt: skip
     with capsys.disabled():
         print_report(f"netsplit {store}", report, fleet, time.monotonic() - started)
         print(f"  {summary(history, fleet.expiry)}; its last writes compared with the store's {len(final)} records")
@@ -190,6 +217,16 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
             f"  handled outside the store's leases: {len(outside)} runs of events (wall minus monotonic clock moved "
             f"{drift * 1000:.3f} ms over the run; allowed {OVERLAP_SLACK:g}s + that)"
         )
-        figures = ", ".join(f"{r.kind} {'never' if r.seconds is None else f'{r.seconds:.1f}s'}" for r in healed)
-        print(f"  recovery after each heal (expiry + 2 intervals = {fleet.expiry + 2 * fleet.interval:g}s): {figures}")
+        heals = ", ".join(f"{r.kind} {'never' if r.seconds is None else f'{r.seconds:.1f}s'}" for r in healed)
+        print(f"  recovery after each heal (expiry + 2 intervals = {fleet.expiry + 2 * fleet.interval:g}s): {heals}")
+        writers = {f.writer for f in files}
+        print(
+            f"  landing: {len(files)} files by {len(writers)} writers (owner, tenure), "
+            f"{sum(1 for f in files if f.name.startswith('.'))} kept beside a range landed before; "
+            f"{len(twice)} events processed twice, {sum(1 for d in twice if d.cause is None)} without a cause; "
+            f"console event log: {len(events)} events"
+        )
+        print(f"  per nemesis [{store}]:")
+        for line in figures:
+            print(f"    {line.line()}")
     assert not report.violations, "broken invariants:\n" + "\n".join(report.violations)
