@@ -25,10 +25,13 @@ from balancer.protocol import (
     HandoffHook,
     OwnershipStore,
     PartitionSource,
+    Snapshot,
     by_partition,
     snapshot,
 )
 
+from . import changes
+from .changes import ChangeFeed, OwnershipTable
 from .errors import StoreUnavailable
 from .model import BalancerEvent, ControlKind, Controls, EventKind, HubRef, Member, OwnershipRecord, pid_key
 from .notices import Released
@@ -97,8 +100,13 @@ class Coordinator:
     # and leave the store saying we own a partition we have forgotten. One at a time, then.
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     _heartbeat_at: float | None = field(default=None, init=False)  # local monotonic time of the last one
+    # This worker's copy of the ownership table, kept current from what changed (``balancer.changes``)
+    # on a store that can say; read in full at least once an expiry, as a safety net.
+    _table: OwnershipTable = field(default_factory=lambda: OwnershipTable(60.0), init=False)
+    _rows: int = field(default=0, init=False)  # ownership records read in this cycle
 
     def __post_init__(self) -> None:
+        self._table.resync_after = self.expiry
         if self.controls is None and self.strategy.uses_members and isinstance(self.store, ControlStore):
             self.controls = self.store
 
@@ -135,13 +143,14 @@ class Coordinator:
         async with self._lock:
             try:
                 return await self._cycle()
-            except StoreUnavailable:
-                self._failed = True
+            except Exception as exc:
+                self._failed = self._failed or isinstance(exc, StoreUnavailable)
+                self._table.forget()  # whatever this cycle missed is read in full next time
                 raise
 
     async def _cycle(self) -> CycleReport:
         started = self.monotonic()
-        self._requests = 0
+        self._requests = self._rows = 0
         pids = tuple(await self.partitions())
         view = await self._view(pids)
         listed, now = dict(view.ownership), view.now
@@ -167,6 +176,9 @@ class Coordinator:
         won = by_partition(await self._call(self.store.claim_ownership(requests))) if requests else {}
         failed = [r for r in requests if r.partition_id not in won]
         if failed:
+            # A write lost: the record had changed since the copy was read, perhaps behind the store's
+            # back (a hand edit no change feed sees). The next read is whole.
+            self._table.forget()
             won.update(await self._retry(failed, claims, sent_at))
 
         stamp = self._stamp(list(won.values()))
@@ -184,6 +196,7 @@ class Coordinator:
             rebalance=self._rebalance,
             announced=first,
             waiting=tuple(p for p in plan.waiting if p not in self._leases),
+            rows=self._rows,
         )
         for event in report.gained + report.lost:
             self._emit(event)
@@ -210,6 +223,8 @@ class Coordinator:
             raise
         kind = EventKind.RELEASE if won else EventKind.LOST
         why = reason if won else "taken by another worker before the release"
+        if not won:
+            self._table.forget()  # the record changed behind this worker's copy: read it all next time
         event = self._event(kind, partition_id, None, why, self._stamp(won), handoff=bool(won))
         self._emit(event)
         if not self._leases and self.controls is not None:
@@ -253,7 +268,7 @@ class Coordinator:
         drained: frozenset[str] = frozenset()
         pins: dict[str, str] = {}
         if self.controls is not None and self.strategy.uses_members:
-            snap, requests = await snapshot(self.store, self.controls, self.ref)
+            snap, requests = await self._snapshot(self.controls)
             self._requests += requests
             listed, now = by_partition(snap.ownership), snap.now
             self._seen_store_time(now)
@@ -278,6 +293,7 @@ class Coordinator:
             self._rebalance_token = token
         else:
             listed = by_partition(await self._call(self.store.list_ownership(self.ref)))
+            self._rows += len(listed)
             if self.strategy.store_clock:
                 now = await self._call(self.store.now())
                 self._seen_store_time(now)
@@ -304,6 +320,23 @@ class Coordinator:
             interval=self.interval,
             previous=self._previous,
         )
+
+    async def _snapshot(self, controls: ControlStore) -> tuple[Snapshot, int]:
+        """This cycle's snapshot and the store requests it took: on a store with a change feed, what
+        changed since the last read merged into this worker's copy (read in full when the copy cannot
+        be trusted: ``OwnershipTable``), else the whole snapshot."""
+        store: object = self.store
+        requests = 0
+        if store is controls and isinstance(store, ChangeFeed):
+            done = await changes.read(store, self.ref, self._table, self.monotonic)
+            self._rows += done.rows
+            requests = done.requests
+            if done.ownership is not None:
+                found = done.changes
+                return Snapshot(done.ownership, found.members, found.controls, found.now), requests
+        snap, listed = await snapshot(self.store, controls, self.ref)
+        self._rows += len(snap.ownership)
+        return snap, requests + listed
 
     def _still_held_by(self, partition_id: str, listed: dict[str, OwnershipRecord]) -> bool:
         """Whether ``partition_id`` is still held by the worker this one started waiting for."""
@@ -413,6 +446,7 @@ class Coordinator:
         pending = [r for r in failed if r.partition_id not in claims or claims[r.partition_id].kind is EventKind.STEAL]
         for _ in range(self.etag_retries if pending else 0):
             listed = by_partition(await self._call(self.store.list_ownership(self.ref)))
+            self._rows += len(listed)
             again = []
             for request in pending:
                 current = listed.get(request.partition_id)

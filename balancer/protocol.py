@@ -126,6 +126,7 @@ class CycleReport:
     # once the workers starting with it have announced themselves, not a whole interval later.
     announced: bool = False
     waiting: tuple[str, ...] = ()  # partitions assigned to this worker that another still holds
+    rows: int = 0  # ownership records read from the store (what changed, on a store with a change feed)
 
 
 SOON_SHARE, SOON_MAX = 0.25, 1.0  # "soon": a quarter interval, at most a second

@@ -40,6 +40,9 @@ class Ownership(Scoped):
     etag = models.CharField(max_length=64)
     last_modified = models.FloatField(help_text="store clock, seconds since the epoch")
     owner_level = models.BigIntegerField(default=0)
+    # The hub's change number at this row's latest write through the store (``OwnershipClock``); 0 for a
+    # row written by hand, which a trigger answers by changing the hub's epoch (migration 0005).
+    changed = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         constraints = [
@@ -47,6 +50,7 @@ class Ownership(Scoped):
                 fields=["namespace", "hub", "consumer_group", "partition_id"], name="one_owner_per_partition"
             )
         ]
+        indexes = [models.Index(fields=["namespace", "hub", "consumer_group", "changed"], name="ownership_changed")]
 
     def __str__(self) -> str:
         return f"{self.hub}/{self.consumer_group}/{self.partition_id} -> {self.owner_id or '(released)'}"
@@ -55,6 +59,23 @@ class Ownership(Scoped):
         return OwnershipRecord(
             self.ref, self.partition_id, self.owner_id, self.etag, self.last_modified, self.owner_level
         )
+
+
+class OwnershipClock(Scoped):
+    """One hub's change counter for its ownership rows (``balancer.changes``). Every ownership write
+    through the store updates this row first, in the same transaction: the row lock serializes the
+    hub's writers, so change numbers become visible in their order. ``epoch`` changes when rows are
+    deleted or written by hand (triggers of migration 0005): a worker's cursor of another epoch
+    reads everything again."""
+
+    serial = models.BigIntegerField(default=0)
+    epoch = models.CharField(max_length=32)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["namespace", "hub", "consumer_group"], name="one_clock_per_hub")]
+
+    def __str__(self) -> str:
+        return f"{self.hub}/{self.consumer_group} change {self.serial} ({self.epoch})"
 
 
 class CheckpointRow(Scoped):

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
+from balancer.changes import ChangeFeed, Changes
 from balancer.errors import OwnershipLost, StoreUnavailable
 from balancer.model import BalancerEvent, Checkpoint, Control, EventKind, HubRef, Member, OwnershipRecord
 from balancer.protocol import CheckpointStore, ControlStore, OwnershipStore, Snapshot, SnapshotStore
@@ -59,6 +60,11 @@ LEASE_EXPIRATIONS = Counter(
 LOST_LEASES = Counter(
     "leaseboard_lost_leases",
     "Leases this process's workers found in another worker's hands, or could not renew.",
+)
+OWNERSHIP_ROWS_READ = Counter(
+    "leaseboard_ownership_rows_read",
+    "Ownership records this process's workers read from the store in their cycles (on a store with a change "
+    "feed, what changed since each worker's last read; else every record, every cycle).",
 )
 CYCLE_DURATION = Histogram(
     "leaseboard_cycle_duration_seconds",
@@ -174,7 +180,7 @@ def observe_event(event: BalancerEvent) -> None:
 # --- store requests ------------------------------------------------------------------------------
 
 OPERATIONS = (
-    "list_ownership", "claim_ownership", "now", "snapshot", "list_checkpoints", "update_checkpoint",
+    "list_ownership", "claim_ownership", "now", "snapshot", "snapshot_since", "list_checkpoints", "update_checkpoint",
     "heartbeat", "list_members", "remove_member", "list_controls", "put_control", "delete_control",
 )  # fmt: skip
 OUTCOMES = ("ok", "lost", "unavailable", "error")
@@ -261,6 +267,13 @@ class CountedSnapshots(InstrumentedStore[SnapshotStore]):
         return await _count("snapshot", self._store.snapshot, ref)
 
 
+class CountedChanges(InstrumentedStore[ChangeFeed]):
+    __slots__ = ()
+
+    async def snapshot_since(self, ref: HubRef, cursor: str | None) -> Changes:
+        return await _count("snapshot_since", self._store.snapshot_since, ref, cursor)
+
+
 class CountedCheckpoints(InstrumentedStore[CheckpointStore]):
     __slots__ = ()
 
@@ -297,6 +310,7 @@ class CountedControls(InstrumentedStore[ControlStore]):
 COUNTED: tuple[tuple[type, type[InstrumentedStore[object]]], ...] = (
     (OwnershipStore, CountedOwnership),
     (SnapshotStore, CountedSnapshots),
+    (ChangeFeed, CountedChanges),
     (CheckpointStore, CountedCheckpoints),
     (ControlStore, CountedControls),
 )

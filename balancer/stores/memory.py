@@ -13,12 +13,14 @@ readable ``last_seen`` skipped; each logged once.
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import count
 
+from balancer.changes import Changes
 from balancer.errors import CorruptRecord, OwnershipLost, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.notices import LocalChannel
@@ -59,6 +61,11 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._etags = count(1)
         self._ownership: dict[tuple[HubRef, str], OwnershipRecord] = {}
+        # Change numbers (``balancer.changes``): one counter per hub, taken under the lock by every
+        # write, so their order is the order the writes were made. The epoch names this store's life.
+        self._epoch = secrets.token_hex(4)
+        self._serial: dict[HubRef, int] = {}
+        self._changed: dict[tuple[HubRef, str], int] = {}
         self._checkpoints: dict[tuple[HubRef, str], Checkpoint] = {}
         self._members: dict[tuple[HubRef, str], Member] = {}
         self._controls: dict[tuple[HubRef, ControlKind, str], Control] = {}
@@ -89,6 +96,25 @@ class MemoryStore:
         with self._lock:
             self._enter()
             return Snapshot(self._listed(ref), self._listed_members(ref), self._listed_controls(ref), self._clock())
+
+    async def snapshot_since(self, ref: HubRef, cursor: str | None) -> Changes:
+        """``snapshot`` with only the ownership records written after ``cursor`` (every one when
+        ``cursor`` is None or is not one of this store's, or names a change it never made)."""
+        with self._lock:
+            self._enter()
+            serial = self._serial.get(ref, 0)
+            since = _since(cursor, self._epoch, serial)
+            if since is None:
+                ownership = self._listed(ref)
+            else:
+                changed = [stored for key, stored in self._ownership.items()
+                           if key[0] == ref and self._changed.get(key, 0) > since]  # fmt: skip
+                ownership = [_as_listed(stored)[0] for stored in changed]
+            count = None if since is None else sum(1 for k in self._ownership if k[0] == ref)
+            return Changes(
+                ownership, self._listed_members(ref), self._listed_controls(ref), self._clock(),
+                f"{self._epoch}:{serial}", since is None, count, in_partition_order=False,
+            )  # fmt: skip
 
     # ownership -----------------------------------------------------------------------------
 
@@ -122,6 +148,7 @@ class MemoryStore:
                     continue  # someone wrote it since the caller looked
                 stored = replace(record, etag=f"m{next(self._etags)}", last_modified=now)
                 self._ownership[key] = stored
+                self._serial[record.ref] = self._changed[key] = self._serial.get(record.ref, 0) + 1
                 won.append(stored)
         return won
 
@@ -212,3 +239,11 @@ class MemoryStore:
         with self._lock:
             self._enter()
             self._controls.pop((ref, ControlKind(kind), target), None)
+
+
+def _since(cursor: str | None, epoch: str, serial: int) -> int | None:
+    """The change number ``cursor`` read up to, if it is one of this store's life up to ``serial``."""
+    seen_epoch, _, seen = (cursor or "").partition(":")
+    if seen_epoch != epoch or not seen.isdigit() or int(seen) > serial:
+        return None
+    return int(seen)

@@ -62,10 +62,11 @@ from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from balancer.changes import Changes
 from balancer.errors import CorruptRecord, OwnershipLost, StoreError, StoreUnavailable
 from balancer.model import RESET_OWNER, Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.protocol import Snapshot
-from balancer.stores.redis_layout import CHECKPOINT, CLAIM, STAMPED, Keys, scope
+from balancer.stores.redis_layout import CHANGES, CHECKPOINT, CLAIM, STAMPED, Keys, scope
 from balancer.stores.redis_notices import RedisReleaseChannel
 from balancer.stores.redis_records import (
     ENCODING_ERRORS,
@@ -273,14 +274,44 @@ class RedisStore:
             server_time(seconds, micros),
         )  # fmt: skip
 
+    async def snapshot_since(self, ref: HubRef, cursor: str | None) -> Changes:
+        """``snapshot`` with only the ownership records written after ``cursor`` (``balancer.changes``),
+        in one round trip (a script: atomic, so the records and the counter read agree). Each write
+        takes its change number from the hub's counter in the claim script, so the numbers are in the
+        order of the writes; the script reads everything when the cursor is of another epoch (a
+        FLUSHALL, a restart) or past the counter. ``count`` is ``HLEN``: a record deleted by hand
+        shows as a copy larger than the store's."""
+        keys = Keys.of(ref)
+        epoch, _, serial = (cursor or "").partition(":")
+
+        async def read(c: Connection) -> list[Any]:
+            keys_ = [keys.ownership, keys.changes, keys.etags, keys.epoch, keys.members, keys.controls]
+            return list(await c.script(CHANGES)(keys=keys_, args=[epoch, serial]))
+
+        seconds, micros, epoch, counter, full, count, flat, members, controls = await self.run("reading changes", read)
+        raw = _pairs(flat)
+        ownership = self._ownership(ref, raw, whole=bool(int(full)))
+        if not int(full) and len(ownership) < len(raw):
+            # A record written lately that cannot be read (a hand edit over it): a full listing would
+            # leave it out, a copy would keep its older version. Read all, as a listing would.
+            ownership, full = await self.list_ownership(ref), 1
+        epoch = text(epoch)
+        # A whole listing is the table; after a delta, the store's count of the records a listing shows
+        # (the unreadable ones it skips left out) checks the copy's size.
+        shown = None if int(full) else int(count) - self._skipped.unread(keys.ownership)
+        return Changes(
+            ownership, self._members(ref, _pairs(members)), self._controls(ref, _pairs(controls)),
+            server_time(seconds, micros), f"{epoch}:{text(counter)}" if epoch else None, bool(int(full)), shown,
+        )  # fmt: skip
+
     # ownership -----------------------------------------------------------------------------
 
     async def list_ownership(self, ref: HubRef) -> list[OwnershipRecord]:
         return self._ownership(ref, await self._hash("listing ownership", Keys.of(ref).ownership))
 
-    def _ownership(self, ref: HubRef, raw: Mapping[Any, Any]) -> list[OwnershipRecord]:
+    def _ownership(self, ref: HubRef, raw: Mapping[Any, Any], whole: bool = True) -> list[OwnershipRecord]:
         key = Keys.of(ref).ownership
-        return sorted(self._skipped.parsed(key, texts(raw), partial(parse_ownership, ref)), key=_by_pid)
+        return sorted(self._skipped.parsed(key, texts(raw), partial(parse_ownership, ref), whole), key=_by_pid)
 
     async def claim_ownership(self, records: Sequence[OwnershipRecord]) -> list[OwnershipRecord]:
         """One script call per hub and consumer group among ``records`` (usually one)."""
@@ -295,7 +326,7 @@ class RedisStore:
                 args += [r.partition_id, r.owner_id, etag, str(int(r.owner_level))]
 
             async def claim(c: Connection, keys: Keys = keys, args: list[str] = args) -> Any:
-                return await c.claim(keys=[keys.ownership, keys.etags], args=args)
+                return await c.claim(keys=[keys.ownership, keys.etags, keys.changes, keys.epoch], args=args)
 
             now_text, wins = await self.run("a claim", claim)
             now = float(now_text)
@@ -395,6 +426,11 @@ class RedisStore:
             return await c.client.hdel(key, field)
 
         await self.run("deleting a control", delete)
+
+
+def _pairs(flat: Sequence[Any]) -> dict[str, str]:
+    """A hash as a script returns it (field, value, field, value, ...) as a dict of text."""
+    return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
 
 
 def _by_pid(record: OwnershipRecord | Checkpoint) -> int:

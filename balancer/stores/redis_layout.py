@@ -31,12 +31,15 @@ class Keys:
     checkpoints: str
     members: str
     controls: str
-    etags: str
+    etags: str  # the hub's write counter: part of every ETag, and the change number of every write
+    changes: str  # sorted set: partition -> the change number of its record's latest write
+    epoch: str  # when the counter started: a cursor of another epoch reads everything again
 
     @classmethod
     def of(cls, ref: HubRef) -> Keys:
         prefix = scope(ref)
-        return cls(*(f"{prefix}:{name}" for name in ("ownership", "checkpoints", "members", "controls", "etags")))
+        names = ("ownership", "checkpoints", "members", "controls", "etags", "changes", "epoch")
+        return cls(*(f"{prefix}:{name}" for name in names))
 
 
 # scripts -------------------------------------------------------------------------------------
@@ -61,8 +64,11 @@ local function read(value)
 end
 """
 
-# KEYS: ownership, etags. ARGV: (partition, owner, ETag expected or '', owner level) per record.
-# Returns {now, {{n, new ETag}, ...}} for the records won, n counting records from 1.
+# KEYS: ownership, etags, changes, epoch. ARGV: (partition, owner, ETag expected or '', owner level) per
+# record. Returns {now, {{n, new ETag}, ...}} for the records won, n counting records from 1.
+# Every record won takes the next number of the hub's counter as its change number (scripts run one
+# at a time, so the numbers are in the order of the writes); the counter's epoch is set whenever the
+# counter starts again (a FLUSHALL, a restart without persistence) or has none.
 CLAIM = (
     _NOW
     + _READ
@@ -85,15 +91,46 @@ for i = 1, #ARGV, 4 do
   end
   if wins then
     serial = redis.call('INCR', KEYS[2])
+    if serial == 1 or redis.call('EXISTS', KEYS[4]) == 0 then redis.call('SET', KEYS[4], now .. '-' .. serial) end
     local etag = now .. '-' .. serial
     redis.call('HSET', KEYS[1], pid,
       cjson.encode({owner = owner, etag = etag, modified = now, level = tonumber(level)}))
+    redis.call('ZADD', KEYS[3], serial, pid)
     won[#won + 1] = {(i + 3) / 4, etag}
   end
 end
 return {now, won}
 """
 )
+
+# KEYS: ownership, changes, etags, epoch, members, controls. ARGV: the epoch and change number a cursor
+# read up to ('' and '': none). Returns {seconds, microseconds, epoch, counter, full (1/0), records in the
+# ownership hash, ownership (flat field/value pairs), members (flat), controls (flat)}: the ownership
+# records written after the cursor, or all of them (full) when the cursor is of another epoch, or past
+# the counter (it went back), or names a record that is gone (deleted by hand).
+CHANGES = """
+local t = redis.call('TIME')
+local epoch = redis.call('GET', KEYS[4]) or ''
+local counter = tonumber(redis.call('GET', KEYS[3]) or '0')
+local full = ARGV[1] == '' or ARGV[1] ~= epoch or tonumber(ARGV[2]) == nil or tonumber(ARGV[2]) > counter
+local ownership = {}
+if not full then
+  local pids = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[2], '+inf')
+  for start = 1, #pids, 500 do
+    local batch = {unpack(pids, start, math.min(start + 499, #pids))}
+    local values = redis.call('HMGET', KEYS[1], unpack(batch))
+    for i, pid in ipairs(batch) do
+      if not values[i] then full = true break end
+      ownership[#ownership + 1] = pid
+      ownership[#ownership + 1] = values[i]
+    end
+    if full then break end
+  end
+end
+if full then ownership = redis.call('HGETALL', KEYS[1]) end
+return {t[1], t[2], epoch, tostring(counter), full and 1 or 0, redis.call('HLEN', KEYS[1]), ownership,
+  redis.call('HGETALL', KEYS[5]), redis.call('HGETALL', KEYS[6])}
+"""
 
 # KEYS: ownership, checkpoints. ARGV: partition, owner, checkpoint JSON without "modified", "1" when
 # the checkpoint may go back (an operator's reset). Returns {1, now} when written, {0, current owner

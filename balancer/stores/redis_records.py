@@ -155,10 +155,17 @@ class Skipped:
         if it is still the value that was skipped."""
         return self._unread.get((key, field))
 
-    def parsed(self, key: str, raw: Mapping[str, str], parse: Callable[[str, str, list[str]], T]) -> list[T]:
-        """Every field of hash ``key`` (read as ``raw``) that parses, whole or in part. Those that do
-        not parse, or only in part, are logged once each until what is wrong with them changes,
-        and remembered until they read again or are gone."""
+    def unread(self, key: str) -> int:
+        """How many fields of hash ``key`` the latest listings skipped as unreadable."""
+        return sum(1 for k, _ in self._unread if k == key)
+
+    def parsed(
+        self, key: str, raw: Mapping[str, str], parse: Callable[[str, str, list[str]], T], whole: bool = True
+    ) -> list[T]:
+        """Every field of hash ``key`` (read as ``raw``: the whole hash, or with ``whole`` False some of
+        its fields) that parses, whole or in part. Those that do not parse, or only in part, are logged
+        once each until what is wrong with them changes, and remembered until they read again or (in
+        a whole read) are gone."""
         out: list[T] = []
         for field, value in raw.items():
             where = (key, field)
@@ -174,6 +181,8 @@ class Skipped:
                 self._note(where, CorruptRecord(f"{key} field {field!r}", "; ".join(flaws)), "read in part")
             else:
                 self._found.pop(where, None)
+        if not whole:
+            return out
         for where in [w for w in self._found if w[0] == key and w[1] not in raw]:
             del self._found[where]
         for where in [w for w in self._unread if w[0] == key and w[1] not in raw]:

@@ -6,8 +6,12 @@ process started until the fleet is balanced (every partition held, every worker 
 share), seconds from one process's SIGKILL until the survivors are balanced again, and over a
 window of idle steady state: store queries a second (PostgreSQL: ``pg_stat_statements`` calls, and
 the rows they returned or touched; Redis: ``INFO commandstats`` calls), CPU per worker process and
-of the whole fleet (percent of one core, from ``/proc``), CPU of the store's server, and RSS per
-process. The figures are drawn as a PNG (matplotlib) beside the table; its path is printed.
+of the whole fleet (percent of one core, from ``/proc``), CPU of the store's server, RSS per
+process, and from the workers' own Prometheus metrics (multi-process mode, one directory per fleet):
+ownership records read per worker cycle (``leaseboard_ownership_rows_read_total`` over the cycles
+counted; "-" for workers too old to count them) and the cycle time's p50 and p95 (interpolated within
+the buckets of ``leaseboard_cycle_duration_seconds``, as ``histogram_quantile`` does). The figures
+are drawn as a PNG (matplotlib) beside the table; its path is printed.
 
 ``--baseline DIR`` runs every case a second time with the workers of another checkout (a ``git
 worktree`` of an older commit), one after the other in the same run, so "before" and "after" share
@@ -69,6 +73,10 @@ class Row:
     cpu_fleet: float | None = None  # % of a core, all worker processes
     cpu_store: float | None = None  # % of a core, the store's server
     rss: float | None = None  # MB, mean per worker process
+    rows_per_cycle: float | None = None  # ownership records read per worker cycle
+    cycle_p50: float | None = None  # ms
+    cycle_p95: float | None = None  # ms
+    cycles: float | None = None  # worker cycles a second, whole fleet
     error: str = ""
     note: str = ""
 
@@ -154,6 +162,54 @@ class Meter:
             self._redis.close()
 
 
+@dataclass
+class Cycles:
+    """The workers' cycle metrics summed over their processes (Prometheus multi-process files)."""
+
+    buckets: dict[float, float]  # upper bound -> cumulative count
+    count: float
+    rows: float | None
+
+    @classmethod
+    def read(cls, path: Path) -> Cycles:
+        from prometheus_client import CollectorRegistry, multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=str(path))  # type: ignore[no-untyped-call]
+        buckets: dict[float, float] = {}
+        count, rows = 0.0, None
+        for family in registry.collect():
+            for sample in family.samples:
+                if sample.name == "leaseboard_cycle_duration_seconds_bucket":
+                    bound = float(sample.labels["le"])
+                    buckets[bound] = buckets.get(bound, 0.0) + sample.value
+                elif sample.name == "leaseboard_cycle_duration_seconds_count":
+                    count += sample.value
+                elif sample.name == "leaseboard_ownership_rows_read_total":
+                    rows = (rows or 0.0) + sample.value
+        return cls(buckets, count, rows)
+
+    def since(self, before: Cycles) -> Cycles:
+        rows = None if self.rows is None or before.rows is None else self.rows - before.rows
+        buckets = {b: c - before.buckets.get(b, 0.0) for b, c in self.buckets.items()}
+        return Cycles(buckets, self.count - before.count, rows)
+
+    def quantile(self, q: float) -> float | None:
+        """Seconds, interpolated linearly within the bucket the quantile falls in."""
+        if self.count <= 0:
+            return None
+        target, lower, below = q * self.count, 0.0, 0.0
+        for bound in sorted(self.buckets):
+            cumulative = self.buckets[bound]
+            if cumulative >= target:
+                if math.isinf(bound):
+                    return lower
+                share = (target - below) / (cumulative - below) if cumulative > below else 1.0
+                return lower + (bound - lower) * share
+            lower, below = bound, cumulative
+        return lower
+
+
 def make_kit(store: str, cluster: Any, database_url: str) -> Any:
     from tests.chaos.stores import RedisKit, SqlKit
 
@@ -173,10 +229,16 @@ class Fleet:
     hub_name: str
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
+    @property
+    def metrics_dir(self) -> Path:
+        return self.root / "metrics"
+
     def start(self) -> None:
         from tests.support.processes import manage, worker_env
 
         env = worker_env(self.root, **self.kit.env(), LEASEBOARD_DEADLETTER_DIR=str(self.root / "deadletter"))
+        self.metrics_dir.mkdir(exist_ok=True)
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(self.metrics_dir)
         env.pop("LEASEBOARD_CLOCK_SKEW", None)
         env["PYTHONPATH"] = str(self.repo)
         for i in range(self.workers):
@@ -253,6 +315,7 @@ async def measure(kit: Any, meter: Meter, row: Row, repo: Path, root: Path, wind
         await asyncio.sleep(SETTLE)
         pids = [p.pid for p in fleet.processes.values()]
         server = tree(meter.server_pid)
+        cycles0 = Cycles.read(fleet.metrics_dir)
         cpu0, store0, (calls0, rows0), t0 = (
             sum(map(cpu_seconds, pids)), sum(map(cpu_seconds, server)), meter.counts(), time.monotonic()
         )  # fmt: skip
@@ -269,6 +332,13 @@ async def measure(kit: Any, meter: Meter, row: Row, repo: Path, root: Path, wind
         row.queries = (calls1 - calls0) / seconds
         row.rows = None if rows0 is None or rows1 is None else (rows1 - rows0) / seconds
         row.rss = statistics.mean(rss_mb(p) for p in pids)
+        cycles = Cycles.read(fleet.metrics_dir).since(cycles0)
+        row.cycles = cycles.count / seconds
+        if cycles.count:
+            row.rows_per_cycle = None if cycles.rows is None else cycles.rows / cycles.count
+            p50, p95 = cycles.quantile(0.5), cycles.quantile(0.95)
+            row.cycle_p50 = None if p50 is None else 1000 * p50
+            row.cycle_p95 = None if p95 is None else 1000 * p95
         logs = [(root / f"{owner[:-2]}.log").read_text(errors="replace") for owner in fleet.processes]
         if polled := sum("inotify unavailable" in text for text in logs):
             row.note = f"{polled} of {len(pids)} processes had no inotify (the per-user limit?): their pumps polled"
@@ -415,7 +485,8 @@ def pumps_section(pumps: int, amqp_pumps: int, tmp: Path) -> None:
 
 HEADER = (
     f"{'store':<10} {'code':<6} {'size':>8}  {'balance s':>9}  {'after kill s':>12}  {'queries/s':>9}  "
-    f"{'rows/s':>8}  {'CPU/worker %':>12}  {'fleet CPU %':>11}  {'store CPU %':>11}  {'RSS MB':>6}"
+    f"{'rows/s':>8}  {'CPU/worker %':>12}  {'fleet CPU %':>11}  {'store CPU %':>11}  {'RSS MB':>6}  "
+    f"{'rows/cycle':>10}  {'cycle p50 ms':>12}  {'cycle p95 ms':>12}  {'cycles/s':>8}"
 )
 
 
@@ -431,7 +502,9 @@ def line(row: Row) -> str:
         f"{row.store:<10} {row.code:<6} {size:>8}  {_f(row.balance_cold, '.1f'):>9}  "
         f"{_f(row.balance_kill, '.1f'):>12}  "
         f"{_f(row.queries, '.0f'):>9}  {_f(row.rows, '.0f'):>8}  {_f(row.cpu_worker, '.2f'):>12}  "
-        f"{_f(row.cpu_fleet, '.1f'):>11}  {_f(row.cpu_store, '.1f'):>11}  {_f(row.rss, '.0f'):>6}"
+        f"{_f(row.cpu_fleet, '.1f'):>11}  {_f(row.cpu_store, '.1f'):>11}  {_f(row.rss, '.0f'):>6}  "
+        f"{_f(row.rows_per_cycle, '.1f'):>10}  {_f(row.cycle_p50, '.1f'):>12}  {_f(row.cycle_p95, '.1f'):>12}  "
+        f"{_f(row.cycles, '.1f'):>8}"
     )
 
 
@@ -446,8 +519,10 @@ def chart(rows: list[Row], path: Path) -> None:
         ("store queries a second", ("queries",)),
         ("idle CPU, % of one core (fleet: solid, per worker: dashed)", ("cpu_fleet", "cpu_worker")),
         ("RSS per worker process, MB", ("rss",)),
+        ("ownership records read per worker cycle", ("rows_per_cycle",)),
+        ("cycle time, ms (p95: solid, p50: dashed)", ("cycle_p95", "cycle_p50")),
     ]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    fig, axes = plt.subplots(3, 2, figsize=(12, 12))
     series = sorted({(r.store, r.code) for r in rows if not r.error})
     sizes = sorted({(r.partitions, r.workers) for r in rows})
     for ax, (title, attrs) in zip(axes.flat, panels, strict=True):

@@ -12,6 +12,7 @@ import pytest
 from balancer.stores.memory import MemoryStore
 
 from .base import DAMAGES, FUTURE, GARBAGE_ETAG, GHOST, REF, StoreContract
+from .changes import ChangeFeedContract
 
 # What a test or the simulator could plant (nothing else writes this store): the value as stored.
 TIMES: dict[str, Any] = {
@@ -19,8 +20,15 @@ TIMES: dict[str, Any] = {
 }  # fmt: skip
 
 
-class TestMemoryStore(StoreContract):
+class TestMemoryStore(ChangeFeedContract, StoreContract):
     notices = True
+
+    async def delete_by_hand(self, store: MemoryStore, partition_id: str) -> None:
+        del store._ownership[(REF, partition_id)]  # nothing but a test can: the store never deletes
+
+    async def start_over(self, store: MemoryStore) -> MemoryStore:
+        return MemoryStore()  # a process that restarted: a new store, whose cursors are its own
+
     @pytest.fixture
     async def store(self) -> AsyncIterator[MemoryStore]:
         yield MemoryStore()

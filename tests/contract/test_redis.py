@@ -33,6 +33,7 @@ from .base import (
     heard_after_publishing,
     listening,
 )
+from .changes import ChangeFeedContract
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +48,16 @@ async def flush(url: str) -> None:
         await raw.flushall()
 
 
-class TestRedisStore(StoreContract):
+class TestRedisStore(ChangeFeedContract, StoreContract):
     notices = True
+
+    async def delete_by_hand(self, store: RedisStore, partition_id: str) -> None:
+        async with Redis.from_url(store.url) as raw:  # redis-cli HDEL
+            assert await raw.hdel(Keys.of(REF).ownership, partition_id) == 1
+
+    async def start_over(self, store: RedisStore) -> RedisStore:
+        await flush(store.url)  # FLUSHALL, or a restart without persistence
+        return store
 
     async def test_a_release_listener_whose_connection_the_server_kills_subscribes_again(
         self, store: RedisStore, redis_server: RedisServer
@@ -63,6 +72,7 @@ class TestRedisStore(StoreContract):
         finally:
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)
+
     @pytest.fixture
     async def store(self, redis_server: RedisServer) -> AsyncIterator[RedisStore]:
         await flush(redis_server.url)
@@ -125,14 +135,17 @@ class TestRedisStore(StoreContract):
         tricky = HubRef("ns}{x", "hub{a}", "$Default")
         for ref in (REF, tricky):
             keys = Keys.of(ref)
-            fields = (keys.ownership, keys.checkpoints, keys.members, keys.controls, keys.etags)
+            fields = (
+                keys.ownership, keys.checkpoints, keys.members, keys.controls, keys.etags, keys.changes, keys.epoch
+            )  # fmt: skip
             assert len({key_slot(k.encode()) for k in fields}) == 1
             assert scope(ref).count("{") == 1 and scope(ref).count("}") == 1
         await store.claim_ownership([OwnershipRecord(tricky, "0", "a")])
         await store.update_checkpoint(Checkpoint(tricky, "0", 3), "a")
         async with Redis.from_url(redis_server.url, decode_responses=True) as raw:
             written = sorted(await raw.keys("*"))
-        assert written == sorted([Keys.of(tricky).ownership, Keys.of(tricky).etags, Keys.of(tricky).checkpoints])
+        keys = Keys.of(tricky)
+        assert written == sorted([keys.ownership, keys.etags, keys.changes, keys.epoch, keys.checkpoints])
         assert all(k.startswith(scope(tricky) + ":") for k in written)
 
     async def test_the_scripts_touch_only_keys_of_their_scope(

@@ -14,6 +14,7 @@ import sys
 import pytest
 from prometheus_client import REGISTRY
 
+from balancer.changes import ChangeFeed
 from balancer.coordinator import Coordinator
 from balancer.model import HubRef, OwnershipRecord
 from balancer.protocol import CheckpointStore, ControlStore, OwnershipStore, SnapshotStore
@@ -24,7 +25,7 @@ from workers.wiring import Stores, instrument
 
 REF = HubRef("instrumented.example", "sensors", "$Default")
 PARTITIONS = tuple(str(p) for p in range(4))
-READS = ("snapshot", "list_ownership", "list_members", "list_controls", "now")
+READS = ("snapshot_since", "snapshot", "list_ownership", "list_members", "list_controls", "now")
 
 
 def requests(operation: str) -> float:
@@ -67,7 +68,7 @@ def test_an_instrumented_store_implements_every_protocol_its_store_implements() 
     memory = MemoryStore()
     stores = instrument(Stores(memory, memory, memory))
 
-    for protocol in (OwnershipStore, SnapshotStore, CheckpointStore, ControlStore):
+    for protocol in (OwnershipStore, SnapshotStore, ChangeFeed, CheckpointStore, ControlStore):
         assert isinstance(memory, protocol)
         assert isinstance(stores.ownership, protocol), f"{protocol.__name__} on Python {sys.version_info[:2]}"
     assert stores.ownership is stores.checkpoints is stores.controls
@@ -78,7 +79,7 @@ def test_an_instrumented_store_implements_no_protocol_its_store_lacks() -> None:
     stores = instrument(Stores(ownership, memory, memory))  # type: ignore[arg-type]
 
     assert isinstance(stores.ownership, OwnershipStore)
-    assert not isinstance(stores.ownership, SnapshotStore | CheckpointStore | ControlStore)
+    assert not isinstance(stores.ownership, SnapshotStore | ChangeFeed | CheckpointStore | ControlStore)
     assert stores.checkpoints is stores.controls is not stores.ownership
     with pytest.raises(TypeError, match="not a ControlStore"):
         instrument(Stores(memory, memory, ownership))  # type: ignore[arg-type]
@@ -86,7 +87,7 @@ def test_an_instrumented_store_implements_no_protocol_its_store_lacks() -> None:
         metrics.instrumented(object())
 
 
-async def test_the_default_strategy_reads_one_snapshot_a_cycle_through_the_metrics_wrapper() -> None:
+async def test_the_default_strategy_reads_one_snapshot_of_changes_a_cycle_through_the_metrics_wrapper() -> None:
     memory = MemoryStore()
     stores = instrument(Stores(memory, memory, memory))
     strategy = get_strategy(None)
@@ -102,9 +103,8 @@ async def test_the_default_strategy_reads_one_snapshot_a_cycle_through_the_metri
         report = await coordinator.cycle()
 
         counted = {operation: requests(operation) - before[operation] for operation in READS}
-        assert counted == {"snapshot": 1, "list_ownership": 0, "list_members": 0, "list_controls": 0, "now": 0}, (
-            f"cycle {cycle} on Python {sys.version_info[:2]}"
-        )
+        expected_reads = {operation: 1 if operation == "snapshot_since" else 0 for operation in READS}
+        assert counted == expected_reads, f"cycle {cycle} on Python {sys.version_info[:2]}"
         # One snapshot; a heartbeat while it holds nothing (a worker holding partitions is alive by its
         # renewals); one claim-and-renew when it has something to write (its first cycle only announces
         # it): in the store's own count and the coordinator's.
@@ -121,5 +121,6 @@ async def test_the_coordinator_finds_the_control_store_in_an_instrumented_store(
     assert coordinator.controls is stores.ownership
     before = reads()
     await coordinator.cycle()
-    assert requests("snapshot") - before["snapshot"] == 1
+    assert requests("snapshot_since") - before["snapshot_since"] == 1
+    assert requests("snapshot") == before["snapshot"]
     assert requests("list_ownership") == before["list_ownership"]

@@ -177,6 +177,7 @@ class EventProcessor:
             self._outage.ok()
             self.cycles += 1
             metrics.CYCLE_DURATION.observe(report.seconds)
+            metrics.OWNERSHIP_ROWS_READ.inc(report.rows)
             self._watch.judge(report)
             if report.rebalance and self.on_rebalance is not None:
                 self.on_rebalance()

@@ -1,0 +1,169 @@
+"""The change-feed contract (``balancer.changes``): what every store that reads only what changed must do.
+
+Mixed into the contract classes of the stores that have a feed (memory, SQLite, PostgreSQL, Redis; not
+Blob, where a listing is one request either way). Besides ``StoreContract``'s hooks a class provides:
+
+- ``delete_by_hand(store, pid)``: remove one ownership record of ``REF`` behind the store's back, as an
+  operator's tool would (raw SQL, redis-cli);
+- ``start_over(store)``: what a store that lost its data does (a FLUSHALL, a restart without
+  persistence, tables emptied): afterwards the store holds nothing of ``REF``; returns the store to
+  use from then on.
+
+The bar everywhere: the copy a worker keeps from the changes is exactly the table a full listing
+gives, records and order, whatever interleaving of writers came before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from contextlib import AsyncExitStack
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from balancer.changes import ChangeFeed, OwnershipTable, read
+from balancer.model import OwnershipRecord, partition_ids
+
+from .base import REF, Store
+
+PARTITIONS = 12
+
+
+def ticking() -> Any:
+    """A local monotonic clock that never reaches a safety-net resync (the table never gets that old)."""
+    return lambda: 0.0
+
+
+async def brought_up_to_date(store: Store, table: OwnershipTable) -> tuple[list[OwnershipRecord], bool]:
+    """``table`` after reading ``store``'s changes, and whether that read was a delta (not full)."""
+    done = await read(store, REF, table, ticking())
+    assert done.ownership is not None, "the copy disagreed with the store even after a full read"
+    return done.ownership, not done.changes.full
+
+
+def as_listed(records: list[OwnershipRecord]) -> list[tuple[str, str, str | None, float | None, int]]:
+    return [(r.partition_id, r.owner_id, r.etag, r.last_modified, r.owner_level) for r in records]
+
+
+def request(rng: random.Random, seen: dict[str, OwnershipRecord], name: str) -> list[OwnershipRecord]:
+    """One writer's random request, from the records it last saw: first claims, releases, renewals and
+    steals (a steal or renewal with a stale ETag loses)."""
+    out = []
+    for pid in rng.sample(partition_ids(PARTITIONS), rng.randint(1, 4)):
+        current = seen.get(pid)
+        if current is None:
+            out.append(OwnershipRecord(REF, pid, name))
+        elif rng.random() < 0.2:
+            out.append(replace(current, owner_id=""))  # a release (won only if nobody wrote it since)
+        else:
+            out.append(current.claimed_by(name))  # a renewal, or a steal
+    return out
+
+
+class ChangeFeedContract:
+    """Async tests of ``ChangeFeed``; the class it is mixed into provides the store (see above)."""
+
+    async def delete_by_hand(self, store: Store, partition_id: str) -> None:
+        raise NotImplementedError
+
+    async def start_over(self, store: Store) -> Store:
+        raise NotImplementedError
+
+    async def test_a_first_read_is_whole_and_the_next_ones_bring_only_what_changed(self, store: Store) -> None:
+        assert isinstance(store, ChangeFeed)
+        first = await store.snapshot_since(REF, None)
+        assert first.full and first.ownership == []
+        won = await store.claim_ownership([OwnershipRecord(REF, p, "a") for p in partition_ids(10)])
+        whole = await store.snapshot_since(REF, first.cursor)
+        assert whole.cursor is not None and len(whole.ownership) == 10
+        renewed = await store.claim_ownership([won[3], won[7]])
+        changed = await store.snapshot_since(REF, whole.cursor)
+        assert not changed.full
+        assert as_listed(changed.ownership) == as_listed(renewed)
+        quiet = await store.snapshot_since(REF, changed.cursor)
+        assert not quiet.full and quiet.ownership == [] and quiet.now >= changed.now
+
+    async def test_the_copy_kept_from_changes_is_the_full_listing_after_random_interleavings_of_writers(
+        self, store: Store
+    ) -> None:
+        # Three writers (each its own connection) claim free partitions, steal with the ETag they last
+        # saw (often stale: it loses), renew and release what they hold, one at a time and in bursts
+        # sent together; three readers keep copies, read at random moments. After every read, each
+        # copy is the full listing, record for record and in its order.
+        deltas = 0
+        for seed in range(3):
+            rng = random.Random(seed)
+            async with AsyncExitStack() as stack:
+                writers = [await stack.enter_async_context(self.connect(store)) for _ in range(3)]  # type: ignore[attr-defined]
+                names = [f"w{seed}-{i}" for i in range(3)]
+                seen: dict[str, OwnershipRecord] = {}
+                tables = [OwnershipTable(math.inf) for _ in range(3)]
+
+                for _ in range(25):
+                    roll = rng.random()
+                    if roll < 0.4:
+                        i = rng.randrange(3)
+                        for record in await writers[i].claim_ownership(request(rng, seen, names[i])):
+                            seen[record.partition_id] = record
+                    elif roll < 0.6:
+                        results = await asyncio.gather(
+                            *(w.claim_ownership(request(rng, seen, names[i])) for i, w in enumerate(writers))
+                        )
+                        for won in results:
+                            for record in won:
+                                seen[record.partition_id] = record
+                    elif roll < 0.7:
+                        seen = {r.partition_id: r for r in await store.list_ownership(REF)}
+                    else:
+                        table = rng.choice(tables)
+                        copy, delta = await brought_up_to_date(store, table)
+                        deltas += delta
+                        assert as_listed(copy) == as_listed(await store.list_ownership(REF))
+                for table in tables:
+                    copy, delta = await brought_up_to_date(store, table)
+                    deltas += delta
+                    assert as_listed(copy) == as_listed(await store.list_ownership(REF))
+        assert deltas >= 20, "the readers hardly ever read a delta: the test proves nothing"
+
+    async def test_expired_records_nobody_writes_stay_in_the_copy_as_they_are_in_the_store(self, store: Store) -> None:
+        table = OwnershipTable(math.inf)
+        held = await store.claim_ownership([OwnershipRecord(REF, p, "gone") for p in partition_ids(6)])
+        await brought_up_to_date(store, table)
+        await store.claim_ownership([OwnershipRecord(REF, "6", "alive")])
+        copy, delta = await brought_up_to_date(store, table)
+        assert delta
+        assert as_listed(copy[:6]) == as_listed(held)  # unwritten, not dropped: their age still counts
+        assert [r.partition_id for r in copy] == [*partition_ids(7)]
+
+    async def test_a_record_deleted_behind_the_stores_back_makes_the_copy_read_everything(self, store: Store) -> None:
+        table = OwnershipTable(math.inf)
+        await store.claim_ownership([OwnershipRecord(REF, p, "a") for p in partition_ids(5)])
+        await brought_up_to_date(store, table)
+        await self.delete_by_hand(store, "2")
+        copy, _ = await brought_up_to_date(store, table)
+        assert [r.partition_id for r in copy] == ["0", "1", "3", "4"]
+        assert as_listed(copy) == as_listed(await store.list_ownership(REF))
+
+    @pytest.mark.parametrize("writes_after", [2, 40])
+    async def test_a_cursor_from_before_the_store_started_over_reads_everything(
+        self, store: Store, writes_after: int
+    ) -> None:
+        # 2: the store's counter is now behind the cursor (it went back); 40: past it again, so a
+        # cursor judged by its number alone would read only the records written after that number.
+        table = OwnershipTable(math.inf)
+        await store.claim_ownership([OwnershipRecord(REF, p, "before") for p in partition_ids(8)])
+        for _ in range(2):
+            await store.claim_ownership(await store.list_ownership(REF))
+        await brought_up_to_date(store, table)
+        store = await self.start_over(store)
+        assert await store.list_ownership(REF) == []
+        await store.claim_ownership([OwnershipRecord(REF, "9", "after")])
+        for _ in range(writes_after - 1):
+            await store.claim_ownership(await store.list_ownership(REF))
+        copy, delta = await brought_up_to_date(store, table)
+        assert not delta
+        assert [(r.partition_id, r.owner_id) for r in copy] == [("9", "after")]
+        assert as_listed(copy) == as_listed(await store.list_ownership(REF))
