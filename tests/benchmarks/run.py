@@ -21,7 +21,7 @@ BENCHMARKS = [
     ("one worker vs the hub's raw read rate; memory over 10M events", "tests.benchmarks.bench_throughput"),
     ("strategies x scenarios (simulator)", "tests.benchmarks.bench_strategies"),
     ("store requests per worker per cycle, every real store", "tests.benchmarks.bench_stores"),
-    ("a planned move on real processes: release to first event, with and without notices", "tests.benchmarks.bench_handoff"),
+    ("a planned move, real processes: release to first event, notices on and off", "tests.benchmarks.bench_handoff"),
     ("Spark pipeline: 1M landed events vs a pyarrow scan; demo latency", "tests.benchmarks.bench_pipeline"),
     ("Spark pipeline's dedupe state after 1M and 10M events", "tests.benchmarks.bench_pipeline_state"),
     ("Microsoft's processor vs Leaseboard's workers over AMQP", "tests.benchmarks.bench_amqp"),
