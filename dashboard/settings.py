@@ -22,7 +22,7 @@ DEBUG = envbool("DJANGO_DEBUG", True)
 ALLOWED_HOSTS = [h for h in envstr("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",") if h]
 
 INSTALLED_APPS = [
-    "daphne",
+    "dashboard.devserver",  # runserver under Daphne, imported only when it runs (see its docstring)
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
