@@ -3,5 +3,5 @@
 from daphne.management.commands.runserver import Command as DaphneRunserver
 
 
-class Command(DaphneRunserver):  # type: ignore[misc]  (daphne has no type hints)
+class Command(DaphneRunserver):  # type: ignore[misc]  # daphne ships no type hints
     pass
