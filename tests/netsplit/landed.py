@@ -9,6 +9,8 @@ here). ``landing.read_landing`` reads them; the rules:
 - ``landed_outside``: every file was written inside a tenure the store's history gives its writer on
   that partition (``history.tenures``), to within the history's resolution and ``slack``: so no
   worker landed a partition's events while another held its lease.
+- ``stale_pumps``: no writer's tenure (one pump) lands on both sides of another owner's lease on
+  that partition (a pump that outlived its partition's loss, its owner having claimed it back).
 - ``lost``: every event produced (and not set aside as malformed) is in a landing file.
 - ``duplicates``: an event in the files of two writers was processed twice. Each must have a cause:
   a fault that struck its first writer (a cut from the store, a kill or a stop, never a planned move),
@@ -84,6 +86,34 @@ def landed_outside(history: History, files: Iterable[LandedFile], expiry: float,
             f"landing: {f.owner} wrote {f.partition}/{f.name} (sequence {min(f.sequences)}..{max(f.sequences)}) at "
             f"{clock(f.written)}, outside every lease the store gave it there ({where}; allowed {allowed:g}s)"
         )
+    return problems
+
+
+def stale_pumps(history: History, files: Iterable[LandedFile], expiry: float, slack: float = 0.0) -> list[str]:
+    """Writers (owner and tenure token: one pump) whose files on a partition straddle another owner's
+    tenure there: a pump that went on after its partition was taken, from a stale position, even if its
+    owner claimed the partition back meanwhile. (A file written inside the other's tenure is
+    ``landed_outside``'s; this finds the pump whose files are each inside a lease of its owner.)"""
+    allowed = history.resolution + slack
+    per = {pid: tenures(writes, expiry) for pid, writes in by_partition(history.writes).items()}
+    spans: dict[tuple[str, str, str], list[int]] = {}
+    for f in files:
+        found = per.get(f.partition, [])
+        inside = [i for i, t in enumerate(found)
+                  if t.owner == f.owner and t.start - allowed <= f.written <= t.end + allowed]  # fmt: skip
+        if inside:
+            spans.setdefault((f.partition, f.owner, f.tenure), []).extend(inside)
+    problems = []
+    for (pid, owner, token), indices in sorted(spans.items(), key=lambda kv: (_key(kv[0][0]), kv[0][1:])):
+        found = per[pid]
+        between = [t for t in found[min(indices) : max(indices) + 1] if t.owner != owner]
+        if between:
+            other, first, last = between[0], found[min(indices)], found[max(indices)]
+            problems.append(
+                f"landing: partition {pid}: {owner} landed with one pump (tenure {token}) from {clock(first.start)} "
+                f"to {clock(last.end)}, across the lease of {other.owner} ({clock(other.start)} to "
+                f"{clock(other.end)}): a pump that went on after its partition was taken"
+            )
     return problems
 
 

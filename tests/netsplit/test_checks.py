@@ -28,7 +28,7 @@ from tests.netsplit.history import (
     tenures,
     unmatched_ends,
 )
-from tests.netsplit.landed import duplicates, landed_outside, lost, per_nemesis, unsigned
+from tests.netsplit.landed import duplicates, landed_outside, lost, per_nemesis, stale_pumps, unsigned
 from tests.netsplit.landing import LandedFile, read_landing
 from tests.netsplit.store_history import azurite_history, monitor_arguments, monitor_history
 from workers.handlers import PartitionContext
@@ -264,6 +264,20 @@ def test_a_file_landed_outside_its_writers_lease_is_found() -> None:
     assert "outside every lease the store gave it there (its nearest tenure there ran 00:01:40.001000" in problems[0]
     assert "the store never gave it that partition" in problems[1]
     assert landed_outside(found, [late], EXPIRY, slack=0.5) == []
+
+
+def test_a_pump_landing_on_both_sides_of_another_owners_lease_is_found() -> None:
+    # w1 holds partition 0 to 105.0, w2 from 105.201 to 109.0 (lapsed), w1 again from 110.001
+    found = history(("0", "w1", 100.0, 100.001), ("0", "w1", 102.0, 102.001), ("0", "w2", 105.2, 105.201),
+                    ("0", "w2", 106.0, 106.001), ("0", "w1", 110.0, 110.001))  # fmt: skip
+    fresh = [landed("0", 0, 9, "w1", 101.0, "a"), landed("0", 10, 19, "w2", 106.5, "b"),
+             landed("0", 20, 29, "w1", 111.0, "c")]  # fmt: skip
+    assert stale_pumps(found, fresh, EXPIRY) == [] and landed_outside(found, fresh, EXPIRY) == []
+    stale = [*fresh[:2], landed("0", 20, 29, "w1", 111.0, "a")]  # w1's first pump went on after w2's lease
+    (problem,) = stale_pumps(found, stale, EXPIRY)
+    assert problem.startswith("landing: partition 0: w1 landed with one pump (tenure a) from 00:01:40.001000 to ")
+    assert "across the lease of w2 (00:01:45.201000 to 00:01:49.000000)" in problem
+    assert landed_outside(found, stale, EXPIRY) == []  # each file, alone, is inside a lease of w1
 
 
 def test_an_event_produced_and_never_landed_is_lost_unless_set_aside() -> None:

@@ -59,7 +59,7 @@ from tests.netsplit.cluster import HOSTS, HostedConsole, NetFleet, make_kit, sta
 from tests.netsplit.deadlines import within
 from tests.netsplit.eventlog import unlogged
 from tests.netsplit.history import History, handled_outside, judge, summary
-from tests.netsplit.landed import duplicates, landed_outside, lost, per_nemesis, unsigned
+from tests.netsplit.landed import duplicates, landed_outside, lost, per_nemesis, stale_pumps, unsigned
 from tests.netsplit.landing import read_landing
 from tests.netsplit.nemeses import NEMESES
 from tests.netsplit.store_history import recorder_for
@@ -201,6 +201,7 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
     files, unreadable = read_landing(fleet.landing, fleet.ref.hub)
     report.violations += unreadable[:5] + unsigned(files, evidence.workers)[:5]
     report.violations += landed_outside(history, files, fleet.expiry, OVERLAP_SLACK + drift)[:5]
+    report.violations += stale_pumps(history, files, fleet.expiry, OVERLAP_SLACK + drift)[:5]
     report.violations += lost(evidence.produced, evidence.dead_letters, files)
     twice, unexplained = duplicates(files, evidence.faults, history, offset, OVERLAP_SLACK + drift)
     report.violations += unexplained
