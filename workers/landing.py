@@ -6,8 +6,9 @@ partition's sequence range, where ``root`` is ``LEASEBOARD_LANDING_DIR`` (defaul
 ``<var>/landing``; any path the workers and Spark share).
 
 Durability before checkpoint. The file is written under a hidden temporary name in the same
-folder, fsynced, renamed into place and the folder fsynced, all before the handler returns; the
-pump checkpoints only after the handler returns (``workers.runtime.pump``). A crash at any point leaves
+folder, fsynced, moved into place (a hard link, then the temporary name removed) and the folder
+fsynced, all before the handler returns; the pump checkpoints only after the handler returns
+(``workers.runtime.pump``). A crash at any point leaves
 either no file (the events come again from the old checkpoint) or a complete one, never a torn
 one under a final name. Spark ignores hidden names (leading "." or "_"), so it never reads a
 temporary file.
@@ -26,7 +27,7 @@ The writer is NOT in the file's name: the pipeline parses ``<first>-<last>.parqu
 sides all digits (``workers.pipeline.ranges.landed_file``), and any other name sends its batch down
 the slow exact path. So a range landed again never replaces the file already there (it is linked
 into place only if the name is free): the later copy is kept beside it under a hidden name,
-``.<first>-<last>.parquet.<owner>.<token>``, which neither Spark (hidden, and not ``*.parquet``)
+``.<first>-<last>.parquet.<owner>.<token>.<random>``, which neither Spark (hidden, and not ``*.parquet``)
 nor the pipeline's audit reads; its rows are the ones already landed. Two owners landing the same
 range leave two files, each naming its writer.
 
