@@ -40,7 +40,7 @@ class Ownership(Scoped):
     etag = models.CharField(max_length=64)
     last_modified = models.FloatField(help_text="store clock, seconds since the epoch")
     owner_level = models.BigIntegerField(default=0)
-    # The hub's change number at this row's latest write through the store (``OwnershipClock``); 0 for a
+    # The change number of this row's latest write through the store (``OwnershipClock``); 0 for a
     # row written by hand, which a trigger answers by changing the hub's epoch (migration 0005).
     changed = models.BigIntegerField(default=0, db_default=0)
 
@@ -62,11 +62,11 @@ class Ownership(Scoped):
 
 
 class OwnershipClock(Scoped):
-    """One hub's change counter for its ownership rows (``balancer.changes``). Every ownership write
-    through the store updates this row first, in the same transaction: the row lock serializes the
-    hub's writers, so change numbers become visible in their order. ``epoch`` changes when rows are
-    deleted or written by hand (triggers of migration 0005): a worker's cursor of another epoch
-    reads everything again."""
+    """One hub's change numbering for its ownership rows (``balancer.changes``, ``sqlstore``): on SQLite
+    ``serial`` is the counter every ownership write takes its number from (writers run one at a time
+    there); on PostgreSQL a row's number is its writer's transaction id and ``serial`` stays 0.
+    ``epoch`` changes when rows are deleted or written by hand (triggers of migration 0005): a
+    worker's cursor of another epoch reads everything again."""
 
     serial = models.BigIntegerField(default=0)
     epoch = models.CharField(max_length=32)

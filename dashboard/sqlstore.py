@@ -227,22 +227,43 @@ class SqlStore:
         return await self._run(LEASE, self._snapshot_since, ref, cursor)
 
     def _snapshot_since(self, connection: BaseDatabaseWrapper, ref: HubRef, cursor: str | None) -> Changes:
-        # The hub's clock is read before the rows: every row with a change number up to the serial
-        # read was committed before it (writers are serialized on the clock row, see ``_tick``), so
-        # the rows read next include all of them, and the cursor can say "up to that serial". Rows
-        # changed later may come too; read again next time, they cost nothing but the reading.
-        clock = self._rows(OwnershipClock, ref).values_list("epoch", "serial").first()
-        since = None if clock is None else _since(cursor, *clock)
+        # A cursor is "<epoch>:<n>": every row whose change number is below n was read (n is the
+        # first number a writer may still hold uncommitted). The bound is read before the rows, so
+        # the rows read next include every row below it; rows at or past it may come again next
+        # time (they cost the reading, nothing more).
+        epoch = self._epoch(connection, ref)
+        bound = self._bound(connection, ref)
+        since = _since(cursor, epoch, bound)
         if since is None:
             ownership = self._list_ownership(connection, ref)
         else:
-            rows = self._rows(Ownership, ref).filter(changed__gt=since)
+            rows = self._rows(Ownership, ref).filter(changed__gte=since)
             ownership = sorted(self._valid(rows, ref, _ownership, whole=False), key=lambda r: int(r.partition_id))
         return Changes(
             ownership, self._list_members(connection, ref), self._list_controls(connection, ref),
-            read_clock(connection), None if clock is None else f"{clock[0]}:{clock[1]}", since is None,
+            read_clock(connection), f"{epoch}:{bound}", since is None,
             sees_every_write=True,  # a row written by hand changes the epoch (migration 0005's triggers)
         )  # fmt: skip
+
+    def _epoch(self, connection: BaseDatabaseWrapper, ref: HubRef) -> str:
+        """The epoch of ``ref``'s change numbers (its clock row made, with a fresh one, if missing)."""
+        epoch = self._rows(OwnershipClock, ref).values_list("epoch", flat=True).first()
+        if epoch is not None:
+            return str(epoch)
+        OwnershipClock.objects.using(self.using).bulk_create(
+            [OwnershipClock(**OwnershipClock.scope(ref), serial=0, epoch=secrets.token_hex(8))], ignore_conflicts=True
+        )
+        return str(self._rows(OwnershipClock, ref).values_list("epoch", flat=True).get())
+
+    def _bound(self, connection: BaseDatabaseWrapper, ref: HubRef) -> int:
+        """The first change number a writer may still hold uncommitted: on PostgreSQL the oldest
+        transaction id still running (``_change_number``); elsewhere the hub's counter plus one."""
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+                return int(cursor.fetchone()[0])
+        serial = self._rows(OwnershipClock, ref).values_list("serial", flat=True).first()
+        return int(serial or 0) + 1
 
     def _list_ownership(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[OwnershipRecord]:
         records = self._valid(self._rows(Ownership, ref), ref, _ownership)
@@ -262,28 +283,42 @@ class SqlStore:
         won: list[OwnershipRecord] = []
         with transaction.atomic(using=self.using):
             now = read_clock(connection)
+            xid = self._transaction_id(connection)
             # Every transaction locks rows in the same order (hub by hub, partition by partition),
             # so two claimers of overlapping sets wait for each other instead of deadlocking.
             for ref in sorted(groups, key=lambda r: (r.namespace, r.hub, r.consumer_group)):
-                serial = self._tick(connection, ref)
+                serial = xid if xid is not None else self._tick(connection, ref)
                 batch = sorted(groups[ref].values(), key=lambda r: int(r.partition_id))
                 for start in range(0, len(batch), CHUNK):
                     won += self._claim_chunk(connection, ref, batch[start : start + CHUNK], now, serial)
         order = {(r.ref, r.partition_id): i for i, r in enumerate(records)}
         return sorted(won, key=lambda r: order[(r.ref, r.partition_id)])
 
-    def _tick(self, connection: BaseDatabaseWrapper, ref: HubRef) -> int:
-        """The next change number of ``ref``'s ownership rows, taken inside the writing transaction.
+    def _transaction_id(self, connection: BaseDatabaseWrapper) -> int | None:
+        """On PostgreSQL, the writing transaction's id: the change number of every row it writes.
 
-        Why a counter row and not a sequence: on PostgreSQL a number from a sequence is taken at once
-        but becomes visible only at commit, so a writer that took 7 can commit after one that took 8
-        was read, and a reader asking for "changed after 8" would miss 7 for good. The UPDATE here
-        locks the hub's counter row until commit, so the hub's writers take their numbers one at a
-        time, each after the previous one's commit: numbers become visible in their order. (The same
-        as ``pg_advisory_xact_lock`` on a hub key, with the number and the epoch in the locked row.)
-        Every claim transaction locks the counter first and the rows after it (hub by hub, in the
-        same order), so writers still never deadlock. SQLite serializes writers anyway.
+        Why not a number from a sequence or a counter: a number taken inside a transaction becomes
+        visible only at commit, so a writer that took 7 can commit after one that took 8 was read,
+        and a reader asking for "changed after 8" would miss 7 for good. Serializing the hub's
+        writers (a lock on a counter row, or ``pg_advisory_xact_lock``, until commit) would fix
+        that, but at 1024 partitions and 64 worker processes on two cores the lock holder was often
+        descheduled between statements while the others queued: the fleet did not balance in 300 s.
+        Snapshot bounds instead: a reader's cursor is ``pg_snapshot_xmin`` (the oldest transaction
+        still running) taken before it reads, and the next read asks for rows written by that
+        transaction id or later. Every transaction below it had ended before the rows were read, so
+        its rows were read; later ones are read next time. No writer waits for another. A
+        transaction held open long (an idle psql session) keeps the bound low, and so re-reads the
+        rows written since it began, never misses one. ``xid8`` never wraps around.
         """
+        if connection.vendor != "postgresql":
+            return None
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_current_xact_id()::text::bigint")
+            return int(cursor.fetchone()[0])
+
+    def _tick(self, connection: BaseDatabaseWrapper, ref: HubRef) -> int:
+        """Elsewhere (SQLite, which runs one writer at a time anyway): the hub's next change number,
+        from its counter row, in the writing transaction."""
         quote = connection.ops.quote_name
         table = quote(OwnershipClock._meta.db_table)
         scope = " AND ".join(f"{quote(column)} = %s" for column in ("namespace", "hub", "consumer_group"))
@@ -294,8 +329,7 @@ class SqlStore:
             row = cursor.fetchone()
             if row is not None:
                 return int(row[0])
-        # The hub's first write: its counter row, made in this transaction (a racing first writer's
-        # insert waits for ours on the unique key, then updates the row we made).
+        # The hub's first write: its counter row, made in this transaction.
         OwnershipClock.objects.using(self.using).bulk_create(
             [OwnershipClock(**OwnershipClock.scope(ref), serial=0, epoch=secrets.token_hex(8))], ignore_conflicts=True
         )
@@ -466,11 +500,12 @@ class SqlStore:
         self._rows(ControlRow, ref).filter(kind=kind, target=target).delete()
 
 
-def _since(cursor: str | None, epoch: str, serial: int) -> int | None:
-    """The change number ``cursor`` read up to, if it is of the hub's current ``epoch`` and not past
-    ``serial`` (a counter row made again, or rows deleted or edited by hand since: None, read all)."""
+def _since(cursor: str | None, epoch: str, bound: int) -> int | None:
+    """The change number a delta read from ``cursor`` starts at, if the cursor is of the hub's current
+    ``epoch`` and not past ``bound`` (None, read all: a clock row made again, rows deleted or edited by
+    hand since, a database restored with transaction ids that went back)."""
     seen_epoch, _, seen = (cursor or "").partition(":")
-    if seen_epoch != epoch or not seen.isdigit() or int(seen) > serial:
+    if seen_epoch != epoch or not seen.isdigit() or int(seen) > bound:
         return None
     return int(seen)
 

@@ -1,11 +1,13 @@
 """Change numbers for the ownership rows, so a worker reads only what changed (``balancer.changes``).
 
-``Ownership.changed`` is the hub's change number at the row's latest write through the store, taken
-from ``OwnershipClock`` in the writing transaction. Triggers catch what does not go through the
+``Ownership.changed`` is the change number of the row's latest write through the store: the hub's
+counter in ``OwnershipClock`` on SQLite, the writing transaction's id on PostgreSQL (see
+``dashboard.sqlstore``). Triggers catch what does not go through the
 store (an operator's DELETE, UPDATE, INSERT or TRUNCATE in psql or the SQLite shell, the Django
 admin's delete): each gives the hub's clock a new ``epoch``, so every worker's cursor of the old
-epoch reads everything again. A store write always sets a ``changed`` larger than the row's, so
-only a write by hand keeps it (UPDATE) or leaves the default 0 (INSERT). A later migration that
+epoch reads everything again. A store write always sets a ``changed`` other than the row's (two
+writes of one row in one transaction aside: a needless full read), so only a write by hand keeps it
+(UPDATE) or leaves the default 0 (INSERT). A later migration that
 makes SQLite rebuild ``dashboard_ownership`` drops its triggers: it must create them again.
 """
 
@@ -72,35 +74,34 @@ def drop_triggers(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('dashboard', '0004_operator_event_kinds'),
+        ("dashboard", "0004_operator_event_kinds"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='OwnershipClock',
+            name="OwnershipClock",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('namespace', models.CharField(max_length=255)),
-                ('hub', models.CharField(max_length=255)),
-                ('consumer_group', models.CharField(max_length=255)),
-                ('serial', models.BigIntegerField(default=0)),
-                ('epoch', models.CharField(max_length=32)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("namespace", models.CharField(max_length=255)),
+                ("hub", models.CharField(max_length=255)),
+                ("consumer_group", models.CharField(max_length=255)),
+                ("serial", models.BigIntegerField(default=0)),
+                ("epoch", models.CharField(max_length=32)),
             ],
         ),
         migrations.AddField(
-            model_name='ownership',
-            name='changed',
+            model_name="ownership",
+            name="changed",
             field=models.BigIntegerField(db_default=0, default=0),
         ),
         migrations.AddIndex(
-            model_name='ownership',
-            index=models.Index(fields=['namespace', 'hub', 'consumer_group', 'changed'], name='ownership_changed'),
+            model_name="ownership",
+            index=models.Index(fields=["namespace", "hub", "consumer_group", "changed"], name="ownership_changed"),
         ),
         migrations.AddConstraint(
-            model_name='ownershipclock',
-            constraint=models.UniqueConstraint(fields=('namespace', 'hub', 'consumer_group'), name='one_clock_per_hub'),
+            model_name="ownershipclock",
+            constraint=models.UniqueConstraint(fields=("namespace", "hub", "consumer_group"), name="one_clock_per_hub"),
         ),
         migrations.RunPython(create_triggers, drop_triggers),
     ]

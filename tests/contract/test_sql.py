@@ -297,10 +297,11 @@ class TestSqlStoreOnPostgres(SqlContract):
 
     async def test_a_writer_that_commits_after_a_later_writer_is_not_missed_by_a_reader(self, store: SqlStore) -> None:
         # On PostgreSQL a number taken inside a transaction becomes visible only at commit. A slow
-        # writer takes the hub's next change number and stays open; a fast writer writes meanwhile; a
-        # reader reads between and after. Were the numbers not serialized per hub (a sequence), the
-        # fast writer would commit the larger number first, the reader's cursor would pass it, and
-        # the slow writer's row, committed later with the smaller number, would never be read.
+        # writer takes its change number and stays open; a fast writer, with a larger number, writes
+        # and commits meanwhile; a reader reads between and after. Were the cursor the largest number
+        # read (or the numbers from a sequence, and no writer waited for another), the reader's cursor
+        # would pass the fast writer's, and the slow writer's row, committed later with the smaller
+        # number, would never be read. The cursor is the oldest transaction still running instead.
         table = OwnershipTable(float("inf"))
         await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
         inside, go = threading.Event(), threading.Event()
