@@ -3,9 +3,10 @@
 The console (Daphne on the console host) serves the balancer events the workers reported, in
 ``/api/events`` (``Console.events`` reads every page over HTTP, as any outside client would):
 ``{"id", "kind", "partition_id", "owner_id", "previous_owner", "reporter", "reason", "at", ...}``.
-``at`` is the reporter's clock (a skewed worker's is off), so events are matched to the store's
-history by what they say, not when: per partition, every change the store recorded must be in the
-log, one event each, with a reason that fits it:
+``at`` is the store's clock (the won write's own last-modified, or the reporter's last reading of
+the store's clock carried forward), so each change the store recorded is matched with an event of
+its partition stamped within an expiry of it (the nearest, when a worker claims the same partition
+twice in that time), one event each, saying what it says and with a reason that fits it:
 
 - a tenure that starts the partition's history, or follows a release: a ``claim`` by its owner,
   reason ``never owned`` or ``released``;
@@ -14,6 +15,11 @@ log, one event each, with a reason that fits it:
   it, with a reason: a live owner's lease taken, which ``history.owner_overlaps`` would fail anyway);
 - a release: a ``release`` by the owner that released, with a reason (``handed off``, ``shutting
   down``).
+
+A change whose reporter was cut off from the event log's host (the store host) within an expiry
+after it is counted apart, not failed: the worker reports a change once the store has taken it, and
+``dashboard.broadcast`` does not keep a report it could not deliver (the worker logs "broadcasting
+balancer events to the dashboard failed"), so the console never learns of it.
 
 A tenure that follows the same owner's lapsed lease (nobody took it meanwhile; its renewal carried
 the ETag it held) is no change of owner and has no event.
@@ -24,7 +30,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from tests.chaos.evidence import Fault
 from tests.netsplit.history import History, by_partition, clock, history_slice, tenures
+from tests.netsplit.landed import CAUSES
 
 GAINS = ("claim", "expire", "steal")
 
@@ -85,18 +93,50 @@ def _matches(expected: Expected, event: Mapping[str, object]) -> bool:
     return expected.previous is None or event.get("previous_owner") == expected.previous
 
 
-def unlogged(history: History, events: Iterable[Mapping[str, object]], expiry: float) -> list[str]:
+def _at(event: Mapping[str, object]) -> float:
+    try:
+        return float(event.get("at") or 0.0)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def cut_off(faults: Iterable[Fault], worker: str, at: float, expiry: float, offset: float) -> Fault | None:
+    """The fault that cut ``worker`` off from the event log's host (the store host: a cut, a kill, a
+    stop) within ``expiry`` after the store-clock time ``at`` (faults: monotonic + ``offset``)."""
+    return next(
+        (f for f in faults
+         if f.kind in CAUSES and worker in f.victims and f.started + offset <= at + expiry and f.ended + offset >= at),
+        None,
+    )  # fmt: skip
+
+
+def unlogged(
+    history: History, events: Iterable[Mapping[str, object]], expiry: float, faults: Iterable[Fault] = (),
+    offset: float = 0.0,
+) -> tuple[list[str], list[str]]:  # fmt: skip
     """Every change of owner in the store's history without its event in the console's log (or with
-    an event whose reason does not fit it), each with the slice of history that shows the change."""
+    an event whose reason does not fit it), each with the slice of history that shows the change;
+    and, apart, the changes whose event is missing because their reporter was cut off from the event
+    log's host within an expiry after the change (``cut_off``: a worker reports a change after the
+    store took it, and a report it cannot deliver is lost; these are counted, not failed)."""
     pending = list(events)
     used = [False] * len(pending)
     per = by_partition(history.writes)
-    problems = []
+    faults = list(faults)
+    problems, excused = [], []
     for expected in expected_events(history, expiry):
-        candidates = [i for i, e in enumerate(pending) if not used[i] and _matches(expected, e)]
-        fitting = [i for i in candidates if plausible(expected, pending[i])]
+        candidates = [i for i, e in enumerate(pending)
+                      if not used[i] and _matches(expected, e) and abs(_at(e) - expected.at) <= expiry]  # fmt: skip
+        fitting = sorted((i for i in candidates if plausible(expected, pending[i])),
+                         key=lambda i: abs(_at(pending[i]) - expected.at))  # fmt: skip
         if fitting:
             used[fitting[0]] = True
+            continue
+        reporter = expected.owner if expected.owner is not None else expected.previous
+        cause = cut_off(faults, reporter or "", expected.at, expiry, offset) if not candidates else None
+        if cause is not None:
+            excused.append(f"partition {expected.partition}: {expected.why} at {clock(expected.at)}, reported by "
+                           f"{reporter}, {cause.kind} from {clock(cause.started + offset)}")  # fmt: skip
             continue
         writes = per[expected.partition]
         lines = history_slice(writes, expected.write, expected.write, expected.write, writes[0].at)
@@ -106,7 +146,7 @@ def unlogged(history: History, events: Iterable[Mapping[str, object]], expiry: f
             f"and the console's log has no {'/'.join(expected.kinds)} event for it with a reason that fits"
             f"{f' (found: {seen})' if seen else ''}. The store's history:\n" + "\n".join(lines)
         )
-    return problems
+    return problems, excused
 
 
 def taken_after_expiry(events: Iterable[Mapping[str, object]], owner: str, held: Iterable[str]) -> list[str]:

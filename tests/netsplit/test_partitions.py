@@ -206,7 +206,8 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
     twice, unexplained = duplicates(files, evidence.faults, history, offset, OVERLAP_SLACK + drift)
     report.violations += unexplained
     # The console's event log (read over HTTP from the observer) against the store's history.
-    report.violations += unlogged(history, events, fleet.expiry)[:5]
+    unreported, unsent = unlogged(history, events, fleet.expiry, evidence.faults, offset)
+    report.violations += unreported[:5]
     healing = [f for f in evidence.faults if f.kind in HEALED]
     balanced = dict(zip(healing, (r.seconds for r in healed), strict=True))
     figures = per_nemesis(fleet.phases, evidence.produced, evidence.dead_letters, files, evidence.handlings, twice,
@@ -225,8 +226,11 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
             f"  landing: {len(files)} files by {len(writers)} writers (owner, tenure), "
             f"{sum(1 for f in files if f.name.startswith('.'))} kept beside a range landed before; "
             f"{len(twice)} events processed twice, {sum(1 for d in twice if d.cause is None)} without a cause; "
-            f"console event log: {len(events)} events"
+            f"console event log: {len(events)} events, {len(unsent)} changes of owner missing from it because their "
+            f"reporter was cut off right after them"
         )
+        for line in unsent:
+            print(f"    never reported: {line}")
         print(f"  per nemesis [{store}]:")
         for line in figures:
             print(f"    {line.line()}")
