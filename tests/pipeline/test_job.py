@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from workers.landing import file_name
 from workers.models import UnreadableFile
 from workers.pipeline import audit, summary
+from workers.pipeline.job import together
 from workers.sensors import SensorEvent
 
 from .conftest import HUB, Landing, fleet_events
@@ -190,3 +191,44 @@ def test_rows_missing_a_required_field_are_dropped_whether_or_not_the_footers_ru
     assert [b.events for b in batches()] == [299]
     assert minutes_in_db() == expected_minutes(counted)
     assert aggregates_in_parquet(spark, landing.paths) == expected_aggregates(counted)
+
+
+def test_rows_missing_a_field_the_stream_does_not_read_are_dropped(spark: SparkSession, landing: Landing) -> None:
+    # The stream reads only the columns the aggregates and alerts use; offset and event_id are
+    # required too, so a batch whose footers allow a null in them is checked from its files.
+    readings = fleet_events(300, seed=23)
+    for n, pid in enumerate(("0", "1", "2")):
+        landing.land(pid, 0, [e.to_json() for e in readings[n * 100 : (n + 1) * 100]])
+    one, two = (landing.root / HUB / pid / file_name(0, 99) for pid in ("1", "2"))
+    table = pq.read_table(one)  # another writer's file: nullable columns, an event without its offset
+    table = table.cast(pa.schema([f.with_nullable(True) for f in table.schema]))
+    at = table.schema.get_field_index("offset")
+    offsets = [None if i == 4 else o for i, o in enumerate(table.column("offset").to_pylist())]
+    pq.write_table(table.set_column(at, table.schema.field(at), pa.array(offsets, pa.string())), one)
+    pq.write_table(pq.read_table(two).drop_columns(["event_id"]), two)  # a file without event ids
+
+    run_once(spark, landing.paths)
+
+    counted = [e for i, e in enumerate(readings) if i != 104 and i < 200]
+    assert [b.events for b in batches()] == [199]
+    assert minutes_in_db() == expected_minutes(counted)
+    assert aggregates_in_parquet(spark, landing.paths) == expected_aggregates(counted)
+
+
+def test_calls_run_together_return_in_order_keep_the_job_properties_and_all_end_before_a_failure_is_raised(
+    spark: SparkSession,
+) -> None:
+    context = spark.sparkContext
+    context.setLocalProperty("leaseboard.test", "batch 7")  # as a query's job group is set in its thread
+    try:
+        assert together(lambda: 1, lambda: context.getLocalProperty("leaseboard.test")) == [1, "batch 7"]
+    finally:
+        context.setLocalProperty("leaseboard.test", None)  # type: ignore[arg-type]
+    ran: list[int] = []
+
+    def boom() -> None:
+        raise ValueError("a write failed")
+
+    with pytest.raises(ValueError, match="a write failed"):
+        together(lambda: ran.append(1), boom, lambda: ran.append(3))
+    assert sorted(ran) == [1, 3]

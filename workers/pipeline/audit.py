@@ -10,8 +10,8 @@ itself replays a batch from, so a replayed batch is audited on the same files.
 
 The same footers say whether a batch can hold a row missing a required field at all
 (``nulls_ruled_out``): a landing file declares those columns REQUIRED (or its statistics count no
-null), so the job skips the per-row check (``transforms.well_formed``) and with it the reading of
-the columns only that check would read. Profiled on 1 M events: the check cost about half the scan.
+null), so the job skips the per-row check (``transforms.well_formed``). The stream reads only the
+columns the batch uses, so without that proof the check reads the batch's files again, every column.
 """
 
 from __future__ import annotations

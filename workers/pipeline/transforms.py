@@ -23,8 +23,9 @@ ALERT_KINDS = (GLASS_BREAK, SMOKE, INTRUSION)
 
 def well_formed(events: DataFrame) -> DataFrame:
     """``events`` without rows missing a required field (a landing file lacking a column reads as
-    nulls in it): such a row cannot be counted, and must not take the key of a good copy."""
-    required = [F.col(f.name).isNotNull() for f in LANDING if not f.nullable]
+    nulls in it): such a row cannot be counted, and must not take the key of a good copy. Checks
+    the required columns ``events`` has (all of them, unless it was narrowed to ``USED``)."""
+    required = [F.col(f.name).isNotNull() for f in LANDING if not f.nullable and f.name in events.columns]
     condition = required[0]
     for check in required[1:]:
         condition = condition & check
@@ -132,7 +133,10 @@ def of_tallies(tallied: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
     events = F.coalesce(F.sum("events"), F.lit(0)).alias("events")
     aggregates = tallied.groupBy("home", "minute", "sensor").agg(events)
     alerts = tallied.where(F.col("kind").isNotNull()).select(
-        *[F.col(f"alert_{name}").alias(name) for name in KEY], "home", "kind", "sensor",
+        *[F.col(f"alert_{name}").alias(name) for name in KEY],
+        "home",
+        "kind",
+        "sensor",
         *[F.col(f"alert_{name}").alias(name) for name in ALERT_FIELDS if name not in KEY],
     )
     alerting = F.when(F.col("kind").isNotNull(), F.col("events")).otherwise(F.lit(0))
