@@ -10,6 +10,7 @@ of the store (every 50 ms), so the figure it reports is good to a sample. The bo
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from tests.chaos.evidence import Evidence, OwnershipSample
@@ -35,22 +36,41 @@ def overlaps(evidence: Evidence, slack: float = OVERLAP_SLACK) -> list[str]:
 
     A tenure is one worker's continuous reading of a partition: its handlings there in sequence order,
     each the next sequence number after the one before (a worker that resumes elsewhere, after a gap,
-    starts a new tenure). Its window runs from its first handling to its last, each time the handler's
-    own reading of the machine's monotonic clock as it got the event (network namespaces share that
-    clock). So this proves, to within ``slack``, that no worker handled an event of a partition while
-    another was between two consecutive events of its own reading there: a worker cut off stops before
-    its lease can have expired in the store, and the next owner starts only after that."""
+    starts a new tenure), and each less than an expiry after the one before unless no other worker
+    handled the partition in between (a worker that lost the partition to one that was then cut off
+    before its checkpoint resumes at the very next sequence number: a new tenure too). Its window runs
+    from its first handling to its last, each time the handler's own reading of the machine's monotonic
+    clock as it got the event (network namespaces share that clock). So this proves, to within
+    ``slack``, that no worker handled an event of a partition while another was between two
+    consecutive events of its own reading there, less than an expiry apart: a worker cut off stops
+    before its lease can have expired in the store, and the next owner starts only after that. (That
+    no two leases overlapped at all is the store history's to prove: ``history.owner_overlaps``.)"""
     problems = []
     by_key: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    moments: dict[str, list[tuple[float, str]]] = {}  # partition -> (time, owner) of every handling, sorted
     for h in evidence.handlings:
         by_key.setdefault((h.partition, h.owner), []).append((h.sequence, h.at))
+        moments.setdefault(h.partition, []).append((h.at, h.owner))
+    for found in moments.values():
+        found.sort()
+
+    def another_between(pid: str, owner: str, after: float, before: float) -> bool:
+        found = moments[pid]
+        low = bisect.bisect_right(found, (after, "\uffff"))
+        high = bisect.bisect_left(found, (before, ""))
+        return any(other != owner for _, other in found[low:high])
+
     tenures: dict[str, list[tuple[float, float, str, int, int]]] = {}  # partition -> (first, last, owner, from, to)
     for (pid, owner), handled in by_key.items():
         handled.sort()
         start = handled[0]
         previous = start
         for current in [*handled[1:], None]:
-            if current is None or current[0] != previous[0] + 1:
+            if (
+                current is None
+                or current[0] != previous[0] + 1
+                or (current[1] - previous[1] > evidence.expiry and another_between(pid, owner, previous[1], current[1]))
+            ):
                 tenures.setdefault(pid, []).append((start[1], previous[1], owner, start[0], previous[0]))
                 if current is not None:
                     start = current

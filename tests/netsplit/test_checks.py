@@ -60,6 +60,19 @@ def test_two_owners_reading_one_partition_at_once_are_found() -> None:
     assert problem == "partition 0: w1 read 10..12 from 1.000 to 1.200 while w2 read 11..13 from 1.050 to 1.250"
 
 
+def test_a_worker_resuming_where_it_left_after_another_was_cut_off_is_no_overlap() -> None:
+    # w1 reads 0..2, loses the partition to w2, which reads 3..5 and is cut off before its checkpoint;
+    # w1 takes it back at its own checkpoint (2) and reads 3..6: the next sequence number, 7 s later
+    found = evidence(("0", 0, "w1", 1.0), ("0", 1, "w1", 1.1), ("0", 2, "w1", 1.2), ("0", 3, "w2", 5.0),
+                     ("0", 4, "w2", 5.1), ("0", 5, "w2", 5.2), ("0", 3, "w1", 8.2), ("0", 4, "w1", 8.3),
+                     ("0", 5, "w1", 8.4), ("0", 6, "w1", 8.5))  # fmt: skip
+    assert overlaps(found) == []
+    # the same gap with w2 reading while w1 still goes on (w1 handles 2 at 5.15): two owners at once
+    during = evidence(("0", 0, "w1", 1.0), ("0", 1, "w1", 4.0), ("0", 2, "w1", 5.15), ("0", 3, "w2", 5.0),
+                      ("0", 4, "w2", 5.1), ("0", 5, "w2", 5.2), ("0", 3, "w1", 8.2))  # fmt: skip
+    assert overlaps(during) == ["partition 0: w1 read 0..2 from 1.000 to 5.150 while w2 read 3..5 from 5.000 to 5.200"]
+
+
 def test_rapid_handoffs_back_and_forth_are_no_overlap() -> None:
     found = evidence(("0", 0, "w1", 1.0), ("0", 1, "w2", 1.2), ("0", 2, "w1", 1.4))
     assert overlaps(found) == []
