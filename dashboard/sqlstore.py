@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import BooleanField, Case, F, QuerySet, Value, When
+from django.db.models import BigIntegerField, BooleanField, Case, F, QuerySet, Value, When
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Concat
 
@@ -231,8 +231,7 @@ class SqlStore:
         # first number a writer may still hold uncommitted). The bound is read before the rows, so
         # the rows read next include every row below it; rows at or past it may come again next
         # time (they cost the reading, nothing more).
-        epoch = self._epoch(connection, ref)
-        bound = self._bound(connection, ref)
+        epoch, bound = self._epoch_and_bound(connection, ref)
         since = _since(cursor, epoch, bound)
         if since is None:
             ownership = self._list_ownership(connection, ref)
@@ -245,25 +244,22 @@ class SqlStore:
             sees_every_write=True,  # a row written by hand changes the epoch (migration 0005's triggers)
         )  # fmt: skip
 
-    def _epoch(self, connection: BaseDatabaseWrapper, ref: HubRef) -> str:
-        """The epoch of ``ref``'s change numbers (its clock row made, with a fresh one, if missing)."""
-        epoch = self._rows(OwnershipClock, ref).values_list("epoch", flat=True).first()
-        if epoch is not None:
-            return str(epoch)
-        OwnershipClock.objects.using(self.using).bulk_create(
-            [OwnershipClock(**OwnershipClock.scope(ref), serial=0, epoch=secrets.token_hex(8))], ignore_conflicts=True
-        )
-        return str(self._rows(OwnershipClock, ref).values_list("epoch", flat=True).get())
-
-    def _bound(self, connection: BaseDatabaseWrapper, ref: HubRef) -> int:
-        """The first change number a writer may still hold uncommitted: on PostgreSQL the oldest
-        transaction id still running (``_change_number``); elsewhere the hub's counter plus one."""
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
-                return int(cursor.fetchone()[0])
-        serial = self._rows(OwnershipClock, ref).values_list("serial", flat=True).first()
-        return int(serial or 0) + 1
+    def _epoch_and_bound(self, connection: BaseDatabaseWrapper, ref: HubRef) -> tuple[str, int]:
+        """The epoch of ``ref``'s change numbers and the first number a writer may still hold
+        uncommitted: on PostgreSQL the oldest transaction id still running (``_transaction_id``),
+        elsewhere the hub's counter plus one. One statement; the hub's clock row is made (with a fresh
+        epoch) if it is missing."""
+        pg = connection.vendor == "postgresql"
+        xmin = RawSQL("pg_snapshot_xmin(pg_current_snapshot())::text::bigint", [], output_field=BigIntegerField())
+        found = self._rows(OwnershipClock, ref).values_list("epoch", xmin if pg else "serial").first()
+        if found is None:
+            OwnershipClock.objects.using(self.using).bulk_create(
+                [OwnershipClock(**OwnershipClock.scope(ref), serial=0, epoch=secrets.token_hex(8))],
+                ignore_conflicts=True,
+            )
+            return self._epoch_and_bound(connection, ref)
+        epoch, number = found
+        return str(epoch), int(number) if pg else int(number) + 1
 
     def _list_ownership(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[OwnershipRecord]:
         records = self._valid(self._rows(Ownership, ref), ref, _ownership)
