@@ -12,6 +12,9 @@ STAMP := $(VENV)/.installed-$(HASH)
 PIP_INSTALL := -m pip install --quiet --disable-pip-version-check
 # The fast suites on the other supported Pythons: pytest-xdist workers each (0: one process).
 FAST_WORKERS ?= 2
+# Microsoft's livetest (about 5 min, mostly its own sleeps) starts as soon as `make test` has
+# collected, beside the rest of the suite (tests/livetest/conftest.py); 0 runs it in its turn.
+LIVETEST_EARLY ?= 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: demo test test-pythons bench chaos lint check-deploy venv system-deps clean
@@ -64,7 +67,7 @@ check-deploy: venv
 # The whole suite on the default Python (PYTHON), then the fast suites on the other supported ones.
 test: venv system-deps lint
 	$(PY) manage.py makemigrations --check --dry-run -v 0
-	$(VENV)/bin/pytest --durations=25
+	LIVETEST_EARLY=$(LIVETEST_EARLY) $(VENV)/bin/pytest --durations=25
 	@$(MAKE) --no-print-directory test-pythons
 
 # The fast suite (everything not marked slow) on each other supported Python found on this machine,

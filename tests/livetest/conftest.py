@@ -1,7 +1,8 @@
 """With ``LIVETEST_EARLY=1``, Microsoft's suite starts as soon as the session has collected, on a
 thread, when its test is among the collected: its five minutes (mostly Microsoft's own sleeps)
-then overlap the tests that run before it, and its test only collects the outcome. Off by default:
-the overlap adds its load (about two minutes of CPU) to whatever runs beside it."""
+then overlap the tests that run before it, and its test only collects the outcome. ``make test``
+turns it on; a bare ``pytest`` does not, since the overlap adds its load (about two minutes of CPU)
+to whatever runs beside it."""
 
 from __future__ import annotations
 
