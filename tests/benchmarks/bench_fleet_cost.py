@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.benchmarks.django_env import temporary_django
 from workers.sources.base import Position
 
 SIZES = ((64, 8), (256, 16), (1024, 64))
@@ -578,24 +579,19 @@ def main(argv: list[str] | None = None) -> int:
     if options.baseline is not None:
         repos["before"] = options.baseline.resolve()
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
-    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as name:
-        tmp = Path(name)
-        os.environ.setdefault("LEASEBOARD_VAR_DIR", name)
-        os.environ.setdefault("DATABASE_URL", f"sqlite:///{tmp / 'bench.sqlite3'}")
-        import django
-
-        django.setup()
+    with temporary_django("bench-fleet-") as tmp:
         if options.pumps or options.amqp_pumps:
             pumps_section(options.pumps, options.amqp_pumps, tmp)
         rows: list[Row] = []
         if options.sizes:
-            compared = f"; 'before': workers of {repos['before']}, 'after': of {repos['after']}"
+            compared = ""
+            if "before" in repos:
+                compared = f"; 'before': workers of {repos['before']}, 'after': of {repos['after']}"
             print(
                 f"\nidle fleets: one runworkers process per worker, embedded hub, interval {INTERVAL:g}s, expiry "
                 f"{EXPIRY:g}s, no events; 'balance': seconds from the last start; 'after kill': from one SIGKILL; "
                 f"queries, rows and CPU over {options.window:g}s of steady state"
-                + (compared if "before" in repos else "")
+                + compared
             )
             print(HEADER, flush=True)
             for store in stores:

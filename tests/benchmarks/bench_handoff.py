@@ -21,11 +21,12 @@ import contextlib
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any, TextIO
+
+from tests.benchmarks.django_env import temporary_django
 
 PARTITIONS = 4
 INTERVAL, EXPIRY = 2.0, 10.0
@@ -178,14 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="default: postgresql and redis")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=2, help="moves per case (default 2)")
     options = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
-    with tempfile.TemporaryDirectory(prefix="bench-handoff-") as name:
-        tmp = Path(name)
-        os.environ.setdefault("LEASEBOARD_VAR_DIR", name)
-        os.environ.setdefault("DATABASE_URL", f"sqlite:///{tmp / 'bench.sqlite3'}")
-        import django
-
-        django.setup()
+    with temporary_django("bench-handoff-") as tmp:
         run(options.store or ["postgresql", "redis"], options.rounds, tmp)
     return 0
 

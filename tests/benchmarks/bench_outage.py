@@ -20,13 +20,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from tests.benchmarks.django_env import temporary_django
 
 if TYPE_CHECKING:
     from tests.chaos.stores import Kit
@@ -146,13 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     stores = [STORES[s] for s in options.store or ["postgresql", "redis", "azurite"]]
     outages = options.outage or list(OUTAGES)
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
-    with tempfile.TemporaryDirectory(prefix="bench-outage-") as tmp:
-        os.environ.setdefault("LEASEBOARD_VAR_DIR", tmp)
-        os.environ.setdefault("DATABASE_URL", f"sqlite:///{Path(tmp) / 'bench.sqlite3'}")
-        import django
-
-        django.setup()
+    with temporary_django("bench-outage-") as tmp:
         print(
             f"store outages: {WORKERS} runworkers processes, {PARTITIONS} partitions, interval {INTERVAL:g}s, "
             f"expiry {EXPIRY:g}s, 50 events/s per partition; moves and duplicates from the outage's start until "
