@@ -28,7 +28,8 @@ monotonic clock since it arrived. Both have one-second resolution and both are t
 the clock. A worker whose wall clock is minutes off judges leases exactly as the others do.
 
 Requests: a listing 1, a claim 1 per record (sent concurrently), a checkpoint 2 (read the ownership
-blob, write the checkpoint), a heartbeat or control 1, ``now()`` none. A steady cycle of the
+blob, write the checkpoint if its ETag is still the one this store wrote; 3 the first time, reading
+that ETag too), a heartbeat or control 1, ``now()`` none. A steady cycle of the
 cooperative strategy is 4 + the partitions held (list, heartbeat, list members, list controls, one
 renewal each); Microsoft's processor spends 1 + the partitions held.
 
@@ -50,6 +51,7 @@ import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import NamedTuple
 from urllib.parse import quote
 
 from azure.core import MatchConditions
@@ -57,8 +59,8 @@ from azure.core.exceptions import AzureError, ResourceExistsError, ResourceModif
 from azure.storage.blob import BlobProperties
 from azure.storage.blob.aio import ContainerClient
 
-from balancer.errors import CorruptRecord, OwnershipLost
-from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
+from balancer.errors import CorruptRecord, OwnershipLost, StoreError
+from balancer.model import RESET_OWNER, Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.protocol import Snapshot
 from balancer.stores.blob_layout import (
     NO_OFFSET,
@@ -91,6 +93,13 @@ __all__ = [
 ]  # fmt: skip
 
 
+class _Written(NamedTuple):
+    """A checkpoint blob's ETag (None: no blob) and sequence number (None: none readable)."""
+
+    etag: str | None
+    sequence: int | None
+
+
 class BlobStore:
     """Ownership, checkpoints, members and controls in one Blob Storage container.
 
@@ -116,6 +125,9 @@ class BlobStore:
         container name is invalid; the service itself is first contacted by the first call."""
         self._service = BlobContainer(connection_string, container, timeout=timeout, retries=retries)
         self._skipped = Skipped(self._service.where)
+        # Per partition, the checkpoint blob's ETag and sequence as this store last wrote them: the
+        # If-Match of its next checkpoint (see ``update_checkpoint``).
+        self._checkpoints_written: dict[tuple[HubRef, str], _Written] = {}
 
     def __repr__(self) -> str:
         return f"BlobStore({self.where})"
@@ -245,25 +257,35 @@ class BlobStore:
         return self._skipped.parsed(prefix, blobs, lambda pid, blob: parse_checkpoint(ref, pid, blob))
 
     async def update_checkpoint(self, checkpoint: Checkpoint, owner_id: str) -> Checkpoint:
-        """Write ``checkpoint`` if the ownership blob names ``owner_id`` (two requests: read, write).
+        """Write ``checkpoint`` if the ownership blob names ``owner_id`` and, unless ``owner_id`` is
+        ``RESET_OWNER`` (an operator's reset), the stored checkpoint is not further on.
 
-        Raises OwnershipLost, writing nothing, when it does not. The check and the write are two
-        requests, and a blob write cannot be conditioned on *another* blob: a claim landing
-        between them lets the old owner's last checkpoint in after it. That needs a steal within
-        milliseconds of a checkpoint: expiry cannot do it (the runtime stops checkpointing once
-        ``holds()`` says the lease may be gone, before the service's expiry), and a planned
-        handoff releases only after the final checkpoint. The late checkpoint is of events the
-        old owner did process, and Microsoft's own store does not check ownership at all.
+        Raises OwnershipLost, writing nothing, when it does not own it; StoreError for a write that
+        would move the checkpoint back, as the Redis store does.
+
+        The write is conditional on the checkpoint blob itself: ``If-Match`` with the ETag read or
+        last written by this store (``If-None-Match: *`` for a partition never checkpointed), so a
+        checkpoint written by anyone else between the check and the write (a new owner's, an
+        operator's reset) is never overwritten by an older one: the write is refused (412), both
+        blobs are read again and it is tried once more. What remains is the ownership check and the
+        write being two requests (a blob write cannot be conditioned on *another* blob): an old
+        owner's checkpoint can land after a steal, before the new owner's first one, which is of
+        events the old owner did process, and never takes the checkpoint back. Microsoft's own store
+        checks neither.
+
+        Requests: 2 in steady state (read the ownership blob, write), 3 the first time (or after a
+        refused write) as the checkpoint blob's ETag is read too, concurrently with the ownership.
         """
-        name = ownership_blob(checkpoint.ref, checkpoint.partition_id)
-        pid = checkpoint.partition_id
+        ref, pid = checkpoint.ref, checkpoint.partition_id
         offset = NO_OFFSET if checkpoint.offset is None else header_value(checkpoint.offset, "offset")
+        metadata = {"offset": offset, "sequencenumber": str(checkpoint.sequence_number)}
+        owner_name, checkpoint_name = ownership_blob(ref, pid), checkpoint_blob(ref, pid)
 
         # No retry by the SDK (its backoff is a second or two): the pump waits for this call, and it
         # must go on handling events through an outage. It tries again at its next checkpoint.
-        async def write(client: ContainerClient) -> Checkpoint:
+        async def owned(client: ContainerClient) -> None:
             try:
-                owner_props = await client.get_blob_client(name).get_blob_properties(retry_total=0)
+                owner_props = await client.get_blob_client(owner_name).get_blob_properties(retry_total=0)
             except ResourceNotFoundError as exc:
                 if container_gone(exc):
                     raise
@@ -271,12 +293,69 @@ class BlobStore:
             holder = metadata_of(owner_props).get("ownerid", "")
             if not owner_id or holder != owner_id:
                 raise OwnershipLost(pid, owner_id, holder or None)
-            metadata = {"offset": offset, "sequencenumber": str(checkpoint.sequence_number)}
-            blob = client.get_blob_client(checkpoint_blob(checkpoint.ref, pid))
-            props = await blob.upload_blob(b"", metadata=metadata, overwrite=True, retry_total=0)
-            return replace(checkpoint, last_modified=written_at(props))
 
-        return await self._service.run(f"checkpointing partition {pid}", write)
+        async def stored(client: ContainerClient) -> _Written:
+            try:
+                props = await client.get_blob_client(checkpoint_name).get_blob_properties(retry_total=0)
+            except ResourceNotFoundError as exc:
+                if container_gone(exc):
+                    raise
+                return _Written(None, None)
+            try:
+                sequence: int | None = parse_checkpoint(ref, pid, props).sequence_number
+            except ValueError:
+                sequence = None  # unreadable: no position to keep, overwritten like an absent one
+            return _Written(bare_etag(str(props["etag"])), sequence)
+
+        async def write(client: ContainerClient) -> Checkpoint:
+            key = (ref, pid)
+            for attempt in (1, 2):
+                cached = self._checkpoints_written.get(key)
+                if cached is None:
+                    _, known = await asyncio.gather(owned(client), stored(client))
+                else:
+                    await owned(client)
+                    known = cached
+                if (
+                    known.sequence is not None
+                    and checkpoint.sequence_number < known.sequence
+                    and owner_id != RESET_OWNER
+                ):
+                    raise StoreError(
+                        f"checkpoint of partition {pid} would go back from {known.sequence} to "
+                        f"{checkpoint.sequence_number}: refused (a stale write; only an operator's reset moves it back)"
+                    )
+                blob = client.get_blob_client(checkpoint_name)
+                try:
+                    if known.etag is None:
+                        props = await blob.upload_blob(b"", metadata=metadata, overwrite=False, retry_total=0)
+                    else:
+                        props = await blob.upload_blob(
+                            b"", metadata=metadata, overwrite=True, retry_total=0,
+                            etag=known.etag, match_condition=MatchConditions.IfNotModified,
+                        )  # fmt: skip
+                except (ResourceModifiedError, ResourceExistsError):
+                    self._checkpoints_written.pop(key, None)  # written by someone else since: read again
+                    if attempt == 2:
+                        raise StoreError(
+                            f"checkpoint of partition {pid} was written by someone else while this one was: "
+                            "not written (the next checkpoint reads it again)"
+                        ) from None
+                    continue
+                except ResourceNotFoundError as exc:
+                    self._checkpoints_written.pop(key, None)  # deleted since its ETag was read
+                    if container_gone(exc) or attempt == 2:
+                        raise
+                    continue
+                self._checkpoints_written[key] = _Written(bare_etag(str(props["etag"])), checkpoint.sequence_number)
+                return replace(checkpoint, last_modified=written_at(props))
+            raise AssertionError("unreachable")
+
+        try:
+            return await self._service.run(f"checkpointing partition {pid}", write)
+        except StoreError:
+            self._checkpoints_written.pop((ref, pid), None)  # a write that may have landed: read again
+            raise
 
     # members and controls ------------------------------------------------------------------
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from azure.storage.blob.aio import ContainerClient
 
-from balancer.model import Checkpoint, Control, ControlKind, Member, OwnershipRecord
+from balancer.errors import StoreError
+from balancer.model import RESET_OWNER, Checkpoint, Control, ControlKind, Member, OwnershipRecord
 from balancer.stores.azure_blob import BlobStore, checkpoint_blob, ownership_blob
 from balancer.stores.blob_layout import member_blob
 from tests.support.azurite import Azurite, start_azurite
@@ -88,6 +89,55 @@ class TestBlobStore(StoreContract):
         async with ContainerClient.from_connection_string(azurite.connection_string, store.container) as raw:
             await raw.exists(raw_response_hook=seen)
         assert readings[-1] <= dates[0]  # never ahead of the service
+
+    async def test_a_checkpoint_never_goes_back_but_by_an_operators_reset(self, store: BlobStore) -> None:
+        [held] = await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
+        await store.update_checkpoint(Checkpoint(REF, "0", 1499), "a")
+        with pytest.raises(StoreError, match="would go back from 1499 to 945: refused"):
+            await store.update_checkpoint(Checkpoint(REF, "0", 945), "a")
+        assert [c.sequence_number for c in await store.list_checkpoints(REF)] == [1499]
+        await store.claim_ownership([held.claimed_by(RESET_OWNER)])
+        reset = await store.update_checkpoint(Checkpoint(REF, "0", 10), RESET_OWNER)  # an operator's replay
+        assert [c.sequence_number for c in await store.list_checkpoints(REF)] == [reset.sequence_number] == [10]
+
+    async def test_a_checkpoint_written_by_another_since_this_stores_last_one_is_never_overwritten_by_an_older_one(
+        self, store: BlobStore
+    ) -> None:
+        # The old owner's store checked ownership before the steal; the new owner checkpointed further
+        # on meanwhile. The old owner's write carries the ETag it last wrote: refused, read again, and
+        # the stored sequence gives the stale write away.
+        [held] = await store.claim_ownership([OwnershipRecord(REF, "0", "old")])
+        await store.update_checkpoint(Checkpoint(REF, "0", 100), "old")
+        other = store.clone()
+        async with other:
+            [stolen] = await other.claim_ownership([held.claimed_by("new")])
+            await other.update_checkpoint(Checkpoint(REF, "0", 180), "new")
+            await other.claim_ownership([stolen.claimed_by("old")])  # and back, so only the ETag can tell
+        with pytest.raises(StoreError, match="would go back from 180 to 150: refused"):
+            await store.update_checkpoint(Checkpoint(REF, "0", 150), "old")
+        assert [c.sequence_number for c in await store.list_checkpoints(REF)] == [180]
+        written = await store.update_checkpoint(Checkpoint(REF, "0", 200), "old")
+        assert [c.sequence_number for c in await store.list_checkpoints(REF)] == [written.sequence_number] == [200]
+
+    async def test_a_checkpoint_costs_two_requests_once_its_blobs_etag_is_known(self, store: BlobStore) -> None:
+        await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
+        costs = []
+        for sequence in (5, 6, 7):
+            before = store.requests
+            await store.update_checkpoint(Checkpoint(REF, "0", sequence, str(sequence * 100)), "a")
+            costs.append(store.requests - before)
+        assert costs == [3, 2, 2]  # the first also reads the checkpoint blob's ETag, beside the ownership
+
+    async def test_an_unreadable_checkpoint_blob_is_overwritten_by_the_owners_next_checkpoint(
+        self, store: BlobStore
+    ) -> None:
+        await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
+        await store.update_checkpoint(Checkpoint(REF, "0", 7, "700"), "a")
+        await self.corrupt(store, "checkpoint", "0", "sequence")  # behind this store's back: a new ETag
+        before = store.requests
+        written = await store.update_checkpoint(Checkpoint(REF, "0", 8, "800"), "a")
+        assert store.requests - before == 5  # ownership, a refused write, both blobs read again, the write
+        assert await store.list_checkpoints(REF) == [written]
 
     def test_one_store_serves_one_event_loop_after_another(self, azurite: Azurite) -> None:
         # e.g. management commands that each asyncio.run() on a store built once per process
