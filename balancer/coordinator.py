@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from balancer.protocol import (
     Balancer,
+    CheckpointStore,
     ControlStore,
     CycleReport,
     EventSink,
@@ -30,7 +31,7 @@ from balancer.protocol import (
     snapshot,
 )
 
-from . import changes
+from . import changes, load
 from .changes import ChangeFeed, OwnershipTable
 from .errors import StoreUnavailable
 from .model import BalancerEvent, ControlKind, Controls, EventKind, HubRef, Member, OwnershipRecord, pid_key
@@ -78,6 +79,9 @@ class Coordinator:
     # Told the partitions this worker has just released (won releases only), so the worker waiting
     # for them hears of it at once (``balancer.notices``) instead of at its next cycle.
     on_released: Callable[[Released], None] | None = None
+    # Where a load-weighted strategy (``Strategy.uses_load``) reads the checkpoints it measures rates
+    # from (``balancer.load``); None: the ownership store, if it keeps checkpoints too.
+    checkpoints: CheckpointStore | None = None
     _leases: dict[str, _Lease] = field(default_factory=dict, init=False)
     _requests: int = field(default=0, init=False)
     _announced: bool = field(default=False, init=False)
@@ -104,11 +108,17 @@ class Coordinator:
     # on a store that can say; read in full at least once an expiry, as a safety net.
     _table: OwnershipTable = field(default_factory=lambda: OwnershipTable(60.0), init=False)
     _rows: int = field(default=0, init=False)  # ownership records read in this cycle
+    _meter: load.RateMeter = field(default_factory=load.RateMeter, init=False)
+    _published: dict[str, float] = field(default_factory=dict, init=False)  # rates in this worker's member info
 
     def __post_init__(self) -> None:
         self._table.resync_after = self.expiry
         if self.controls is None and self.strategy.uses_members and isinstance(self.store, ControlStore):
             self.controls = self.store
+        if self.checkpoints is None and self.strategy.uses_load and isinstance(self.store, CheckpointStore):
+            self.checkpoints = self.store
+        if self.interval is not None:  # a rate spans three cycles' checkpoints
+            self._meter.window = max(3 * self.interval, 3.0)
 
     # queries -------------------------------------------------------------------------------
 
@@ -273,7 +283,10 @@ class Coordinator:
             listed, now = by_partition(snap.ownership), snap.now
             self._seen_store_time(now)
             dark = self._darkness(now)
-            if self._heartbeat_due():
+            listed_members = snap.members
+            if self.strategy.uses_load:
+                listed_members = await self._measure(snap, now)
+            elif self._heartbeat_due():
                 await self._heartbeat(now)
             heartbeats = {m.owner_id: m.last_seen for m in snap.members if age(m.last_seen, now, dark) <= self.expiry}
             # A worker that has announced itself and holds a live lease is a member, heartbeat or not
@@ -319,7 +332,22 @@ class Coordinator:
             heartbeats=heartbeats,
             interval=self.interval,
             previous=self._previous,
+            loads=load.published(listed_members, listed.values()) if self.strategy.uses_load else {},
         )
+
+    async def _measure(self, snap: Snapshot, now: float) -> list[Member]:
+        """Read the checkpoints into this worker's rate meter; publish the rates of the partitions it
+        holds when they changed (``balancer.load``), with the heartbeat if one is due anyway. Returns
+        the members as the store has them now (this worker's with what it just published)."""
+        if self.checkpoints is not None:
+            self._meter.observe(await self._call(self.checkpoints.list_checkpoints(self.ref)))
+        current = load.published(snap.members, snap.ownership)
+        rates = self._meter.to_publish(self._leases, current, now)
+        if not self._heartbeat_due() and rates == self._published:
+            return snap.members
+        self._published = rates
+        await self._heartbeat(now)
+        return [m for m in snap.members if m.owner_id != self.owner_id] + [self._member(now)]
 
     async def _snapshot(self, controls: ControlStore) -> tuple[Snapshot, int]:
         """This cycle's snapshot and the store requests it took: on a store with a change feed, what
@@ -373,7 +401,10 @@ class Coordinator:
     def _member(self, now: float) -> Member:
         """This worker's heartbeat; its info names the strategy, so the dashboard previews with it,
         and the expiry, so a reader judges the heartbeat by the fleet's expiry, not its own setting."""
-        return Member(self.ref, self.owner_id, now, {"strategy": self.strategy.name, "expiry": f"{self.expiry:g}"})
+        info = {"strategy": self.strategy.name, "expiry": f"{self.expiry:g}"}
+        if self._published:
+            info[load.INFO_KEY] = load.format_rates(self._published)
+        return Member(self.ref, self.owner_id, now, info)
 
     def _renewal_due(self, lease: _Lease, at: float) -> bool:
         """Whether to renew ``lease`` in the cycle starting at ``at`` (local monotonic time)."""

@@ -21,11 +21,12 @@ from balancer.errors import OwnershipLost, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, partition_ids
 from balancer.notices import Released
 from balancer.protocol import Balancer, CycleReport, soon
-from balancer.sim.measures import Processing, longest_unprocessed, min_moves, overlap_seconds
+from balancer.sim.measures import Processing, load_spread, longest_unprocessed, min_moves, overlap_seconds
 from balancer.sim.scenarios import COLD, EPOCH, REF, Outcome, Settings
 from balancer.sim.store import LatentStore, Ledger
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import Strategy
+from balancer.strategies.weights import STEP, best_move
 
 _ids = functools.lru_cache(maxsize=8)(partition_ids)
 
@@ -63,6 +64,7 @@ class Run(abc.ABC):
         self.locks = {w: asyncio.Lock() for w in self.names}
         self.woken = {w: asyncio.Event() for w in self.names}  # a release notice reached it
         self.checkpoints: dict[str, int] = {}
+        self.hot: str | None = None  # hot-partition: the partition whose rate rises at the disturbance
         self.counted: dict[str, int] = dict.fromkeys(self.names, 0)  # requests already attributed
         self.proxies: dict[str, LatentStore] = {}
         self.coordinators: dict[str, Balancer] = {}
@@ -160,6 +162,10 @@ class Run(abc.ABC):
         async with self.locks[w]:
             self.proxies[w].first_claim_at = None
             report = await self.coordinators[w].cycle()
+            if self.scenario == "hot-partition":  # events flow: checkpoint what it holds, once a cycle
+                for pid in sorted(report.owned, key=int):
+                    with contextlib.suppress(OwnershipLost, StoreUnavailable):
+                        await self.store.update_checkpoint(Checkpoint(REF, pid, self._sequence(pid)), w)
         spent = self._spent(w)
         if self._now() >= self.disturbed_at:  # this cycle's requests, and any handoff's (or race's) since
             self.cycles[w] += 1
@@ -208,13 +214,41 @@ class Run(abc.ABC):
             if not coordinator.handing_off(pid):
                 return
             self.processing.stop(w, pid, self._now())
-            self.checkpoints[pid] = self.checkpoints.get(pid, 0) + 1
+            self._sequence(pid)
             # OwnershipLost: taken after the handoff timeout; the new owner resumes from the last checkpoint
             with contextlib.suppress(OwnershipLost, StoreUnavailable):
                 await self.proxies[w].update_checkpoint(Checkpoint(REF, pid, self.checkpoints[pid]), w)
             with contextlib.suppress(StoreUnavailable):  # the coordinator starts the handoff again
                 await coordinator.release(pid)
         self._judge()
+
+    def rate(self, pid: str) -> float:
+        """Events per second on ``pid`` now."""
+        hot = pid == self.hot and self._now() >= self.disturbed_at
+        return self.s.base_rate * (self.s.hot_factor if hot else 1.0)
+
+    def _sequence(self, pid: str) -> int:
+        """The sequence number to checkpoint ``pid`` at now: where its events are (hot-partition, where
+        they come at ``rate``), else one more than the last checkpoint (recorded in ``checkpoints``)."""
+        last = self.checkpoints.get(pid, 0)
+        position = last + 1
+        if self.scenario == "hot-partition":
+            now = self._now()
+            position = int(self.s.base_rate * now)
+            if pid == self.hot and now > self.disturbed_at:
+                position += int(self.s.base_rate * (self.s.hot_factor - 1) * (now - self.disturbed_at))
+        self.checkpoints[pid] = max(last, position)
+        return self.checkpoints[pid]
+
+    def loads(self) -> dict[str, float]:
+        """Events per second each live, undrained worker holds now (by the store's records)."""
+        now = EPOCH + self._now()
+        loads = dict.fromkeys(self._eligible(), 0.0)
+        for p in _ids(self.hub_size):
+            holder = self.ledger.holder(p, now)
+            if holder in loads:
+                loads[holder] += self.rate(p)
+        return loads
 
     def _crash(self, w: str) -> None:
         for task in self.tasks[w]:
@@ -232,13 +266,32 @@ class Run(abc.ABC):
         """Every partition owned by a live, undrained worker; counts within one; pins respected."""
         eligible = self._eligible()
         counts = [self.ledger.held[w] for w in eligible]
-        if not counts or sum(counts) != self.hub_size or max(counts) - min(counts) > 1:
+        if not counts or sum(counts) != self.hub_size:
+            return False
+        if self.strategy.uses_load:
+            if not self._even_by_load(eligible):
+                return False
+        elif max(counts) - min(counts) > 1:
             return False
         oldest = EPOCH + self._now() - self.s.expiry
         ok, owner, modified = set(eligible), self.ledger.owner, self.ledger.modified
         if not all(owner.get(p) in ok and modified[p] >= oldest for p in _ids(self.hub_size)):
             return False
         return all(owner.get(p) == w for p, w in self.pins.items())
+
+    def _even_by_load(self, eligible: list[str]) -> bool:
+        """No move of one partition to the least loaded worker evens a pair by half a typical
+        partition's rate (the load-weighted plan's own rule, judged by the true rates)."""
+        now = EPOCH + self._now()
+        rates = {p: self.rate(p) for p in _ids(self.hub_size)}
+        held: dict[str, list[str]] = {w: [] for w in eligible}
+        for p in rates:
+            holder = self.ledger.holder(p, now)
+            if holder in held:
+                held[holder].append(p)
+        loads = {w: sum(rates[p] for p in ps) for w, ps in held.items()}
+        typical = sorted(rates.values())[len(rates) // 2]
+        return best_move(eligible, loads, held, rates, STEP * typical) is None
 
     def _judge(self) -> None:
         now = self._now()
@@ -298,6 +351,8 @@ class Run(abc.ABC):
         elif kind == "drain":
             self.drained.add(victim)
             await self.store.put_control(Control(REF, ControlKind.DRAIN, victim))
+        elif kind == "hot-partition":
+            self.hot = env.choice(_ids(self.hub_size))
         elif kind == "pin":
             others = [p for p in _ids(self.hub_size) if p not in self.coordinators[victim].owned]
             pid = env.choice(others) if others else "0"
@@ -328,6 +383,7 @@ class Run(abc.ABC):
         with contextlib.suppress(TimeoutError):  # the horizon: balanced or not, the run ends
             await asyncio.wait_for(self.done.wait(), timeout=horizon)
         end = self._now()
+        spread_at_end = load_spread(self.loads().values())
         for tasks in self.tasks.values():
             for task in tasks:
                 task.cancel()
@@ -345,4 +401,5 @@ class Run(abc.ABC):
             unowned=round(longest_unprocessed(self.processing, _ids(self.hub_size), start, end), 3),
             requests=self.requests,
             plan_ms=self.plan_ms,
+            load_spread=round(spread_at_end, 3),
         )

@@ -109,6 +109,13 @@ def min_moves(
     return forced + surplus
 
 
+def load_spread(loads: Iterable[float]) -> float:
+    """The most loaded worker's load over the mean load (1.0: even; 1.0 too when nothing is loaded)."""
+    values = list(loads)
+    mean = sum(values) / len(values) if values else 0.0
+    return max(values) / mean if mean > 0 else 1.0
+
+
 def _number(value: float, digits: int) -> float | int:
     rounded = round(value, digits)
     return int(rounded) if rounded == int(rounded) else rounded

@@ -48,7 +48,7 @@ from balancer.sim.measures import spread
 from balancer.sim.race import RaceRun
 from balancer.sim.scenarios import SCENARIOS, Settings, effective_size
 from balancer.sim.table import TableRun
-from balancer.strategies import RACE, Strategy, get_strategy
+from balancer.strategies import RACE, Strategy, get_strategy, load_weighted
 
 __all__ = ["RUNS", "SCENARIOS", "Settings", "check", "run_of", "simulate"]
 
@@ -79,14 +79,18 @@ def simulate(
     seeds: int = 20,
     settings: Settings | None = None,
     on_seed: Callable[[int], None] | None = None,
+    weighted: bool = False,
 ) -> dict[str, object]:
     """Run ``seeds`` seeded runs of one scenario; return DESIGN.md's JSON object as a dict.
 
     ``on_seed(seed)``, if given, is called after each seed's run (a command's progress line); it
-    sees nothing of the run and changes nothing in the result.
+    sees nothing of the run and changes nothing in the result. ``weighted``: the strategy's
+    load-weighted variant (``--load-weighted``; the default strategy only).
     Raises ValueError for an unknown strategy or scenario, or fewer than one partition, worker or seed.
     """
     chosen = check(strategy, scenario, partitions, workers, seeds)
+    if weighted:
+        chosen = load_weighted(chosen)
     settings = settings or Settings()
     p, n = effective_size(scenario, partitions, workers)
     runner = run_of(chosen)
@@ -111,6 +115,8 @@ def simulate(
         "max_unowned_seconds": round(max(r.unowned for r in runs), 3),
         "store_requests_per_worker_cycle": spread([x for r in runs for x in r.requests]),
         "plan_ms": spread([x for r in runs for x in r.plan_ms]),
+        "load_weighted": chosen.uses_load,
+        "load_spread": spread([r.load_spread for r in runs]),
         "interval": settings.interval,
         "expiry": settings.expiry,
     }

@@ -24,6 +24,7 @@ SCENARIOS: dict[str, str] = {
     "stop-and-join": "N-1 balanced; at one instant one stops (releasing what it holds) and another joins",
     "newcomer-crash": "N-1 balanced; one joins and crashes right after announcing itself",
     "store-outage": "N balanced; no worker can reach the store for 3 times the expiry",
+    "hot-partition": "N balanced; then one partition's events come at 10x the others' rate",
 }
 COLD = {"cold-start", "more-workers-than-partitions", "single-partition"}
 
@@ -53,6 +54,10 @@ class Settings:
     # Release notices (``balancer.notices``): a release wakes the other workers' cycles after this
     # many seconds, as PostgreSQL, Redis and in-process workers do; None: no notices (Blob).
     notice_latency: float | None = 0.005
+    # hot-partition: every partition's events per second, the hot one's from the disturbance on. Its
+    # owners checkpoint each partition they hold once a cycle (where the load-weighted plan reads rates).
+    base_rate: float = 10.0
+    hot_factor: float = 10.0
 
     def __post_init__(self) -> None:
         if self.interval <= 0 or self.expiry <= 0:
@@ -82,3 +87,4 @@ class Outcome:
     unowned: float
     requests: list[int]
     plan_ms: list[float]
+    load_spread: float = 1.0  # at the end: the most loaded live worker's events per second over the mean

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from . import balanced, cooperative, eph, greedy
+from . import balanced, cooperative, eph, greedy, weights
 from .base import Claim, Plan, PlanFunction, Strategy, View
 
 STRATEGIES: dict[str, Strategy] = {
@@ -44,6 +44,18 @@ def get_strategy(name: str | None) -> Strategy:
         raise ValueError(f"unknown strategy {name!r}; choose one of: {choices}") from None
 
 
+def load_weighted(strategy: Strategy) -> Strategy:
+    """``strategy`` weighting by measured load (``--load-weighted``): the default's weighted variant
+    (``strategies.weights``), or ``race`` itself (it weighs load by its own options). ValueError for
+    a strategy without one."""
+    if strategy.uses_load or strategy.name == RACE.name:
+        return strategy
+    if strategy.name == cooperative.STRATEGY.name:
+        return weights.STRATEGY
+    raise ValueError(f"--load-weighted works with {DEFAULT} (the default) and {RACE.name}, not {strategy.name}")
+
+
 __all__ = [
     "DEFAULT", "NAMES", "RACE", "STRATEGIES", "Claim", "Plan", "PlanFunction", "Strategy", "View", "get_strategy",
+    "load_weighted",
 ]  # fmt: skip

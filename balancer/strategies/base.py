@@ -43,6 +43,9 @@ class View:
     interval: float | None = None  # seconds between this fleet's cycles, when the coordinator knows it
     # partition id -> its active owner in this worker's previous view: who released a free partition
     previous: Mapping[str, str] = field(default_factory=dict)
+    # partition id -> measured events per second, as the owners published them (``balancer.load``):
+    # the same for every worker that read the same store state. Filled for strategies that use load.
+    loads: Mapping[str, float] = field(default_factory=dict)
 
     def age(self, at: float | None) -> float:
         """Seconds since ``at`` on the clock of ``now``, not counting dark time (see ``age``)."""
@@ -126,6 +129,7 @@ class Strategy:
     store_clock: bool  # judge expiry by the store's clock (True) or the worker's own (False)
     summary: str
     uses_members: bool = False  # needs heartbeats and control records (drain, pin) in the view
+    uses_load: bool = False  # needs the published rates (``View.loads``): reads checkpoints, publishes its own
 
 
 def claim_for(view: View, partition_id: str, active: Mapping[str, OwnershipRecord]) -> Claim:

@@ -27,7 +27,7 @@ together each sees all the others before anyone claims.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from ..model import EventKind, OwnershipRecord
 from .base import Claim, Plan, Strategy, View, claim_for
@@ -146,7 +146,15 @@ def vacated_just_now(view: View, partition_id: str) -> bool:
     return left and view.age(record.last_modified) < view.interval
 
 
+Assigner = Callable[[View, Mapping[str, OwnershipRecord]], dict[str, str]]
+
+
 def plan(view: View, rng: random.Random) -> Plan:
+    return plan_with(assign, view)
+
+
+def plan_with(assigner: Assigner, view: View) -> Plan:
+    """The plan that moves toward ``assigner``'s assignment: this worker's claims, releases and waits."""
     active = view.active()
     mine = sorted((p for p, r in active.items() if r.owner_id == view.owner_id), key=_key)
     if view.owner_id in view.drained:
@@ -154,7 +162,7 @@ def plan(view: View, rng: random.Random) -> Plan:
     if view.first_cycle:  # announce only; what is pinned elsewhere goes whatever the members are
         others = view.members - {view.owner_id} - view.drained
         return Plan(releases=tuple(p for p in mine if view.pins.get(p) in others))
-    assignment = assign(view, active)
+    assignment = assigner(view, active)
     releases = tuple(p for p in mine if assignment.get(p) != view.owner_id)
     timeout = view.expiry if view.handoff_timeout is None else view.handoff_timeout
     claims: list[Claim] = []
