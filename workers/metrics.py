@@ -118,7 +118,16 @@ PAUSED_PARTITIONS = Gauge(
 )
 BROADCAST_ERRORS = Counter(
     "leaseboard_broadcast_errors",
-    "Balancer events that could not be handed to the dashboard (event log or channel layer).",
+    "Failed attempts to hand a balancer event to the dashboard's event log (each event is kept and tried again).",
+)
+BROADCAST_BACKLOG = Gauge(
+    "leaseboard_broadcast_backlog",
+    "Balancer events waiting to be handed to the dashboard's event log (they pile up while it is unreachable).",
+    multiprocess_mode="livesum",
+)
+BROADCAST_DROPPED = Counter(
+    "leaseboard_broadcast_dropped",
+    "Balancer events dropped without reaching the dashboard: more waited than the sink keeps.",
 )
 
 # Landing (workers.landing): the Spark pipeline's input.

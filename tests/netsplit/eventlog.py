@@ -16,10 +16,11 @@ twice in that time), one event each, saying what it says and with a reason that 
 - a release: a ``release`` by the owner that released, with a reason (``handed off``, ``shutting
   down``).
 
-A change whose reporter was cut off from the event log's host (the store host) within an expiry
-after it is counted apart, not failed: the worker reports a change once the store has taken it, and
-``dashboard.broadcast`` does not keep a report it could not deliver (the worker logs "broadcasting
-balancer events to the dashboard failed"), so the console never learns of it.
+A worker reports a change once the store has taken it. A report it cannot deliver (the event log's
+host, the store host, is cut off, or the worker is stopped) is kept and tried again until it goes
+through (``workers.runtime.sink.EventSink``), so a cut or a stop delays a report and never loses it:
+every change must be there by the end of the run. Only a change whose reporter was SIGKILLed within
+an expiry after it is counted apart, not failed: the reports it still held died with it.
 
 A tenure that follows the same owner's lapsed lease (nobody took it meanwhile; its renewal carried
 the ETag it held) is no change of owner and has no event.
@@ -32,7 +33,6 @@ from dataclasses import dataclass
 
 from tests.chaos.evidence import Fault
 from tests.netsplit.history import History, by_partition, clock, history_slice, tenures
-from tests.netsplit.landed import CAUSES
 
 GAINS = ("claim", "expire", "steal")
 
@@ -100,12 +100,17 @@ def _at(event: Mapping[str, object]) -> float:
         return 0.0
 
 
+# The faults that lose the reports a worker has not delivered yet: those that end its process.
+LOST_WITH = frozenset({"sigkill"})
+
+
 def cut_off(faults: Iterable[Fault], worker: str, at: float, expiry: float, offset: float) -> Fault | None:
-    """The fault that cut ``worker`` off from the event log's host (the store host: a cut, a kill, a
-    stop) within ``expiry`` after the store-clock time ``at`` (faults: monotonic + ``offset``)."""
+    """The fault that ended ``worker``'s process (``LOST_WITH``) within ``expiry`` after the
+    store-clock time ``at`` (faults: monotonic + ``offset``), with the reports it had not delivered."""
     return next(
         (f for f in faults
-         if f.kind in CAUSES and worker in f.victims and f.started + offset <= at + expiry and f.ended + offset >= at),
+         if f.kind in LOST_WITH and worker in f.victims
+         and f.started + offset <= at + expiry and f.ended + offset >= at),
         None,
     )  # fmt: skip
 
@@ -116,9 +121,9 @@ def unlogged(
 ) -> tuple[list[str], list[str]]:  # fmt: skip
     """Every change of owner in the store's history without its event in the console's log (or with
     an event whose reason does not fit it), each with the slice of history that shows the change;
-    and, apart, the changes whose event is missing because their reporter was cut off from the event
-    log's host within an expiry after the change (``cut_off``: a worker reports a change after the
-    store took it, and a report it cannot deliver is lost; these are counted, not failed)."""
+    and, apart, the changes whose event is missing because their reporter was killed within an
+    expiry after the change (``cut_off``: the reports it had not delivered died with it; these are
+    counted, not failed)."""
     pending = list(events)
     used = [False] * len(pending)
     per = by_partition(history.writes)

@@ -227,7 +227,7 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
             f"{sum(1 for f in files if f.name.startswith('.'))} kept beside a range landed before; "
             f"{len(twice)} events processed twice, {sum(1 for d in twice if d.cause is None)} without a cause; "
             f"console event log: {len(events)} events, {len(unsent)} changes of owner missing from it because their "
-            f"reporter was cut off right after them"
+            f"reporter was killed right after them"
         )
         for line in unsent:
             print(f"    never reported: {line}")

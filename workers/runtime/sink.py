@@ -4,8 +4,8 @@
 cycle, on the event loop, so it must never block: the event is logged and counted at once, and
 handed to the publisher the settings name (``LEASEBOARD_EVENT_PUBLISHER``: by default the dashboard's
 event log row + channel-layer message) in a background task.
-Broadcasting is best effort: a failure is logged and counted, never raised into the cycle, so a
-dashboard database that is locked or down cannot cost a worker its leases.
+A failure to broadcast is logged and counted, never raised into the cycle, so a dashboard database
+that is locked, down or cut off cannot cost a worker its leases; the event is kept and tried again.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -65,14 +66,36 @@ class EventSink:
 
     ``publish`` receives every event (``is_async``: it returns an awaitable); None broadcasts
     nothing. ``workers.wiring.build_sink`` gives it the publisher the settings name.
+
+    Events wait in a queue and are handed over one at a time, in the order they happened. One that
+    cannot be handed over (the dashboard's database is down, locked, or cut off by the network) stays
+    at the head of the queue and is tried again after ``retry`` seconds, doubling up to
+    ``retry_max``, so an outage delays the console's event log but does not leave holes in it. At most
+    ``backlog`` events wait; beyond that the oldest are dropped, counted and logged. An event's time is
+    the time it happened, not the time it reached the dashboard. A publisher that saved an event and
+    then failed to say so (the connection cut during the commit) makes its retry a second row.
     """
 
-    def __init__(self, publish: Publish | None = None, is_async: bool = False) -> None:
+    def __init__(
+        self,
+        publish: Publish | None = None,
+        is_async: bool = False,
+        *,
+        retry: float = 0.5,
+        retry_max: float = 5.0,
+        backlog: int = 10_000,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self._publish = publish
         self._is_async = is_async
-        self._last: asyncio.Task[None] | None = None
-        self._pending: set[asyncio.Task[None]] = set()
-        self._outage = OutageLog(log, "broadcasting balancer events to the dashboard")
+        self._retry = retry
+        self._retry_max = retry_max
+        self._sleep = sleep
+        self._queue: deque[BalancerEvent] = deque()
+        self._backlog = backlog
+        self._sender: asyncio.Task[None] | None = None
+        self._outage = OutageLog(log, "broadcasting balancer events to the dashboard", "kept and tried again")
+        self.dropped = 0
         self.seen: list[BalancerEvent] = []  # the latest events, for tests and status output
         self.keep = 1000
 
@@ -89,37 +112,60 @@ class EventSink:
         if self._publish is not None:
             self._schedule(event)
 
+    @property
+    def unsent(self) -> int:
+        """Events waiting to be handed to the dashboard."""
+        return len(self._queue)
+
     def _schedule(self, event: BalancerEvent) -> None:
-        if self._publish is None:
-            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             # Not on a loop (a sync caller): a daemon thread, so a hung database cannot block exit.
             threading.Thread(target=self._publish_sync, args=(event,), daemon=True).start()
             return
-        # Chained, so one worker's events reach the dashboard in the order they happened.
-        task = loop.create_task(self._publish_after(self._last, event))
-        self._last = task
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        if len(self._queue) >= self._backlog:
+            self._queue.popleft()
+            metrics.BROADCAST_BACKLOG.dec()
+            self.dropped += 1
+            metrics.BROADCAST_DROPPED.inc()
+            if self.dropped == 1 or self.dropped % 1000 == 0:
+                log.error(
+                    "balancer events dropped without reaching the dashboard: %d so far (more than %d waited)",
+                    self.dropped, self._backlog,
+                )
+        self._queue.append(event)
+        metrics.BROADCAST_BACKLOG.inc()
+        if self._sender is None or self._sender.done():
+            self._sender = loop.create_task(self._send_all())
 
-    async def _publish_after(self, previous: asyncio.Task[None] | None, event: BalancerEvent) -> None:
-        if previous is not None:
-            await asyncio.wait([previous])
-        assert self._publish is not None
-        try:
-            if self._is_async:
-                result = self._publish(event)
-                if isinstance(result, Awaitable):
-                    await result
-            else:
-                await asyncio.to_thread(self._publish, event)
-        except Exception as exc:  # best effort: see the module docstring
-            metrics.BROADCAST_ERRORS.inc()
-            self._outage.failed(exc)
-        else:
+    async def _send_all(self) -> None:
+        """Hands the queue over in order; the head is retried until it goes through."""
+        wait = self._retry
+        while self._queue:
+            event = self._queue[0]
+            try:
+                await self._publish_one(event)
+            except Exception as exc:  # best effort: see the module docstring
+                metrics.BROADCAST_ERRORS.inc()
+                self._outage.failed(exc)
+                await self._sleep(wait)
+                wait = min(wait * 2, self._retry_max)
+                continue
+            wait = self._retry
             self._outage.ok()
+            if self._queue and self._queue[0] is event:  # not dropped meanwhile as the oldest
+                self._queue.popleft()
+                metrics.BROADCAST_BACKLOG.dec()
+
+    async def _publish_one(self, event: BalancerEvent) -> None:
+        assert self._publish is not None
+        if self._is_async:
+            result = self._publish(event)
+            if isinstance(result, Awaitable):
+                await result
+        else:
+            await asyncio.to_thread(self._publish, event)
 
     def _publish_sync(self, event: BalancerEvent) -> None:
         try:
@@ -131,10 +177,14 @@ class EventSink:
             self._outage.failed(exc)
 
     async def flush(self, timeout: float = 5.0) -> bool:
-        """Wait up to ``timeout`` seconds for pending broadcasts; True if none is left."""
-        if not self._pending:
-            return True
-        _, pending = await asyncio.wait(set(self._pending), timeout=timeout)
+        """Wait up to ``timeout`` seconds for the queue to be handed over; True if nothing is left.
+        What is left is logged (at exit, those events never reach the console's event log)."""
+        sender = self._sender
+        if sender is None or sender.done():
+            return not self._queue
+        _, pending = await asyncio.wait({sender}, timeout=timeout)
+        if pending:
+            log.warning("%d balancer events not yet handed to the dashboard after %gs", len(self._queue), timeout)
         return not pending
 
 
