@@ -18,8 +18,10 @@ the routes.
 
 ``close()`` kills what was started in the namespaces, deletes them (which deletes their veth
 ends) and the observer's veth end; ``leftovers()`` says what of this network still exists. Use
-``Network`` as a context manager, so a failing test leaves nothing behind. Needs root and
-iproute2 (``ip``), both on the CI machines.
+``Network`` as a context manager, so a failing test leaves nothing behind. A test process that is
+killed (SIGKILL, a CI job's timeout) cannot close its network: every name carries the pid of the
+process that made it, and a new ``Network`` first deletes the networks of processes that are gone
+(``sweep_stale``). Needs root and iproute2 (``ip``), both on the CI machines.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
@@ -40,8 +43,54 @@ NOWHERE = 250  # the host number of the cut routes' gateway, which no host has
 NOWHERE_MAC = "02:00:00:00:00:fa"
 
 
+# Every name starts with lb<tag>, the tag being the making process's pid, "r" and two random digits
+# (interface names have at most 15 characters: lb + 7 + 3 + 2 for the longest, lb<tag>po).
+TAGGED = re.compile(r"lb(\d+)r\d\d")
+
+
 class NetworkError(RuntimeError):
     pass
+
+
+def _new_tag() -> str:
+    return f"{os.getpid()}r{random.randrange(100):02d}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale() -> list[str]:
+    """Deletes the namespaces (with what runs in them) and the observer links of networks whose
+    making process is gone without closing them; returns what it deleted."""
+    namespaces = [line.split()[0] for line in _ip("netns", "list", check=False).stdout.splitlines() if line.strip()]
+    links = [
+        line.split(":")[1].strip().split("@")[0]
+        for line in _ip("-o", "link", "show", check=False).stdout.splitlines()
+        if line.count(":") >= 2
+    ]
+    deleted = []
+    for namespace in namespaces:
+        tagged = TAGGED.match(namespace)
+        if tagged is None or _alive(int(tagged.group(1))):
+            continue
+        for pid in _ip("netns", "pids", namespace, check=False).stdout.split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), 9)
+        if _ip("netns", "del", namespace, check=False).returncode == 0:
+            deleted.append(namespace)
+    for link in links:
+        tagged = TAGGED.match(link)
+        stale = tagged is not None and not _alive(int(tagged.group(1)))
+        if stale and _ip("link", "del", link, check=False).returncode == 0:
+            deleted.append(link)
+    return deleted
 
 
 def _ip(*args: str, namespace: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -93,7 +142,7 @@ class Host:
 @dataclass
 class Network:
     names: Sequence[str]
-    tag: str = field(default_factory=lambda: f"{os.getpid() % 10000}{random.randrange(100):02d}")
+    tag: str = field(default_factory=_new_tag)
     subnet: int = field(default_factory=lambda: random.randrange(1, 250))
     hosts: dict[str, Host] = field(default_factory=dict)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -109,6 +158,7 @@ class Network:
         return f"10.{self.subnet}.0.{index}"
 
     def __enter__(self) -> Network:
+        sweep_stale()
         try:
             self._build()
         except BaseException:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.support.netns import Network, available
+from tests.support.netns import Network, available, sweep_stale
 from tests.support.waiting import until_sync
 
 PORT = 8765
@@ -58,4 +58,23 @@ def test_closing_leaves_nothing_even_after_a_failure_with_processes_running() ->
         assert sleeper.poll() is None
         raise RuntimeError("the test failed here")
     assert sleeper.poll() is not None
+    assert net.leftovers() == []
+
+
+def test_the_network_of_a_killed_test_process_is_deleted_by_the_next_one() -> None:
+    # SIGKILL (or a CI job's timeout) gives a test no chance to close its network
+    made = "from tests.support.netns import Network; n = Network(['a', 'b']).__enter__(); print(n.tag, flush=True); " \
+           "n['a'].popen(['sleep', '600']); import time; time.sleep(600)"  # fmt: skip
+    maker = subprocess.Popen([sys.executable, "-c", made], stdout=subprocess.PIPE, text=True)
+    try:
+        assert maker.stdout is not None
+        tag = maker.stdout.readline().strip()
+        stale = Network(["a", "b"], tag=tag)
+        assert {f"lb{tag}sw", f"lb{tag}h1", f"lb{tag}h2"} < set(stale.leftovers())  # and the observer's link
+        assert not [name for name in sweep_stale() if tag in name]  # its process still runs: kept
+    finally:
+        maker.kill()
+        maker.wait(10)
+    with Network(["c"]) as net:  # a new network sweeps the dead one's away first
+        assert stale.leftovers() == [] and net.leftovers() != []
     assert net.leftovers() == []
