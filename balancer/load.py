@@ -12,8 +12,9 @@ state:
   not, so a new owner has measured it already;
 - the owner publishes the rates of the partitions it holds in its member record's info
   (``info["load"]``, ``format_rates``), which every store already keeps; it writes it again only
-  when a rate moved by more than ``CHANGE`` (so weights, and with them plans, stay put while load
-  only wobbles) or it holds a partition it has not published;
+  when a rate moved by more than ``CHANGE`` at once, or by more than half that for a whole window
+  (a level that shifted, not noise), or it holds a partition it has not published: so weights, and
+  with them plans, stay put while load only wobbles;
 - a worker plans with ``published``: per partition, its holder's published rate, else the latest
   one any member published for it (the previous owner's, until the new one publishes).
 
@@ -31,6 +32,7 @@ from .model import Checkpoint, Member, OwnershipRecord
 
 INFO_KEY = "load"  # the member info key holding "pid=rate,pid=rate" (events per second)
 CHANGE = 0.2  # a published rate is written again once the measured one differs by more than this share
+DRIFT = CHANGE / 2  # ... or by more than this share for a whole window
 
 
 def format_rates(rates: Mapping[str, float]) -> str:
@@ -69,9 +71,9 @@ def published(members: Iterable[Member], ownership: Iterable[OwnershipRecord]) -
     return chosen
 
 
-def close(a: float, b: float) -> bool:
-    """Whether rates ``a`` and ``b`` are within ``CHANGE`` of the larger (both under 0.01/s count as equal)."""
-    return abs(a - b) <= CHANGE * max(a, b) or max(a, b) < 0.01
+def close(a: float, b: float, share: float = CHANGE) -> bool:
+    """Whether rates ``a`` and ``b`` are within ``share`` of the larger (both under 0.01/s count as equal)."""
+    return abs(a - b) <= share * max(a, b) or max(a, b) < 0.01
 
 
 @dataclass
@@ -80,6 +82,7 @@ class RateMeter:
 
     window: float = 30.0  # seconds of the store's clock a rate is measured over
     _seen: dict[str, list[tuple[float, int]]] = field(default_factory=dict)  # pid -> (last_modified, seq), oldest first
+    _drifting: dict[str, float] = field(default_factory=dict)  # pid -> since when it is off its published rate
 
     def observe(self, checkpoints: Iterable[Checkpoint]) -> None:
         """Add the versions in one checkpoint listing."""
@@ -110,18 +113,27 @@ class RateMeter:
             return None
         return (last_seq - first_seq) / (last_at - first_at)
 
+    def _drifted_for(self, partition_id: str, now: float) -> float:
+        """Seconds the measured rate of ``partition_id`` has been more than ``DRIFT`` off its published one."""
+        return now - self._drifting.setdefault(partition_id, now)
+
     def to_publish(self, held: Iterable[str], current: Mapping[str, float], now: float) -> dict[str, float]:
         """The rates this worker publishes for the partitions it ``held``: the ``current`` (published)
-        one while the measured one stays ``close`` to it, else the measured one; a partition not
+        one while the measured one stays ``close`` to it (within ``DRIFT``, or within ``CHANGE`` for
+        less than a window: after a jump the window's slope climbs for a window, and a rate published
+        on the way would otherwise stay up to ``CHANGE`` off), else the measured one; a partition not
         measured yet keeps its current rate, or is left out."""
         rates: dict[str, float] = {}
         for pid in held:
             measured, known = self.rate(pid, now), current.get(pid)
+            if measured is None or known is None or close(measured, known, DRIFT):
+                self._drifting.pop(pid, None)
             if measured is None:
                 if known is not None:
                     rates[pid] = known
-            elif known is not None and close(measured, known):
+            elif known is not None and close(measured, known) and self._drifted_for(pid, now) < self.window:
                 rates[pid] = known
             else:
+                self._drifting.pop(pid, None)
                 rates[pid] = float(f"{measured:.3g}")
         return rates

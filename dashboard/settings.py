@@ -191,6 +191,8 @@ LEASEBOARD_HUB_DIR = Path(envstr("LEASEBOARD_HUB_DIR", str(VAR_DIR / "hub")))
 LEASEBOARD_STORE = envstr("LEASEBOARD_STORE", "sql")
 LEASEBOARD_SOURCE = envstr("LEASEBOARD_SOURCE", "embedded")
 LEASEBOARD_STRATEGY = envstr("LEASEBOARD_STRATEGY", "")  # empty: the project's default
+# runworkers --load-weighted: the default strategy shares partitions by measured events per second.
+LEASEBOARD_LOAD_WEIGHTED = envbool("LEASEBOARD_LOAD_WEIGHTED", False)
 # What each --store name builds, resolved by workers.wiring as Channels resolves CHANNEL_LAYERS:
 # "BACKEND" is the dotted path of the class, "CONFIG" its keyword arguments (each adapter reads its
 # connection from the environment when not given one). "PROCESS_WIDE": one object per process, never

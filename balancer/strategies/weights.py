@@ -4,7 +4,11 @@ Same members, pins, handoff and waiting rules as ``cooperative``; only the assig
 partition weighs its published rate (``View.loads``, see ``balancer.load``: the owners' measurement,
 the same for every worker that read the same store state), and the assignment is:
 
-1. Every member keeps what it holds (stickiness); pinned partitions go to their worker.
+1. Every member keeps what it holds (stickiness); pinned partitions go to their worker. A partition
+   a member released less than an expiry ago (by this worker's last view, ``View.previous``) counts
+   as still that member's: the moves planned before the release are planned again after it, so
+   the partitions of one round of handoffs go where they were meant to whichever of them is free
+   yet (dealt out afresh, two freed together could swap receivers and wait an interval).
 2. Free partitions, and those of workers that are no members, go heaviest first to the least loaded
    member (ties by id), so a cold start deals them out evenly.
 3. Then, while moving one partition from a more loaded member to the least loaded one evens that
@@ -59,8 +63,7 @@ def assign(view: View, active: Mapping[str, OwnershipRecord]) -> dict[str, str]:
     for p in sorted(view.partition_ids, key=_key):
         if p in pins:
             continue
-        record = active.get(p)
-        owner = record.owner_id if record is not None else ""
+        owner = holder(view, active, p)
         if owner in load:
             assignment[p] = owner
             load[owner] += weight[p]
@@ -84,6 +87,18 @@ def assign(view: View, active: Mapping[str, OwnershipRecord]) -> dict[str, str]:
         load[target] += weight[p]
         assignment[p] = target
     return assignment
+
+
+def holder(view: View, active: Mapping[str, OwnershipRecord], partition_id: str) -> str:
+    """Who holds ``partition_id`` as the assignment starts from: its active owner, else the worker that
+    released it less than an expiry ago ("" for nobody)."""
+    record = active.get(partition_id)
+    if record is not None:
+        return record.owner_id
+    record = view.ownership.get(partition_id)
+    if record is None or record.owner_id or view.age(record.last_modified) >= view.expiry:
+        return ""
+    return view.previous.get(partition_id, "")
 
 
 def best_move(

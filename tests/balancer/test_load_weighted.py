@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -74,6 +75,17 @@ def test_an_owner_keeps_the_published_rate_while_its_measurement_stays_within_a_
     meter.observe([checkpoint("0", 110, T0 + 10), checkpoint("1", 300, T0 + 10), checkpoint("2", 10, T0 + 10)])
     rates = meter.to_publish(["0", "1", "2", "9"], {"0": 10.0, "1": 10.0, "9": 4.0}, T0 + 11)
     assert rates == {"0": 10.0, "1": 30.0, "2": 1.0, "9": 4.0}  # 11/s kept as 10; 9 not measured: kept
+
+
+def test_a_rate_that_stays_off_its_published_value_for_a_window_is_published_again() -> None:
+    meter = RateMeter(window=20.0)
+    seq = 0
+    for t in range(0, 70, 10):
+        meter.observe([checkpoint("0", seq, T0 + t)])
+        seq += 1180  # 118/s against the 100/s published: within a fifth, but not within a tenth
+    assert meter.to_publish(["0"], {"0": 100.0}, T0 + 60) == {"0": 100.0}  # off since now: kept
+    assert meter.to_publish(["0"], {"0": 100.0}, T0 + 70) == {"0": 100.0}
+    assert meter.to_publish(["0"], {"0": 100.0}, T0 + 80) == {"0": 118.0}  # off for a whole window
 
 
 def test_rates_survive_their_text_form_and_a_bad_entry_costs_only_its_partition() -> None:
@@ -169,6 +181,21 @@ def test_equal_rates_share_within_one_partition_from_any_start(
     plan = assign(view("w0", names, pids, held(start), dict.fromkeys(pids, 5.0)), held(start))
     counts = Counter(plan.values())
     assert max(counts[w] for w in names) - min(counts[w] for w in names) <= 1
+
+
+@given(fleets(), st.randoms(use_true_random=False))
+@settings(max_examples=200, deadline=None)
+def test_partitions_freed_in_the_middle_of_a_round_still_go_where_the_round_sends_them(
+    fleet: tuple[list[str], tuple[str, ...], dict[str, str], dict[str, float]], rng: random.Random
+) -> None:
+    workers, pids, start, rates = fleet
+    plan = assign(view(workers[0], workers, pids, held(start), rates), held(start))
+    moving = [p for p in start if plan[p] != start[p]]
+    freed = {p for p in moving if rng.random() < 0.5}  # released by their holders, not claimed yet
+    records = {p: OwnershipRecord(REF, p, "" if p in freed else w, "e", T0 - 1) for p, w in start.items()}
+    active = {p: r for p, r in records.items() if r.owner_id}
+    for w in workers:  # each worker saw the releasers hold them (View.previous)
+        assert assign(replace(view(w, workers, pids, records, rates), previous=start), active) == plan
 
 
 # real coordinators and the simulator -------------------------------------------------------

@@ -36,7 +36,7 @@ from balancer.race.build import (
 )
 from balancer.race.coordinator import RaceCoordinator
 from balancer.race.times import LoadWeights
-from balancer.strategies import DEFAULT, NAMES, RACE, get_strategy
+from balancer.strategies import DEFAULT, NAMES, RACE, get_strategy, load_weighted
 from workers import metrics
 from workers.handlers import DEFAULT_HANDLER, HandlerNotFound, resolve_handler
 from workers.releases import Notices
@@ -125,8 +125,11 @@ class Command(BaseCommand):
         clock = skewed_clock(skew)
         if skew:
             log.warning("%s=%g: this process's wall clock runs %+gs off (a test hook)", CLOCK_SKEW_ENV, skew, skew)
+        weighted = bool(options.get("load_weighted") or settings.LEASEBOARD_LOAD_WEIGHTED)
         try:
             strategy = get_strategy(options["strategy"] or settings.LEASEBOARD_STRATEGY or None)
+            if weighted:  # the default's weighted variant (race weighs by its own options)
+                strategy = load_weighted(strategy)
             handler = resolve_handler(options["handler"])
             ref = hub_ref(options["hub"], options["consumer_group"], options["namespace"])
             config = PumpConfig.from_settings(
@@ -165,6 +168,7 @@ class Command(BaseCommand):
             )  # fmt: skip
             if isinstance(coordinator, Coordinator):  # a planned move wakes its receiver at once
                 coordinator.on_released = notices.publisher()
+                coordinator.checkpoints = stores.checkpoints  # where --load-weighted measures rates
             processor = EventProcessor(
                 coordinator, checkpoints=stores.checkpoints, source=source, handler=handler, interval=interval,
                 pump_config=config, dead_letters=dead_letters, shutdown_timeout=options["shutdown_timeout"],
@@ -174,11 +178,12 @@ class Command(BaseCommand):
             if isinstance(coordinator, RaceCoordinator):  # 001's lease race: options of its own
                 if i == 0 and races_in_process(coordinator.backend):
                     log.warning("--strategy race without REDIS_URL races in this process only")
-                if options["load_weighted"]:
+                if weighted:
                     coordinator.load = LoadWeights(processed_by(processors[-1]), unit=options["load_unit"])
         log.info(
             "%d worker(s) %s-0..%d on %s/%s/%s: strategy %s, store %s, interval %gs, expiry %gs, handler %s",
-            count, prefix, count - 1, ref.namespace, ref.hub, ref.consumer_group, strategy.name,
+            count, prefix, count - 1, ref.namespace, ref.hub, ref.consumer_group,
+            f"{strategy.name} (load-weighted)" if weighted else strategy.name,
             options["store"] or settings.LEASEBOARD_STORE, interval, expiry, options["handler"],
         )
         log.info("release notices: %s", notices.kind)
