@@ -5,7 +5,9 @@ Not collected by pytest. Each row is one ``balancer.sim.run.simulate`` call (the
 ``manage.py simulate``): 32 partitions on 4 workers unless the issue's targets name other sizes
 (scale-out 4 -> 5 workers, add-partitions 16 -> 24, a single partition on 3 workers, 4
 partitions on 6 workers), plus a cold start of 1024 partitions on 64 workers. Figures are
-"median/max" over the seeds; moves are shown against the fewest possible.
+"median/max" over the seeds; moves are shown against the fewest possible. Then ``greedy`` beside
+Microsoft's own greedy code, and the hot-partition scenario with the default strategy counting
+partitions and weighing them by load (``--load-weighted``): the spread of load per worker.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from balancer.sim.run import SCENARIOS, simulate
+from balancer.sim.run import SCENARIOS, Settings, simulate
 from balancer.strategies import DEFAULT, NAMES
 from workers.progress import progress
 
@@ -39,6 +41,8 @@ def cases(seeds: int, big_seeds: int) -> list[tuple[str, str, int, int, int]]:
     rows = []
     for name in names:
         for scenario in SCENARIOS:
+            if scenario == "hot-partition":
+                continue  # a table of its own, by load (``load_rows``)
             p, n = SIZES.get(scenario, (32, 4))
             rows.append((name, scenario, p, n, seeds))
         rows.append((name, BIG[0], BIG[1], BIG[2], big_seeds))
@@ -71,6 +75,45 @@ def microsoft_rows(seeds: int, big_seeds: int, jobs: int) -> list[list[str]]:
     return rows
 
 
+# The hot-partition scenario, by partitions counted and weighed by load: (P, N) per row.
+LOAD_SIZES = [(16, 4), (32, 4), (64, 8), (128, 16)]
+LOAD_COLUMNS = [
+    "P/N", "load max/mean by count", "load-weighted", "target", "balanced", "seconds", "moves", "max unowned s",
+    "req/worker/cycle",
+]  # fmt: skip
+LOAD_TARGET = 1.25
+
+
+def _simulate_load(case: tuple[int, int, int, bool]) -> dict[str, Any]:
+    partitions, workers, seeds, weighted = case
+    return simulate(None, "hot-partition", partitions, workers, seeds, weighted=weighted)
+
+
+def load_target(partitions: int, workers: int) -> float:
+    """The spread to reach: ``LOAD_TARGET``, or more where the hot partition alone is heavier than that."""
+    s = Settings()
+    alone = s.hot_factor * workers / (partitions - 1 + s.hot_factor)  # the hot partition's rate over the mean
+    return max(LOAD_TARGET, alone)
+
+
+def load_rows(seeds: int, jobs: int) -> list[list[str]]:
+    """One row per size: the count-based spread beside the load-weighted one, and how the weighted run went."""
+    todo = [(p, n, seeds, weighted) for p, n in LOAD_SIZES for weighted in (False, True)]
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        done = list(pool.map(_simulate_load, todo))
+    rows = []
+    for (p, n), counted, weighted in zip(LOAD_SIZES, done[::2], done[1::2], strict=True):
+        target = load_target(p, n)
+        alone = "" if target == LOAD_TARGET else " (hot one alone)"
+        rows.append([
+            f"{p}/{n}", _mm(counted["load_spread"], 3), _mm(weighted["load_spread"], 3), f"<= {target:.2f}{alone}",
+            f"{weighted['balanced_runs']}/{weighted['seeds']}", _mm(weighted["seconds_to_balance"]),
+            f"{_mm(weighted['moves'])} ({_mm(counted['moves'])})", f"{weighted['max_unowned_seconds']:.1f}",
+            f"{_mm(weighted['store_requests_per_worker_cycle'])} ({_mm(counted['store_requests_per_worker_cycle'])})",
+        ])  # fmt: skip
+    return rows
+
+
 def _mm(value: dict[str, Any], digits: int = 1) -> str:
     if value["median"] is None:
         return "-"
@@ -93,18 +136,19 @@ def row(r: dict[str, Any]) -> list[str]:
     ]
 
 
-def render(rows: list[list[str]], title: str) -> None:
+def render(rows: list[list[str]], title: str, columns: list[str] | None = None) -> None:
+    columns = COLUMNS if columns is None else columns
     try:
         from rich.console import Console
         from rich.table import Table
     except ImportError:  # plain text when rich is not installed
-        widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(COLUMNS)]
+        widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
         print(title)
-        for line in [COLUMNS, ["-" * w for w in widths], *rows]:
+        for line in [columns, ["-" * w for w in widths], *rows]:
             print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)))
         return
     table = Table(title=title, header_style="bold")
-    for i, column in enumerate(COLUMNS):
+    for i, column in enumerate(columns):
         table.add_column(column, justify="left" if i < 2 else "right", no_wrap=True)
     previous = None
     for cells in rows:
@@ -150,6 +194,15 @@ def main(argv: list[str] | None = None) -> None:
                      f"({time.perf_counter() - started:.0f} s)")  # fmt: skip
     finally:
         COLUMNS.pop()
+    started = time.perf_counter()
+    rows = load_rows(args.seeds, args.jobs)
+    title = (
+        f"hot-partition: one of P partitions at {Settings().hot_factor:g}x the others' rate from the disturbance, "
+        f"default strategy; load per worker max/mean at the end, median/max over {args.seeds} seeds; "
+        f"balanced, seconds and moves of the load-weighted runs (moves and requests by count in brackets) "
+        f"({time.perf_counter() - started:.0f} s)"
+    )
+    render(rows, title, LOAD_COLUMNS)
 
 
 if __name__ == "__main__":
