@@ -72,8 +72,11 @@ pytestmark = pytest.mark.slow
 SECONDS = float(os.environ.get("NETSPLIT_SECONDS") or 0)
 EXPIRY = float(os.environ.get("NETSPLIT_EXPIRY") or 3.0)  # the fleet's lease expiry, seconds
 # The short version (make test): every nemesis on PostgreSQL, one after another, then two chosen at
-# random from the seed; the cuts of one worker on the others.
-SHORT = {"postgresql": list(NEMESES), "redis": ["cut-store", "isolated"], "blob": ["cut-store", "isolated"]}
+# random from the seed; on the others, the faults whose outcome depends on the store's client: one
+# worker cut from it, cut from everything, its link flapping, and the store cut from every worker.
+# (NETSPLIT_NEMESES=cut-store,cut-hub,... runs a list of your own on every store.)
+ON_THE_STORE = ["cut-store", "isolated", "flapping", "store-cut"]
+SHORT = {"postgresql": list(NEMESES), "redis": ON_THE_STORE, "blob": ON_THE_STORE}
 # Deadlines of the awaits (seconds): a phase is a nemesis (a hold of 4 expiries, or a SIGTERM, a
 # restart and a settle before one) and a settle of at most 45 s.
 PHASE = 240.0
