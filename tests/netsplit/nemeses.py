@@ -15,7 +15,9 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 
+from tests.chaos.evidence import Evidence
 from tests.chaos.faults import SKEW, PostCheck, new_name
+from tests.chaos.rules import ownership_moves
 from tests.netsplit.cluster import WORKER_HOSTS, NetFleet
 from tests.netsplit.eventlog import taken_after_expiry
 
@@ -201,6 +203,38 @@ async def skewed_worker_isolated(fleet: NetFleet, checks: list[PostCheck]) -> No
     await worker_isolated(fleet, skewed.owner)
 
 
+async def console_from_store(fleet: NetFleet, checks: list[PostCheck]) -> None:
+    """The console host cut from the store host (the store and the console's own database), the
+    workers reaching both: nothing may move, and the console keeps answering (polled all the while:
+    ``/metrics`` 200, ``/api/state`` 200 or 503, never a 500 nor no answer: the chaos rule 8) and
+    shows the store down (``leaseboard_store_up 0``) before the cut heals. No victims."""
+    assert fleet.net is not None
+    net = fleet.net
+    started = time.monotonic()
+    net.cut("console", "store")
+    try:
+        await asyncio.sleep(HOLD * fleet.expiry)  # the fault's own length, not a wait for a condition
+    finally:
+        net.heal("console", "store")
+    ended = time.monotonic()
+    fleet.fault("console-cut", started, set(), ended=ended)
+    fleet.notes.append(f"console-cut: the console host from the store host for {ended - started:.1f}s")
+
+    def console_shown_the_cut(evidence: Evidence) -> list[str]:
+        problems = []
+        scrapes = [p for p in evidence.console if p.path == "/metrics" and started <= p.at <= ended]
+        if not any(p.store_up == 0 for p in scrapes):
+            seen = sorted({p.store_up for p in scrapes}, key=str)
+            problems.append(f"console-cut: /metrics never showed leaseboard_store_up 0 while the console was cut "
+                            f"from the store ({len(scrapes)} scrapes, store_up {seen})")  # fmt: skip
+        moved = [m for m in ownership_moves(evidence) if started <= m.at <= ended]
+        problems += [f"console-cut: partition {m.partition} moved from {m.source} to {m.target} while only the "
+                     "console was cut off" for m in moved[:5]]  # fmt: skip
+        return problems
+
+    checks.append(console_shown_the_cut)
+
+
 NEMESES: dict[str, Nemesis] = {
     "cut-store": worker_from_store,
     "cut-hub": worker_from_hub,
@@ -210,4 +244,5 @@ NEMESES: dict[str, Nemesis] = {
     "flapping": flapping_store_link,
     "cut-store+sigstop": cut_while_another_stops,
     "skewed-isolated": skewed_worker_isolated,
+    "console-cut": console_from_store,
 }
