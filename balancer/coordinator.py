@@ -117,8 +117,8 @@ class Coordinator:
             self.controls = self.store
         if self.checkpoints is None and self.strategy.uses_load and isinstance(self.store, CheckpointStore):
             self.checkpoints = self.store
-        if self.interval is not None:  # a rate spans three cycles' checkpoints
-            self._meter.window = max(3 * self.interval, 3.0)
+        if self.interval is not None:  # a rate spans three cycles' checkpoints, and half a minute at least
+            self._meter.window = max(3 * self.interval, self._meter.window)
 
     # queries -------------------------------------------------------------------------------
 
@@ -343,6 +343,8 @@ class Coordinator:
             self._meter.observe(await self._call(self.checkpoints.list_checkpoints(self.ref)))
         current = load.published(snap.members, snap.ownership)
         rates = self._meter.to_publish(self._leases, current, now)
+        covered = load.held_and_published(snap.members, snap.ownership)  # those given up: until then
+        rates |= {p: r for p, r in self._published.items() if p not in rates and p not in covered}
         if not self._heartbeat_due() and rates == self._published:
             return snap.members
         self._published = rates

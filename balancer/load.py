@@ -16,7 +16,10 @@ state:
   (a level that shifted, not noise), or it holds a partition it has not published: so weights, and
   with them plans, stay put while load only wobbles;
 - a worker plans with ``published``: per partition, its holder's published rate, else the latest
-  one any member published for it (the previous owner's, until the new one publishes).
+  one any member published for it. A worker keeps publishing the rate of a partition it gave up
+  until the new holder publishes one, and a new holder first publishes the rate in force: so a move
+  changes no weight (changed weights in the middle of a round of handoffs could send a partition
+  freed for one worker to another that is not listening), only a measurement does.
 
 No field is added to any record: a checkpoint stays (sequence number, offset), as Microsoft's
 processor reads it on Blob.
@@ -69,6 +72,12 @@ def published(members: Iterable[Member], ownership: Iterable[OwnershipRecord]) -
         if pid in mine:
             chosen[pid] = mine[pid]
     return chosen
+
+
+def held_and_published(members: Iterable[Member], ownership: Iterable[OwnershipRecord]) -> set[str]:
+    """The partitions whose holder has published a rate for them."""
+    by_member = {m.owner_id: parse_rates(m.info.get(INFO_KEY, "")) for m in members}
+    return {r.partition_id for r in ownership if r.partition_id in by_member.get(r.owner_id, {})}
 
 
 def close(a: float, b: float, share: float = CHANGE) -> bool:

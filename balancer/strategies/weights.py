@@ -8,7 +8,11 @@ the same for every worker that read the same store state), and the assignment is
    a member released less than an expiry ago (by this worker's last view, ``View.previous``) counts
    as still that member's: the moves planned before the release are planned again after it, so
    the partitions of one round of handoffs go where they were meant to whichever of them is free
-   yet (dealt out afresh, two freed together could swap receivers and wait an interval).
+   yet (dealt out afresh, two freed together could swap receivers, and each would wait unowned
+   until the next cycle of a worker nobody woke). Once part of a round has landed, the plan from
+   there may differ; should it plan a freed partition back onto its releaser, the partition goes
+   to the least loaded other member instead: the releaser hears no release notice of its own, and
+   would take it back only at its next cycle.
 2. Free partitions, and those of workers that are no members, go heaviest first to the least loaded
    member (ties by id), so a cold start deals them out evenly.
 3. Then, while moving one partition from a more loaded member to the least loaded one evens that
@@ -56,6 +60,7 @@ def assign(view: View, active: Mapping[str, OwnershipRecord]) -> dict[str, str]:
     weight = weights(view.partition_ids, view.loads)
     load = dict.fromkeys(eligible, 0.0)
     movable: dict[str, list[str]] = {w: [] for w in eligible}
+    freed: set[str] = set()  # released by a member, not claimed yet
     assignment = dict(pins)
     for p, w in pins.items():
         load[w] += weight[p]
@@ -64,6 +69,8 @@ def assign(view: View, active: Mapping[str, OwnershipRecord]) -> dict[str, str]:
         if p in pins:
             continue
         owner = holder(view, active, p)
+        if owner and p not in active:
+            freed.add(p)
         if owner in load:
             assignment[p] = owner
             load[owner] += weight[p]
@@ -86,6 +93,13 @@ def assign(view: View, active: Mapping[str, OwnershipRecord]) -> dict[str, str]:
         load[source] -= weight[p]
         load[target] += weight[p]
         assignment[p] = target
+    for p in sorted(freed, key=_key):  # never back onto its releaser (see the module's docstring)
+        releaser = assignment[p]
+        if releaser == holder(view, active, p) and len(eligible) > 1:
+            target = min((w for w in eligible if w != releaser), key=lambda w: (load[w], w))
+            load[releaser] -= weight[p]
+            load[target] += weight[p]
+            assignment[p] = target
     return assignment
 
 
