@@ -65,6 +65,7 @@ class Run(abc.ABC):
         self.woken = {w: asyncio.Event() for w in self.names}  # a release notice reached it
         self.checkpoints: dict[str, int] = {}
         self.hot: str | None = None  # hot-partition: the partition whose rate rises at the disturbance
+        self.lag = random.Random(f"lag/{scenario}/{partitions}/{workers}/{seed}")  # checkpoints behind events
         self.counted: dict[str, int] = dict.fromkeys(self.names, 0)  # requests already attributed
         self.proxies: dict[str, LatentStore] = {}
         self.coordinators: dict[str, Balancer] = {}
@@ -237,6 +238,7 @@ class Run(abc.ABC):
             position = int(self.s.base_rate * now)
             if pid == self.hot and now > self.disturbed_at:
                 position += int(self.s.base_rate * (self.s.hot_factor - 1) * (now - self.disturbed_at))
+            position -= int(self.rate(pid) * self.lag.uniform(0, self.s.checkpoint_lag))
         self.checkpoints[pid] = max(last, position)
         return self.checkpoints[pid]
 

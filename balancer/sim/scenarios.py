@@ -58,6 +58,7 @@ class Settings:
     # owners checkpoint each partition they hold once a cycle (where the load-weighted plan reads rates).
     base_rate: float = 10.0
     hot_factor: float = 10.0
+    checkpoint_lag: float = 1.0  # a checkpoint is behind the events by up to this many seconds' worth (random)
 
     def __post_init__(self) -> None:
         if self.interval <= 0 or self.expiry <= 0:
