@@ -93,7 +93,8 @@ def add_race_options(parser: argparse.ArgumentParser) -> None:
         value = getattr(defaults, name)
         group.add_argument(f"--{name.replace('_', '-')}", type=float, default=value, help=f"(default {value:g})")
     group.add_argument("--load-weighted", action="store_true",
-                       help="wait by measured events per second instead of by partitions held")
+                       help="weigh by measured events per second instead of partitions held: the default "
+                            "strategy's load-weighted shares, or the race's wait (LEASEBOARD_LOAD_WEIGHTED)")
     group.add_argument("--load-unit", type=float, default=100.0,
                        help="events per second that weigh as much as one partition (default 100)")
 

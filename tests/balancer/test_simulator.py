@@ -205,6 +205,19 @@ def test_simulate_without_json_prints_a_readable_summary(capsys: pytest.CaptureF
     assert "balanced runs      1/1" in out
 
 
+def test_simulate_load_weighted_evens_the_load_of_a_hot_partition(capsys: pytest.CaptureFixture[str]) -> None:
+    spreads = {}
+    for weighted in (False, True):
+        call_command("simulate", "--scenario", "hot-partition", "--partitions", "32", "--workers", "4",
+                     "--seeds", "2", "--json", *(["--load-weighted"] if weighted else []))  # fmt: skip
+        result = json.loads(capsys.readouterr().out)
+        assert result["load_weighted"] is weighted
+        spreads[weighted] = result["load_spread"]["max"]
+    assert spreads[True] <= 1.25 < spreads[False]
+    call_command("simulate", "--scenario", "hot-partition", "--partitions", "16", "--seeds", "1", "--load-weighted")
+    assert "(load-weighted)" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -213,6 +226,7 @@ def test_simulate_without_json_prints_a_readable_summary(capsys: pytest.CaptureF
         (["--scenario", "crash", "--partitions", "0"], "partitions must be at least 1"),
         (["--scenario", "crash", "--workers", "0"], "workers must be at least 1"),
         (["--scenario", "crash", "--interval", "30", "--expiry", "30"], "need 0 < --interval < --expiry"),
+        (["--scenario", "crash", "--strategy", "greedy", "--load-weighted"], "--load-weighted works with"),
     ],
 )
 def test_simulate_refuses_bad_arguments_in_one_line(args: list[str], message: str) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from balancer.sim.run import SCENARIOS, Settings, check, simulate
-from balancer.strategies import DEFAULT, NAMES
+from balancer.strategies import DEFAULT, NAMES, load_weighted
 from workers.progress import progress
 
 DEFAULTS = Settings()
@@ -35,6 +35,11 @@ class Command(BaseCommand):
             "--no-notices", action="store_true",
             help="no release notices: a released partition waits for its receiver's next cycle (the Blob store)",
         )  # fmt: skip
+        parser.add_argument(
+            "--load-weighted", action="store_true",
+            help=f"share by measured events per second ({DEFAULT}'s weighted variant, as runworkers --load-weighted; "
+                 "see the hot-partition scenario)",
+        )  # fmt: skip
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -47,11 +52,16 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         # A progress line on a terminal (stderr) only; nothing with --json or when piped.
+        if options["load_weighted"]:
+            try:
+                load_weighted(chosen)
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
         with progress(f"{chosen.name} / {scenario}", total=seeds, unit="seeds", enabled=not options["json"]) as task:
             result = simulate(
                 strategy, scenario, options["partitions"], options["workers"], seeds,
                 Settings(interval=interval, expiry=expiry, notice_latency=None if options["no_notices"] else 0.005),
-                on_seed=lambda _seed: task.advance(),
+                on_seed=lambda _seed: task.advance(), weighted=options["load_weighted"],
             )  # fmt: skip
         if options["json"]:
             self.stdout.write(json.dumps(result))
@@ -77,4 +87,5 @@ def summary(r: dict[str, Any]) -> str:
         f"  longest unowned    {r['max_unowned_seconds']:g}s",
         f"  requests/cycle     {mm('store_requests_per_worker_cycle')}",
         f"  plan time          {mm('plan_ms', ' ms')}",
+        f"  load max/mean      {mm('load_spread')}{' (load-weighted)' if r.get('load_weighted') else ''}",
     ])  # fmt: skip
