@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterable
+from functools import lru_cache
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -77,6 +79,22 @@ def pending(landing: Path, checkpoint: Path) -> list[Path]:
     return sorted(p for p in landing.rglob("*.parquet") if p not in seen)
 
 
+def footer(path: Path) -> pq.FileMetaData:
+    """The Parquet footer of ``path``. Raises OSError or ArrowException if it cannot be read.
+
+    A batch asks for each of its files' footers three times (``unreadable``, ``nulls_ruled_out``,
+    ``rows``), and ``runpipeline`` a fourth for its progress: each is read once, kept while the
+    file is the same (path, inode, size and modification time: a file landed again under its name
+    is a new inode, one rewritten in place has a new time)."""
+    status = os.stat(path)
+    return _footer(str(path), status.st_ino, status.st_size, status.st_mtime_ns)
+
+
+@lru_cache(maxsize=4096)
+def _footer(path: str, inode: int, size: int, modified: int) -> pq.FileMetaData:
+    return pq.read_metadata(path)
+
+
 def rows(paths: Iterable[Path | str]) -> int:
     """Rows in the Parquet footers of ``paths`` (files or URIs); 0 for one that cannot be read."""
     total = 0
@@ -85,7 +103,7 @@ def rows(paths: Iterable[Path | str]) -> int:
         if path is None:
             continue
         try:
-            total += pq.read_metadata(path).num_rows
+            total += footer(path).num_rows
         except (OSError, pa.ArrowException):
             continue
     return total
@@ -102,7 +120,7 @@ def local_path(uri: str) -> Path | None:
 def problem(path: Path) -> str | None:
     """Why ``path`` is not a readable landing file, or None if its footer and schema are fine."""
     try:
-        schema = pq.read_schema(path)
+        schema = footer(path).schema.to_arrow_schema()
     except (OSError, pa.ArrowException) as exc:
         return f"{type(exc).__name__}: {exc}"
     for expected in ARROW_SCHEMA:
@@ -130,7 +148,7 @@ def nulls_ruled_out(uris: Iterable[str] | None) -> bool:
         if path is None:
             return False
         try:
-            metadata = pq.read_metadata(path)
+            metadata = footer(path)
             schema = metadata.schema.to_arrow_schema()
         except (OSError, pa.ArrowException):
             return False

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 
 from workers.models import Alert, CountedRange, MinuteSummary, PipelineBatch, UnreadableFile
 
@@ -85,27 +85,40 @@ def apply(result: BatchResult, using: str = "default") -> bool:
 
 
 def _add_minutes(hub: str, minutes: Iterable[tuple[datetime, str, int, int]], using: str) -> None:
-    """Add the batch's counts to the minute rows: three statements, whatever the number of rows (a
-    1 M-event batch has a few hundred; a statement each cost about as much as its Spark work). The
-    rows are locked first (FOR UPDATE where the database has it), so no other writer's addition is lost."""
+    """Add the batch's counts to the minute rows: one statement per 500 rows (a 1 M-event batch has
+    a few hundred), an insert that adds to the row already there (``ON CONFLICT ... DO UPDATE``,
+    SQLite and PostgreSQL alike). The addition happens in the database, row by row under its lock,
+    so no other writer's addition is lost and no row needs reading first. Profiled on 1 M events:
+    Django's ``bulk_update`` (a CASE per row and field, built in Python) took most of the summary's time."""
     added: dict[tuple[datetime, str], tuple[int, int]] = {}
     for minute, sensor, events, alerts in minutes:
         before = added.get((minute, sensor), (0, 0))
         added[(minute, sensor)] = (before[0] + events, before[1] + alerts)
     if not added:
         return
-    rows = MinuteSummary.objects.using(using)
-    present = rows.select_for_update().filter(hub=hub, minute__in={minute for minute, _ in added})
-    changed = []
-    for row in present:
-        more = added.pop((row.minute, row.sensor), None)
-        if more is not None:
-            row.events += more[0]
-            row.alerts += more[1]
-            changed.append(row)
-    rows.bulk_update(changed, ["events", "alerts"], batch_size=500)
-    fresh = [MinuteSummary(hub=hub, minute=m, sensor=s, events=e, alerts=a) for (m, s), (e, a) in added.items()]
-    rows.bulk_create(fresh, batch_size=500)
+    connection = connections[using]
+    meta = MinuteSummary._meta
+    quote = connection.ops.quote_name
+    table = quote(meta.db_table)
+    fields = {f.name: f for f in meta.concrete_fields}
+    column = {name: quote(str(fields[name].column)) for name in ("hub", "minute", "sensor", "events", "alerts")}
+    minute_field = fields["minute"]
+    rows = [
+        (hub, minute_field.get_db_prep_save(minute, connection), sensor, events, alerts)
+        for (minute, sensor), (events, alerts) in added.items()
+    ]
+    names = ", ".join(column.values())
+    for start in range(0, len(rows), 500):
+        chunk = rows[start : start + 500]
+        values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))
+        sql = (
+            f"INSERT INTO {table} ({names}) VALUES {values} "
+            f"ON CONFLICT ({column['hub']}, {column['minute']}, {column['sensor']}) DO UPDATE SET "
+            f"{column['events']} = {table}.{column['events']} + excluded.{column['events']}, "
+            f"{column['alerts']} = {table}.{column['alerts']} + excluded.{column['alerts']}"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [value for row in chunk for value in row])
 
 
 def _add_alerts(result: BatchResult, using: str) -> None:
