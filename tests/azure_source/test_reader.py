@@ -117,6 +117,41 @@ def test_the_owner_level_given_is_the_one_the_service_sees(
         reader.close()
 
 
+@pytest.mark.parametrize(
+    ("given", "env", "expected"),
+    [(None, None, 20), (None, "64", 64), (5, "64", 5), (1000, None, 300)],  # never above the queue (300)
+)
+def test_a_read_takes_at_most_prefetch_events_20_unless_set(
+    given: int | None, env: str | None, expected: int, clients: Clients, clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    # The SDK hands events over only when a read ends: at a 0.2 s silence or after `prefetch` frames,
+    # so a trickle faster than 5 a second waits for `prefetch` events (see reader.py).
+    if env is not None:
+        monkeypatch.setenv("EVENTHUB_PREFETCH", env)
+    source = EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock,
+                             prefetch=given)  # fmt: skip
+    with source:
+        reader = source.reader("1", Position.earliest())
+        clients.last.wait_for(lambda: clients.last.receive_kwargs is not None, "receive_batch")
+        assert clients.last.receive_kwargs is not None
+        assert clients.last.receive_kwargs["prefetch"] == expected
+        reader.close()
+
+
+@pytest.mark.parametrize("env", ["0", "-3", "lots", "2.5"])
+def test_a_prefetch_setting_that_is_no_whole_number_above_zero_is_refused_in_one_line(
+    env: str, clients: Clients, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EVENTHUB_PREFETCH", env)
+    with pytest.raises(ValueError, match="EVENTHUB_PREFETCH") as raised:
+        EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock)
+    assert "\n" not in str(raised.value)
+    with pytest.raises(ValueError, match="prefetch must be a whole number of at least 1, got 0"):
+        EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock,
+                        prefetch=0)  # fmt: skip
+
+
 def test_a_reader_of_an_unknown_partition_or_with_a_bad_position_is_refused(
     source: EventHubsSource, clients: Clients
 ) -> None:

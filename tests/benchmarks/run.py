@@ -25,6 +25,7 @@ BENCHMARKS = [
     ("Spark pipeline: 1M landed events vs a pyarrow scan; demo latency", "tests.benchmarks.bench_pipeline"),
     ("Spark pipeline's dedupe state after 1M and 10M events", "tests.benchmarks.bench_pipeline_state"),
     ("Microsoft's processor vs Leaseboard's workers over AMQP", "tests.benchmarks.bench_amqp"),
+    ("Event Hubs reader: append-to-receive latency and read rate by prefetch", "tests.benchmarks.bench_prefetch"),
     ("console: event -> browser latency, /metrics render", "tests.benchmarks.bench_dashboard"),
     ("console under 1,000 anonymous requests and 200 sockets: CPU, memory, tasks", "tests.benchmarks.bench_visitors"),
     ("store outages of 2x and 5x the expiry: moves, duplicates, recovery", "tests.benchmarks.bench_outage"),

@@ -7,6 +7,14 @@ partition twice, which a hand-off inside one process would need for a moment). B
 bounded queue; while it is full the SDK's callback waits, the SDK stops pulling, and the service
 keeps the rest (backpressure, not memory growth). ``receive`` takes from the queue without waiting.
 
+Latency and prefetch. The SDK hands a read's events over only when the read ends, and a read ends
+at a silence of the socket timeout (0.2 s) or after ``prefetch`` frames. Events arriving more often
+than every 0.2 s therefore come in bursts of ``prefetch``: with Microsoft's default of 300, at 20
+events a second, each waits 4 s on the median and up to 8 s (up to a minute just above 5 a
+second). Readers ask for 20 (``EVENTHUB_PREFETCH``): at most 20 events' spacing, under 0.2 s each,
+at no loss of throughput on the embedded hub (``tests.benchmarks.bench_prefetch``). Over a long
+round trip to the service a bigger credit reads faster; raise it there.
+
 Exclusive receivers. Readers pass ``owner_level`` (the service's epoch, 0 by default as in
 Microsoft's processor): when a partition moves, the new owner's receiver makes the service cut off
 the previous one, even if that worker has not yet noticed it lost its lease. The old reader's
@@ -56,6 +64,7 @@ class EventHubsReader:
         owner_level: int | None,
         owner_id: str | None = None,
         queue_events: int = 300,
+        prefetch: int = 20,
         max_batch_size: int = 100,
         join_seconds: float = 10.0,
         on_tracked: Callable[[str, LastEnqueued], None] | None = None,
@@ -80,7 +89,11 @@ class EventHubsReader:
             "track_last_enqueued_event_properties": True,
             # Batches no bigger than the queue: what waits for room is at most one queue's worth.
             "max_batch_size": min(max_batch_size, queue_events),
-            "prefetch": queue_events,
+            # The link credit, and also how many frames one SDK read takes before it hands anything
+            # over: it returns only at a gap of its socket timeout (0.2 s) or after that many, so
+            # events arriving faster than 5 a second wait until `prefetch` of them have come (see
+            # the module docstring). Not above the queue: a read must fit in it.
+            "prefetch": min(prefetch, queue_events),
             "on_error": self._on_error,
         }
         self._thread = threading.Thread(

@@ -34,6 +34,21 @@ from workers.sources.eventhubs.sdk import ClientFactory, LastEnqueued, propertie
 log = logging.getLogger("leaseboard.eventhubs")
 
 ENV_CONSUMER_GROUP = "LEASEBOARD_CONSUMER_GROUP"
+ENV_PREFETCH = "EVENTHUB_PREFETCH"  # events per read (the link credit); see reader.py on latency
+DEFAULT_PREFETCH = 20
+
+
+def _prefetch_from_env() -> int:
+    text = os.environ.get(ENV_PREFETCH, "").strip()
+    if not text:
+        return DEFAULT_PREFETCH
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{ENV_PREFETCH}={text!r} is not a whole number") from None
+    if value < 1:
+        raise ValueError(f"{ENV_PREFETCH} must be at least 1, got {value}")
+    return value
 
 
 class EventHubsSource:
@@ -54,6 +69,7 @@ class EventHubsSource:
         refresh_seconds: float = 5.0,
         tracked_max_age: float = 5.0,
         queue_events: int = 300,
+        prefetch: int | None = None,
         client_factory: ClientFactory = sdk_client,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -61,6 +77,9 @@ class EventHubsSource:
             raise TypeError(f"owner_level must be a whole number or None, got {owner_level!r}")
         if queue_events < 1:
             raise ValueError(f"queue_events must be at least 1, got {queue_events}")
+        self._prefetch = prefetch if prefetch is not None else _prefetch_from_env()
+        if isinstance(self._prefetch, bool) or not isinstance(self._prefetch, int) or self._prefetch < 1:
+            raise ValueError(f"prefetch must be a whole number of at least 1, got {self._prefetch!r}")
         given = connection_string if connection_string is not None else os.environ.get(ENV_CONNECTION_STRING, "")
         self._connection_string = given.strip()
         self._redact = Redactor(self._connection_string)
@@ -177,6 +196,7 @@ class EventHubsSource:
             owner_level=self.owner_level,
             owner_id=self.owner_id,
             queue_events=self._queue_events,
+            prefetch=self._prefetch,
             on_tracked=self._note_tracked,
         )
         self._readers.add(reader)
