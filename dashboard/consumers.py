@@ -46,7 +46,7 @@ from .access import audit_for, events_for
 from .broadcast import GROUP
 from .console import Json
 from .control.audit import recent_audit
-from .dbthread import DatabaseThread
+from .dbthread import READ_DEADLINE, DatabaseThread
 from .delta import delta
 from .health import Outage, health, report
 from .host import FIRST_ROUND_SECONDS, Full, current_state, host, unknown
@@ -75,7 +75,8 @@ CLOSE_UNKNOWN = 4404  # a hub and consumer group the store does not know: nothin
 CLOSE_TRY_LATER = 1013  # LEASEBOARD_SOCKETS_MAX sockets open, every monitor slot taken, or the store down
 
 
-_feed = DatabaseThread("leaseboard-feed", retry=True)  # every consumer's reads (read only), on one kept connection
+# every consumer's reads (read only), on one kept connection
+_feed = DatabaseThread("leaseboard-feed", retry=True, deadline=READ_DEADLINE)
 _open = 0  # consumers connected in this process
 _pumps: set[asyncio.Task[None]] = set()  # every running pump, so a test can see none is left
 

@@ -46,6 +46,11 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 CHECK_AFTER = 1.0  # seconds idle after which the connection is checked before use
+# Seconds a console read (views, feed, monitor: ``deadline``) waits for the database before it is
+# taken as down. A database cut off by a silent network holds a query until the TCP timeout
+# (LEASEBOARD_DB_TCP_TIMEOUT, 10 s), and every call queued behind it waits too; the console answers
+# with a 503 or its last state (and ``leaseboard_database_up 0``) within a scrape's timeout instead.
+READ_DEADLINE = 3.0
 
 
 class DatabaseThread:
@@ -55,10 +60,16 @@ class DatabaseThread:
     fails, and the next one reconnects (no extra round trip; the SQL store's choice, whose callers
     retry next cycle anyway). ``retry=True`` runs a call that failed on a kept connection with a
     connection error once more on a new one (only for work that may safely run twice).
+    ``deadline``: seconds ``acall`` waits (queueing included) before it raises OperationalError;
+    the call itself runs on to its end on the thread (for reads only: a write may still land).
     """
 
-    def __init__(self, name: str, alias: str = DEFAULT_DB_ALIAS, *, checks: bool = True, retry: bool = False) -> None:
+    def __init__(
+        self, name: str, alias: str = DEFAULT_DB_ALIAS, *, checks: bool = True, retry: bool = False,
+        deadline: float | None = None,
+    ) -> None:  # fmt: skip
         self.name = name
+        self.deadline = deadline
         self.alias = alias
         self.checks = checks
         self.retry = retry
@@ -105,7 +116,15 @@ class DatabaseThread:
     async def acall(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """``fn(*args)`` on the thread, awaited."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread(), functools.partial(self._run, fn, *args, **kwargs))
+        running = loop.run_in_executor(self._thread(), functools.partial(self._run, fn, *args, **kwargs))
+        if self.deadline is None:
+            return await running
+        try:
+            return await asyncio.wait_for(running, self.deadline)
+        except TimeoutError:
+            raise OperationalError(
+                f"the database did not answer within {self.deadline:g} s (cut off or overloaded)"
+            ) from None
 
     async def aclose_connection(self) -> None:
         """Close the thread's connection (the next call opens a new one)."""

@@ -26,6 +26,7 @@ from typing import TypeVar
 from django.conf import settings
 from django.db.models import Max
 
+from balancer.errors import StoreUnavailable
 from balancer.model import HubRef, pid_key
 from workers.sources.base import EventSource, PartitionProperties
 from workers.wiring import Stores, build_source, build_stores, close_stores, hub_ref
@@ -46,6 +47,12 @@ _HUB = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 _CONSUMER_GROUP = re.compile(r"(?=.{1,255}\Z)\$?[A-Za-z0-9][A-Za-z0-9._-]*", re.DOTALL)
 
 T = TypeVar("T")
+# Seconds the console's reads of the store (one state: its clock and four listings) may take. A store
+# cut off by a silent network answers nothing, and a Blob or Redis client waits out its own timeouts
+# (10 s and more, and a retry) before it fails: the console says the store is down after this long
+# instead, so /metrics (leaseboard_store_up 0) and /api/state (503, or the last state marked stale)
+# answer within a scrape's timeout.
+STORE_READ_SECONDS = 5.0
 
 
 def parse_ref(hub: object, consumer_group: object) -> HubRef:
@@ -245,11 +252,17 @@ async def read(ref: HubRef, *, db: DatabaseThread, stores: Stores | None = None)
     used = stores or configured_stores()
     started = time.monotonic()
     try:
-        now = await _store_call(used.ownership.now)
-        ownership = await _store_call(lambda: used.ownership.list_ownership(ref))
-        checkpoints = await _store_call(lambda: used.checkpoints.list_checkpoints(ref))
-        members = await _store_call(lambda: used.controls.list_members(ref))
-        controls = await _store_call(lambda: used.controls.list_controls(ref))
+        try:
+            async with asyncio.timeout(STORE_READ_SECONDS):
+                now = await _store_call(used.ownership.now)
+                ownership = await _store_call(lambda: used.ownership.list_ownership(ref))
+                checkpoints = await _store_call(lambda: used.checkpoints.list_checkpoints(ref))
+                members = await _store_call(lambda: used.controls.list_members(ref))
+                controls = await _store_call(lambda: used.controls.list_controls(ref))
+        except TimeoutError:
+            raise StoreUnavailable(
+                f"{store_backend()} did not answer within {STORE_READ_SECONDS:g} s (cut off or overloaded)"
+            ) from None
     except Exception as exc:
         report(exc, started)
         raise

@@ -30,7 +30,7 @@ from .access import STAFF_REQUIRED, audit_for, can_act, events_for, reporter_for
 from .console import ConsoleState, Json
 from .consumers import open_sockets
 from .control import actions, logins
-from .dbthread import DatabaseThread
+from .dbthread import READ_DEADLINE, DatabaseThread
 from .degrade import unavailable_json
 from .health import DATABASE, DATABASE_ERRORS, health, report
 from .host import current_state, host, unknown
@@ -142,7 +142,7 @@ def history_page(request: HttpRequest) -> HttpResponse:
 
 # The views' ORM work, on one thread with a kept connection (why this way: ``dbthread.py``); read
 # only, so a call that finds its connection dropped by a database restart runs again on a new one.
-_db = DatabaseThread("leaseboard-views", retry=True)
+_db = DatabaseThread("leaseboard-views", retry=True, deadline=READ_DEADLINE)
 
 
 async def _state_or_error(ref: HubRef) -> tuple[ConsoleState | None, str | None]:

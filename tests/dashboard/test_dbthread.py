@@ -8,10 +8,11 @@ from collections.abc import AsyncIterator
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
-from django.db.utils import DatabaseError
+from django.db.utils import DatabaseError, OperationalError
 
 from dashboard import dbthread
 from dashboard.dbthread import DatabaseThread
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["postgres"])
 
@@ -85,3 +86,29 @@ async def test_with_retry_a_call_on_a_connection_the_server_dropped_runs_again_o
             await kept.acall(fail)  # not a connection error: raised as it is, not run twice
     finally:
         await kept.aclose_connection()
+
+
+def sleep_in_the_database(seconds: float) -> None:
+    with connections["postgres"].cursor() as cursor:
+        cursor.execute("SELECT pg_sleep(%s)", [seconds])
+
+
+async def test_with_a_deadline_a_call_that_takes_longer_is_a_database_error_and_the_next_waits_its_turn() -> None:
+    # A database cut off by a silent network holds a query until the TCP timeout: the console's reads
+    # give up at their deadline instead (the statement itself runs on to its end on the thread).
+    kept = DatabaseThread("test-db-deadline", alias="postgres", deadline=0.3)
+    try:
+        with pytest.raises(OperationalError, match=r"did not answer within 0\.3 s"):
+            await kept.acall(sleep_in_the_database, 1.5)
+        with pytest.raises(OperationalError, match=r"did not answer within 0\.3 s"):
+            await kept.acall(backend_pid)  # queued behind the slow statement
+        assert await until(lambda: _answers(kept), "the thread to answer again", 10)
+    finally:
+        await kept.aclose_connection()
+
+
+async def _answers(kept: DatabaseThread) -> bool:
+    try:
+        return await kept.acall(backend_pid) > 0
+    except OperationalError:
+        return False

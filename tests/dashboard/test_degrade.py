@@ -7,6 +7,7 @@ store marked down, or the database driver's OperationalError raised where the OR
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from django.db import OperationalError
 from django.test import AsyncClient, Client
 
 from balancer.model import HubRef
-from dashboard import views
+from dashboard import state, views
 from dashboard.health import DATABASE, STORE, Health, health, outage
 from dashboard.state import configured_stores, forget_stores
 from tests.support.waiting import until
@@ -120,6 +121,46 @@ async def test_metrics_says_which_backend_is_down(
     samples = await until(store_down, "/metrics to say leaseboard_store_up 0", 10)
     assert samples[("leaseboard_database_up", ())] == 0.0
     assert not labelled(samples, "leaseboard_partitions_owned", "worker")
+
+
+async def test_a_store_that_answers_nothing_is_down_after_the_read_deadline_not_after_its_clients_timeouts(
+    async_client: AsyncClient, memory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A store cut off by a silent network: every call hangs (the Blob client would wait 10 s and retry).
+    fresh = await async_client.get("/api/state")
+    assert fresh.status_code == 200
+    monkeypatch.setattr(state, "STORE_READ_SECONDS", 0.2)
+    cut = asyncio.Event()
+    listed = memory.list_ownership
+
+    async def hangs(*args: Any) -> Any:
+        if cut.is_set():
+            await asyncio.Event().wait()  # never answers
+        return await listed(*args)
+
+    monkeypatch.setattr(memory, "list_ownership", hangs)
+    cut.set()
+    started = time.monotonic()
+    stale = await async_client.get("/api/state")
+    assert time.monotonic() - started < 5
+    body = stale.json()
+    assert stale.status_code == 200 and body["stale"] is True, body
+    assert body["error"] == "store unavailable: store did not answer within 0.2 s (cut off or overloaded)"
+
+    async def store_down() -> dict[Any, float]:
+        found = await scrape(async_client)
+        return found if found[("leaseboard_store_up", ())] == 0.0 else {}
+
+    await until(store_down, "/metrics to say leaseboard_store_up 0", 10)
+    cut.clear()
+    healed = await until(lambda: _fresh(async_client), "/api/state fresh again after the heal", 10)
+    assert healed["stale"] is False
+
+
+async def _fresh(client: AsyncClient) -> dict[str, Any] | None:
+    answer = await client.get("/api/state")
+    body: dict[str, Any] = answer.json()
+    return body if answer.status_code == 200 and body["stale"] is False else None
 
 
 def test_an_api_whose_database_is_down_answers_503_with_the_reason(
