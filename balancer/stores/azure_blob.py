@@ -100,6 +100,16 @@ class _Written(NamedTuple):
     sequence: int | None
 
 
+async def _properties(client: ContainerClient, name: str) -> BlobProperties | None:
+    """The blob's properties (no SDK retry), None when it does not exist; a deleted container raises."""
+    try:
+        return await client.get_blob_client(name).get_blob_properties(retry_total=0)
+    except ResourceNotFoundError as exc:
+        if container_gone(exc):
+            raise
+        return None
+
+
 class BlobStore:
     """Ownership, checkpoints, members and controls in one Blob Storage container.
 
@@ -284,22 +294,16 @@ class BlobStore:
         # No retry by the SDK (its backoff is a second or two): the pump waits for this call, and it
         # must go on handling events through an outage. It tries again at its next checkpoint.
         async def owned(client: ContainerClient) -> None:
-            try:
-                owner_props = await client.get_blob_client(owner_name).get_blob_properties(retry_total=0)
-            except ResourceNotFoundError as exc:
-                if container_gone(exc):
-                    raise
-                raise OwnershipLost(pid, owner_id, None) from None
+            owner_props = await _properties(client, owner_name)
+            if owner_props is None:
+                raise OwnershipLost(pid, owner_id, None)
             holder = metadata_of(owner_props).get("ownerid", "")
             if not owner_id or holder != owner_id:
                 raise OwnershipLost(pid, owner_id, holder or None)
 
         async def stored(client: ContainerClient) -> _Written:
-            try:
-                props = await client.get_blob_client(checkpoint_name).get_blob_properties(retry_total=0)
-            except ResourceNotFoundError as exc:
-                if container_gone(exc):
-                    raise
+            props = await _properties(client, checkpoint_name)
+            if props is None:
                 return _Written(None, None)
             try:
                 sequence: int | None = parse_checkpoint(ref, pid, props).sequence_number

@@ -94,13 +94,18 @@ def target_counts(
     return targets
 
 
+def eligible_and_pins(view: View, active: Mapping[str, OwnershipRecord]) -> tuple[list[str], dict[str, str]]:
+    """The members a plan may assign to (``members``), and the pins among them of known partitions."""
+    eligible = members(view, active)
+    known = set(view.partition_ids)
+    return eligible, {p: w for p, w in view.pins.items() if p in known and w in eligible}
+
+
 def assign(view: View, active: Mapping[str, OwnershipRecord]) -> dict[str, str]:
     """partition id -> the worker it should end with (absent: nobody eligible)."""
-    eligible = members(view, active)
+    eligible, pins = eligible_and_pins(view, active)
     if not eligible:
         return {}
-    known = set(view.partition_ids)
-    pins = {p: w for p, w in view.pins.items() if p in known and w in eligible}
     pinned_count: dict[str, int] = {}
     for w in pins.values():
         pinned_count[w] = pinned_count.get(w, 0) + 1

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 
 from ..model import OwnershipRecord
 from .base import Plan, Strategy, View
-from .cooperative import _key, members, plan_with
+from .cooperative import _key, eligible_and_pins, plan_with
 
 STEP = 0.5  # a move must even its pair by this share of the median weight
 FLOOR = 0.05  # the least a partition weighs, as a share of the mean rate
@@ -52,11 +52,9 @@ def weights(partition_ids: Sequence[str], loads: Mapping[str, float]) -> dict[st
 
 def assign(view: View, active: Mapping[str, OwnershipRecord]) -> dict[str, str]:
     """partition id -> the worker it should end with (absent: nobody eligible)."""
-    eligible = members(view, active)
+    eligible, pins = eligible_and_pins(view, active)
     if not eligible:
         return {}
-    known = set(view.partition_ids)
-    pins = {p: w for p, w in view.pins.items() if p in known and w in eligible}
     weight = weights(view.partition_ids, view.loads)
     load = dict.fromkeys(eligible, 0.0)
     movable: dict[str, list[str]] = {w: [] for w in eligible}

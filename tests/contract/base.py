@@ -28,8 +28,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from balancer.errors import OwnershipLost
-from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
+from balancer.errors import OwnershipLost, StoreError
+from balancer.model import RESET_OWNER, Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.notices import Released, release_channel
 from balancer.protocol import CheckpointStore, ControlStore, OwnershipStore, SnapshotStore, by_partition, snapshot
 from tests.support.waiting import until
@@ -103,6 +103,8 @@ class StoreContract:
 
     damages: ClassVar[frozenset[Damage]]  # what ``corrupt`` can do to this store (see the module docstring)
     notices: ClassVar[bool] = False  # whether the store has a release channel (``balancer.notices``)
+    # whether a checkpoint below the stored one is refused (only an operator's reset moves it back)
+    refuses_going_back: ClassVar[bool] = False
 
     @pytest.fixture
     async def store(self) -> AsyncIterator[Store]:
@@ -329,6 +331,25 @@ class StoreContract:
         assert (lost.value.partition_id, lost.value.caller, lost.value.current_owner) == ("0", "a", "b")
         assert "'a'" in str(lost.value) and "'b'" in str(lost.value) and "partition 0" in str(lost.value)
         assert await store.list_checkpoints(REF) == [kept]
+
+    async def test_a_checkpoint_below_the_stored_one_is_refused_or_the_store_says_it_does_not_refuse_it(
+        self, store: Store
+    ) -> None:
+        # A write sent before its worker was cut off, delivered after the heal, when that worker holds
+        # the partition again: the owner's name matches, only the sequence gives it away.
+        held = await self.claim_one(store, OwnershipRecord(REF, "0", "a"))
+        assert held is not None
+        await store.update_checkpoint(Checkpoint(REF, "0", 1499), "a")
+        if self.refuses_going_back:
+            with pytest.raises(StoreError, match="would go back from 1499 to 945: refused"):
+                await store.update_checkpoint(Checkpoint(REF, "0", 945), "a")
+            assert [c.sequence_number for c in await store.list_checkpoints(REF)] == [1499]
+        else:
+            await store.update_checkpoint(Checkpoint(REF, "0", 945), "a")  # the owner's check only
+            assert [c.sequence_number for c in await store.list_checkpoints(REF)] == [945]
+        assert await self.claim_one(store, held.claimed_by(RESET_OWNER)) is not None
+        await store.update_checkpoint(Checkpoint(REF, "0", 10), RESET_OWNER)  # an operator's replay
+        assert [c.sequence_number for c in await store.list_checkpoints(REF)] == [10]
 
     async def test_a_checkpoint_of_a_released_or_never_owned_partition_raises_and_writes_nothing(
         self, store: Store

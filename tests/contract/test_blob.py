@@ -14,7 +14,7 @@ import pytest
 from azure.storage.blob.aio import ContainerClient
 
 from balancer.errors import StoreError
-from balancer.model import RESET_OWNER, Checkpoint, Control, ControlKind, Member, OwnershipRecord
+from balancer.model import Checkpoint, Control, ControlKind, Member, OwnershipRecord
 from balancer.stores.azure_blob import BlobStore, checkpoint_blob, ownership_blob
 from balancer.stores.blob_layout import member_blob
 from tests.support.azurite import Azurite, start_azurite
@@ -30,6 +30,7 @@ def azurite() -> Iterator[Azurite]:
 
 
 class TestBlobStore(StoreContract):
+    refuses_going_back = True
     @pytest.fixture
     async def store(self, azurite: Azurite) -> AsyncIterator[BlobStore]:
         async with BlobStore(azurite.connection_string, f"contract-{uuid.uuid4().hex[:16]}") as store:
@@ -89,16 +90,6 @@ class TestBlobStore(StoreContract):
         async with ContainerClient.from_connection_string(azurite.connection_string, store.container) as raw:
             await raw.exists(raw_response_hook=seen)
         assert readings[-1] <= dates[0]  # never ahead of the service
-
-    async def test_a_checkpoint_never_goes_back_but_by_an_operators_reset(self, store: BlobStore) -> None:
-        [held] = await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
-        await store.update_checkpoint(Checkpoint(REF, "0", 1499), "a")
-        with pytest.raises(StoreError, match="would go back from 1499 to 945: refused"):
-            await store.update_checkpoint(Checkpoint(REF, "0", 945), "a")
-        assert [c.sequence_number for c in await store.list_checkpoints(REF)] == [1499]
-        await store.claim_ownership([held.claimed_by(RESET_OWNER)])
-        reset = await store.update_checkpoint(Checkpoint(REF, "0", 10), RESET_OWNER)  # an operator's replay
-        assert [c.sequence_number for c in await store.list_checkpoints(REF)] == [reset.sequence_number] == [10]
 
     async def test_a_checkpoint_written_by_another_since_this_stores_last_one_is_never_overwritten_by_an_older_one(
         self, store: BlobStore

@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 
 from balancer.errors import StoreError, StoreUnavailable
-from balancer.model import RESET_OWNER, Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
+from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.notices import Released
 from balancer.stores.redis import Keys, RedisStore, scope
 from tests.support.redis_server import RedisServer, start_redis
@@ -50,6 +50,7 @@ async def flush(url: str) -> None:
 
 class TestRedisStore(ChangeFeedContract, StoreContract):
     notices = True
+    refuses_going_back = True
 
     async def delete_by_hand(self, store: RedisStore, partition_id: str) -> None:
         async with Redis.from_url(store.url) as raw:  # redis-cli HDEL
@@ -217,18 +218,6 @@ class TestRedisStore(ChangeFeedContract, StoreContract):
         assert won.owner_id == "b" and len(store.corrupt) == 5
         assert sorted(r.partition_id for r in await store.list_ownership(REF)) == ["0", "1"]
         assert len(store.corrupt) == 4
-
-    async def test_a_checkpoint_never_goes_back_but_by_an_operators_reset(self, store: RedisStore) -> None:
-        # A write sent before its worker was cut off, delivered by TCP after the heal, when that worker
-        # holds the partition again: the owner's name matches, the sequence gives it away.
-        [held] = await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
-        await store.update_checkpoint(Checkpoint(REF, "0", 1499), "a")
-        with pytest.raises(StoreError, match="would go back from 1499 to 945: refused"):
-            await store.update_checkpoint(Checkpoint(REF, "0", 945), "a")
-        assert [c.sequence_number for c in await store.list_checkpoints(REF)] == [1499]
-        await store.claim_ownership([held.claimed_by(RESET_OWNER)])
-        reset = await store.update_checkpoint(Checkpoint(REF, "0", 10), RESET_OWNER)  # an operator's replay
-        assert reset.sequence_number == 10
 
     async def test_a_value_only_lua_can_read_or_that_is_not_utf8_never_blocks_its_partition(
         self, store: RedisStore, caplog: pytest.LogCaptureFixture
