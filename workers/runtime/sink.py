@@ -70,7 +70,9 @@ class EventSink:
     Events wait in a queue and are handed over one at a time, in the order they happened. One that
     cannot be handed over (the dashboard's database is down, locked, or cut off by the network) stays
     at the head of the queue and is tried again after ``retry`` seconds, doubling up to
-    ``retry_max``, so an outage delays the console's event log but does not leave holes in it. At most
+    ``retry_max``, so an outage delays the console's event log but does not leave holes in it. The
+    backoff stops at a second so that after a heal the queue drains well within the 5 s a stopping
+    worker gives ``flush`` (a retry 5 s away could miss it, and those events would be lost). At most
     ``backlog`` events wait; beyond that the oldest are dropped, counted and logged. An event's time is
     the time it happened, not the time it reached the dashboard. A publisher that saved an event and
     then failed to say so (the connection cut during the commit) makes its retry a second row.
@@ -82,7 +84,7 @@ class EventSink:
         is_async: bool = False,
         *,
         retry: float = 0.5,
-        retry_max: float = 5.0,
+        retry_max: float = 1.0,
         backlog: int = 10_000,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
