@@ -12,8 +12,10 @@ partition waits for the receiver's next cycle.
 Channels: ``LocalChannel`` within one process (workers of one ``runworkers``, the simulator, the
 in-memory store); the Redis store publishes on Redis pub/sub and the SQL store on PostgreSQL's
 ``LISTEN/NOTIFY`` (``release_channel(ref)`` on each); the Blob store has none (Azure Blob Storage has no
-notification a client can subscribe to without Event Grid), so a receiver there claims at its next
-cycle, as before.
+notification a client can subscribe to without Event Grid), nor has the SQL store on SQLite. For
+those, ``runworkers`` sends notices through Django Channels' channel layer when it crosses processes
+(``channels_redis``, with ``REDIS_URL``): ``workers.layer_notices``, chosen by ``workers.releases``, as
+this package imports no Django. Without one either, a receiver there claims at its next cycle.
 """
 
 from __future__ import annotations

@@ -2,11 +2,13 @@
 releases are published on the store's channel, and a notice from another worker of the same hub
 wakes this process's workers, whose next cycle (now) claims what was released to them.
 
-The channel is the store's own where it has one (Redis pub/sub; PostgreSQL ``LISTEN/NOTIFY``), else
-one inside this process, which still joins the workers of one process (``--count``, embedded
-workers). The Blob store and SQLite have none: a receiver on another process claims at its next
-cycle there, as before. A notice that cannot be sent is logged once per outage; losing it costs no
-more than that wait.
+The channel is the store's own where it has one (Redis pub/sub; PostgreSQL ``LISTEN/NOTIFY``); else
+the channel layer's where ``CHANNEL_LAYERS`` crosses processes (``channels_redis``, with ``REDIS_URL``:
+``workers.layer_notices``), which serves the Blob store and SQLite; else one inside this process,
+which still joins the workers of one process (``--count``, embedded workers), and a receiver on
+another process claims at its next cycle, polling a quarter interval while it waits. A notice that
+cannot be sent is logged once per outage; losing it costs no more than that wait. While the layer's
+listener is out of its group (its Redis down), this process's workers poll while waiting as well.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from balancer.model import HubRef
 from balancer.notices import LocalChannel, ReleaseChannel, Released, concerns, release_channel
+
+from .layer_notices import channel_layer_channel
 
 log = logging.getLogger("leaseboard.notices")
 
@@ -36,10 +40,17 @@ class Wakeable(Protocol):
 class Notices:
     """The release notices of the workers of one process on one hub and consumer group."""
 
-    def __init__(self, store: object, ref: HubRef, *, across_processes: bool = True) -> None:
-        """``across_processes=False`` keeps notices inside this process even where the store has a
-        channel (``--no-release-notices``)."""
+    def __init__(self, store: object, ref: HubRef, *, across_processes: bool = True, layer: Any = None) -> None:
+        """``across_processes=False`` keeps notices inside this process even where the store or the
+        channel layer has a channel (``--no-release-notices``). ``layer``: the channel layer to use
+        where the store has no channel (default: Django's default one)."""
+        self._workers: Sequence[Wakeable] = ()
         found = release_channel(store, ref) if across_processes else None
+        if found is None and across_processes:  # no channel of the store's own: the layer's, if it crosses
+            through_layer = channel_layer_channel(ref, layer)
+            if through_layer is not None:
+                through_layer.on_health = self._layer_health
+                found = through_layer
         self.channel: ReleaseChannel = found if found is not None else LocalChannel()
         if found is not None:
             self.kind = repr(found)
@@ -73,8 +84,16 @@ class Notices:
                 log.info("release notices: sending again")
             self._failing = False
 
+    def _layer_health(self, up: bool) -> None:
+        """The channel layer's listener joined its group (``up``) or lost it: while it is out, this
+        process's workers poll while waiting for a handoff (``poll_waiting``), as without notices."""
+        for worker in self._workers:
+            if hasattr(worker, "poll_waiting"):
+                worker.poll_waiting = not up
+
     async def listen(self, workers: Sequence[Wakeable]) -> None:
         """Wake ``workers`` on each notice of another worker's release on this hub, until cancelled."""
+        self._workers = workers
         while True:
             try:
                 async for notice in self.channel.listen():

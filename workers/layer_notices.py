@@ -1,0 +1,148 @@
+"""Release notices through Django Channels' channel layer (``balancer.notices``), for a store with no
+channel of its own: the Blob store (Azure Blob Storage has nothing a client can subscribe to) and
+the SQL store on SQLite.
+
+Used when ``CHANNEL_LAYERS`` names a layer that crosses processes (``channels_redis``, configured when
+``REDIS_URL`` is set), never the in-memory one, which reaches no other process (``channel_layer_channel``
+says which). One group per hub and consumer group; publishing is one ``group_send``; listening
+holds a channel of this process in the group and ``receive``s on it, re-adding it to the group now
+and then (a layer forgets a member after its ``group_expiry``). After any failure (the layer's Redis
+down or cut) the listener says so once, tells ``on_health`` (the workers then poll while waiting
+for a handoff, as without notices) and joins again with backoff; what was sent meanwhile is lost,
+which a notice may be: the receiver claims at its next cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import re
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from balancer.errors import StoreUnavailable
+from balancer.model import HubRef
+from balancer.notices import Released
+
+log = logging.getLogger("leaseboard.notices")
+
+MESSAGE_TYPE = "leaseboard.released"
+GROUP_PREFIX = "leaseboard.releases."
+REFRESH = 300.0  # seconds between two group_adds of a listening channel (at most a quarter of group_expiry)
+BACKOFF = (0.1, 5.0)  # first and longest wait before joining again after a failure
+
+
+def group_name(ref: HubRef) -> str:
+    """The layer group of ``ref``'s notices: a valid group name (ASCII letters, digits, ``-_.``, under
+    100 characters) for any hub and consumer group (``$Default`` is not one), readable and unique."""
+    digest = hashlib.sha256("\x00".join((ref.namespace, ref.hub, ref.consumer_group)).encode()).hexdigest()[:20]
+    readable = re.sub(r"[^A-Za-z0-9_-]+", "_", f"{ref.hub}.{ref.consumer_group}")[:40]
+    return f"{GROUP_PREFIX}{readable}.{digest}"
+
+
+def crosses_processes(layer: object) -> bool:
+    """Whether ``layer`` reaches other processes: any layer but Channels' in-memory one."""
+    if layer is None:
+        return False
+    from channels.layers import InMemoryChannelLayer
+
+    return not isinstance(layer, InMemoryChannelLayer)
+
+
+def channel_layer_channel(ref: HubRef, layer: Any = None) -> ChannelLayerReleaseChannel | None:
+    """Notices of ``ref`` through ``layer`` (default: Django's default channel layer), or None where
+    that layer reaches no other process (in-memory, or none configured) or cannot be built (said once
+    in the log)."""
+    if layer is None:
+        from channels.layers import get_channel_layer
+
+        try:
+            layer = get_channel_layer()
+        except Exception as exc:  # a layer that cannot be built: notices stay in this process
+            log.warning("release notices: the channel layer cannot be used (%s: %s)", type(exc).__name__, exc)
+            return None
+    return ChannelLayerReleaseChannel(layer, ref) if crosses_processes(layer) else None
+
+
+def _where(layer: Any) -> str:
+    return f"{type(layer).__module__}.{type(layer).__qualname__}"
+
+
+class ChannelLayerReleaseChannel:
+    """Release notices of ``ref`` on channel layer ``layer``. ``on_health(up)``, when set, hears
+    whether the listener is in its group (True once it joined, False at a failure)."""
+
+    def __init__(self, layer: Any, ref: HubRef) -> None:
+        self.layer, self.ref = layer, ref
+        self.group = group_name(ref)
+        self.on_health: Callable[[bool], None] | None = None
+        expiry = getattr(layer, "group_expiry", None)
+        self.refresh = min(REFRESH, expiry / 4) if isinstance(expiry, int | float) and expiry > 0 else REFRESH
+
+    def __repr__(self) -> str:
+        return f"ChannelLayerReleaseChannel({_where(self.layer)}, group {self.group!r})"
+
+    async def publish(self, notice: Released) -> None:
+        try:
+            await self.layer.group_send(self.group, {"type": MESSAGE_TYPE, "notice": notice.encode()})
+        except Exception as exc:  # whatever the layer's client raises (ConnectionError, OSError, a full channel)
+            raise StoreUnavailable(f"channel layer {_where(self.layer)}: {type(exc).__name__}: {exc}") from exc
+
+    def _health(self, up: bool) -> None:
+        if self.on_health is not None:
+            with contextlib.suppress(Exception):
+                self.on_health(up)
+
+    async def listen(self) -> AsyncIterator[Released]:
+        wait, failing = BACKOFF[0], False
+        while True:
+            channel: str | None = None
+            refresher: asyncio.Task[None] | None = None
+            try:
+                channel = await self.layer.new_channel()
+                await self.layer.group_add(self.group, channel)
+                if failing:
+                    log.info("release notices: in channel-layer group %s again", self.group)
+                wait, failing = BACKOFF[0], False
+                self._health(True)
+                refresher = asyncio.get_running_loop().create_task(self._refresh(channel), name="notice group")
+                while True:
+                    message = await self.layer.receive(channel)
+                    if refresher.done():  # the group_add failed: join afresh
+                        refresher.result()
+                    if message.get("type") != MESSAGE_TYPE:
+                        continue
+                    notice = Released.decode(message.get("notice") or "")
+                    if notice is not None and notice.ref == self.ref:
+                        yield notice
+            except Exception as exc:  # the layer's client failed: say so once, poll meanwhile, join again
+                if not failing:
+                    log.warning(
+                        "release notices: the channel layer (%s) failed (%s: %s); joining group %s again with "
+                        "backoff, receivers claim at their next cycle meanwhile",
+                        _where(self.layer), type(exc).__name__, exc, self.group,
+                    )  # fmt: skip
+                    self._health(False)
+                failing = True
+            finally:
+                if refresher is not None:
+                    refresher.cancel()
+                    with contextlib.suppress(BaseException):
+                        await refresher
+                if channel is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(self.layer.group_discard(self.group, channel), 1.0)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, BACKOFF[1])
+
+    async def _refresh(self, channel: str) -> None:
+        """Keep ``channel`` in the group past the layer's ``group_expiry``."""
+        while True:
+            await asyncio.sleep(self.refresh)
+            await self.layer.group_add(self.group, channel)
+
+    async def aclose(self) -> None:
+        """Nothing of its own to close: a listener leaves its group when its iteration ends; the layer
+        belongs to Channels."""
