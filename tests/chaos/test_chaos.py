@@ -142,7 +142,9 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_faults(
     elapsed = time.monotonic() - started
     with capsys.disabled():
         print_report(store, report, fleet, elapsed)
-    assert not report.violations, f"[{store}] broken invariants:\n" + "\n".join(report.violations)
+    # All on the first line too: a run that keeps only pytest's summary line (CI) still says what broke.
+    headline = f"[{store}] {len(report.violations)} broken invariants: " + " | ".join(report.violations)
+    assert not report.violations, headline + "\n" + "\n".join(report.violations)
 
 
 async def finish(fleet: Fleet) -> list[str]:

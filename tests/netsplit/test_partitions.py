@@ -237,4 +237,6 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
         print(f"  per nemesis [{store}]:")
         for line in figures:
             print(f"    {line.line()}")
-    assert not report.violations, "broken invariants:\n" + "\n".join(report.violations)
+    # All on the first line too: a run that keeps only pytest's summary line (CI) still says what broke.
+    headline = f"{len(report.violations)} broken invariants (CHAOS_SEED={seed}): " + " | ".join(report.violations)
+    assert not report.violations, headline + "\n" + "\n".join(report.violations)
