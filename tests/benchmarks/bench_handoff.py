@@ -8,9 +8,12 @@ hands half the partitions over. Per moved partition the bench prints:
 - **handler gap**: from the last event A's handler got to the first one B's got: what a consumer of
   the partition sees (it includes A's checkpoint and release).
 
-On PostgreSQL (``LISTEN/NOTIFY``) and on Redis (pub/sub), with release notices and without them
-(``--no-release-notices``: B claims at its next quick cycle, a quarter interval while it waits for a
-handoff). Figures, not assertions: ``tests/workers/test_release_notices.py`` holds the bound.
+On PostgreSQL (``LISTEN/NOTIFY``), on Redis (pub/sub) and on Azure Blob Storage (Azurite), which has
+no notification of its own: there the notices go through the channel layer (``channels_redis`` on a
+Redis of the bench's own, ``REDIS_URL`` set for both cases). Each with release notices and without
+them (``--no-release-notices``: B claims at its next quick cycle, a quarter interval while it waits for
+a handoff). Figures, not assertions: ``tests/workers/test_release_notices.py`` and
+``tests/workers/test_layer_notices.py`` hold the bounds.
 """
 
 from __future__ import annotations
@@ -132,8 +135,40 @@ def _ms(values: list[float]) -> str:
     return f"{statistics.median(values) * 1000:7.0f} {max(values) * 1000:7.0f}"
 
 
+STORES = ["postgresql", "redis", "blob"]
+
+
+def blob_kit(url: str) -> Any:
+    """The Blob store on an Azurite of its own, with a Redis of its own for the channel layer
+    (``REDIS_URL``): the Blob store has no channel, so notices go through the layer."""
+    from tests.chaos.stores import BlobKit
+    from tests.support.redis_server import start_redis
+
+    class BlobWithLayer(BlobKit):
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            self.layer = start_redis()
+
+        def env(self) -> dict[str, str]:
+            return {**super().env(), "REDIS_URL": self.layer.url}
+
+        def finish(self) -> None:
+            super().finish()
+            self.layer.stop()
+
+    return BlobWithLayer(url, container="handoff")
+
+
+def make_kit(name: str, cluster: Any, url: str) -> Any:
+    from tests.chaos.stores import RedisKit, SqlKit
+
+    if name == "postgresql":
+        return SqlKit(cluster, url)
+    return RedisKit(url) if name == "redis" else blob_kit(url)
+
+
 def run(stores: list[str], rounds: int, tmp: Path) -> None:
-    from tests.chaos.stores import DASHBOARD_ALIAS, RedisKit, SqlKit, migrated_database, start_cluster
+    from tests.chaos.stores import DASHBOARD_ALIAS, migrated_database, start_cluster
     from tests.support.databases import remove_django_database
 
     print(
@@ -147,7 +182,7 @@ def run(stores: list[str], rounds: int, tmp: Path) -> None:
     try:
         url = migrated_database(cluster)
         for name in stores:
-            kit: Any = SqlKit(cluster, url) if name == "postgresql" else RedisKit(url)
+            kit = make_kit(name, cluster, url)
             try:
                 for notices in (True, False):
                     gaps: list[float] = []
@@ -168,19 +203,23 @@ def run(stores: list[str], rounds: int, tmp: Path) -> None:
             finally:
                 if kit.name == "redis":
                     kit.server.stop()
+                elif kit.name == "blob":
+                    kit.finish()
     finally:
         remove_django_database(DASHBOARD_ALIAS)
         cluster.stop()
+    if "blob" in stores:
+        print("blob: Azurite; its notices go through the channel layer (channels_redis, REDIS_URL set in both rows)")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--store", choices=["postgresql", "redis"], action="append",
-                        help="default: postgresql and redis")  # fmt: skip
+    parser.add_argument("--store", choices=STORES, action="append",
+                        help="default: all three (blob: notices through the channel layer)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=2, help="moves per case (default 2)")
     options = parser.parse_args(sys.argv[1:] if argv is None else argv)
     with temporary_django("bench-handoff-") as tmp:
-        run(options.store or ["postgresql", "redis"], options.rounds, tmp)
+        run(options.store or STORES, options.rounds, tmp)
     return 0
 
 
