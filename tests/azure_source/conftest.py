@@ -1,4 +1,8 @@
-"""Fixtures: a scripted "service" (Hub), the fake client factory, a source on them, the fake clock."""
+"""Fixtures: a scripted "service" (Hub), the fake client factory, a source on them, the fake clock.
+
+``clients`` comes twice: readers driving the SDK's consumer (``direct``), and readers falling back
+to the public ``receive_batch`` (``legacy``, an azure-eventhub without ``_create_consumer``); every
+test of the bridge holds on both."""
 
 from __future__ import annotations
 
@@ -17,9 +21,9 @@ def hub() -> Hub:
     return Hub()
 
 
-@pytest.fixture
-def clients(hub: Hub) -> Clients:
-    return Clients(hub)
+@pytest.fixture(params=["direct", "legacy"])
+def clients(hub: Hub, request: pytest.FixtureRequest) -> Clients:
+    return Clients(hub, legacy=request.param == "legacy")
 
 
 @pytest.fixture

@@ -1,18 +1,26 @@
 """A stand-in for ``azure.eventhub.EventHubConsumerClient`` at the SDK's boundary, and SDK events.
 
 Azure cannot be reached from the test machine, so the adapter's client is replaced by
-``FakeConsumerClient``: the four methods the adapter calls, with the SDK's own signatures (a test
+``FakeConsumerClient``: the methods the adapter calls, with the SDK's own signatures (a test
 compares them), driven by a script. Everything that crosses the boundary is the SDK's own type:
 events are ``azure.eventhub.EventData`` decoded by the SDK's AMQP decoder from an encoded message,
 the callback gets a real ``azure.eventhub.PartitionContext``, errors are the SDK's exceptions built
 by its own transport mapping.
 
-What the fake's ``receive_batch`` does is what the SDK's single-partition receive does, minus the
-network: it calls ``on_partition_initialize``, then hands the scripted events to
-``on_event_batch`` in batches of at most ``max_batch_size`` (setting the context's last received
-event first, as the SDK's processor does, which is where ``last_enqueued_event_properties`` come
-from), reports a scripted error to ``on_error`` and goes on (the SDK closes the consumer and
-re-creates it later), and returns only when ``close()`` is called.
+The boundary a reader uses is the SDK's per-partition consumer: ``_create_consumer`` gives a
+``FakeConsumer`` that does what the SDK's ``EventHubConsumer`` does, minus the network: ``_open``
+fails with the scripted open errors first (``fail_open``), ``_handle_exception`` maps and closes as
+the SDK's transport does, and ``receive(batch=True, max_batch_size)`` opens if needed (swallowing a
+failed open and returning, as the SDK does), then waits at most 0.2 s (the SDK's socket timeout)
+for the script and hands the next events to the callback in batches of at most ``max_batch_size``
+or raises the next scripted error (what the SDK raises once its retries are spent).
+
+``LegacyFakeConsumerClient`` lacks ``_create_consumer`` (an azure-eventhub the reader does not
+know): the reader then calls ``receive_batch``, which does what the SDK's single-partition receive
+does: it calls ``on_partition_initialize``, then hands the scripted events to ``on_event_batch``
+(setting the context's last received event first, as the SDK's processor does, which is where
+``last_enqueued_event_properties`` come from), reports a scripted error to ``on_error`` and goes on
+(the SDK closes the consumer and re-creates it later), and returns only when ``close()`` is called.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from typing import Any
 from azure.eventhub import CloseReason, EventData, PartitionContext
 from azure.eventhub._pyamqp._decode import decode_payload
 from azure.eventhub._pyamqp._encode import encode_payload
-from azure.eventhub._pyamqp.error import AMQPLinkError, ErrorCondition
+from azure.eventhub._pyamqp.error import AMQPConnectionError, AMQPLinkError, ErrorCondition
 from azure.eventhub._pyamqp.message import Message
 from azure.eventhub._pyamqp.types import TYPE, VALUE, AMQPTypes
 from azure.eventhub._transport._pyamqp_transport import PyamqpTransport
@@ -95,6 +103,14 @@ def stolen_error() -> EventHubError:
     return sdk_error(ErrorCondition.LinkStolen, STOLEN_DESCRIPTION)
 
 
+def refused_error() -> AMQPConnectionError:
+    """What the SDK's transport raises inside ``_open`` when the service refuses the connection."""
+    return AMQPConnectionError(
+        ErrorCondition.SocketError,
+        description="Failed to initiate the connection due to exception: [Errno 111] Connection refused",
+    )
+
+
 def utc(ms: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
 
@@ -124,22 +140,53 @@ class Hub:
     calls: dict[str, int] = field(default_factory=lambda: {"get_partition_ids": 0, "get_partition_properties": 0})
 
 
-class FakeConsumerClient:
-    """Same methods and signatures as EventHubConsumerClient's that the adapter calls."""
+@dataclass
+class RetryConfig:
+    """The retry settings of the SDK's client configuration (``client._config``), fast by default."""
+
+    max_retries: int = 3
+    backoff_factor: float = 0.01
+    backoff_max: float = 120.0
+
+
+class LegacyFakeConsumerClient:
+    """Same methods and signatures as EventHubConsumerClient's public ones that the adapter calls."""
 
     def __init__(self, hub: Hub, connection_string: str, eventhub_name: str, consumer_group: str) -> None:
         self.hub = hub
         self.connection_string = connection_string
         self.eventhub_name = eventhub_name
         self.consumer_group = consumer_group
-        self.receive_kwargs: dict[str, Any] | None = None
-        self.delivered = 0  # events whose on_event_batch call has returned
+        self.receive_kwargs: dict[str, Any] | None = None  # what receive_batch was called with
+        self.consumer_kwargs: dict[str, Any] | None = None  # what _create_consumer was called with
+        self.consumer: FakeConsumer | None = None
+        self.delivered = 0  # events whose callback has returned
         self.in_callback = False
-        self.returned = False  # receive_batch has returned
+        self.returned = False  # receive_batch has returned, or the consumer was closed
         self.closed = False
         self.ends_alone = False  # receive_batch returns without close (a misbehaving SDK)
+        self.opens = 0  # attempts to open the consumer's connection
+        self.max_batch_size: int | None = None  # the largest batch the reader takes, either way
+        self._config = RetryConfig()
+        self._open_errors: deque[Exception] = deque()
         self._script: deque[list[EventData] | Exception] = deque()
         self.changed = threading.Condition()
+
+    @property
+    def started(self) -> bool:
+        """The reader has asked to receive (either way)."""
+        return self.receive_kwargs is not None or self.consumer_kwargs is not None
+
+    @property
+    def asked(self) -> dict[str, Any]:
+        """What the reader asked of the SDK, either way, in receive_batch's words."""
+        if self.consumer_kwargs is not None:
+            kwargs = dict(self.consumer_kwargs)
+            kwargs["starting_position"] = kwargs.pop("event_position")
+            kwargs["starting_position_inclusive"] = kwargs.pop("event_position_inclusive")
+            return kwargs
+        assert self.receive_kwargs is not None, "the reader has not asked to receive"
+        return self.receive_kwargs
 
     # -- the SDK's methods -------------------------------------------------------------------------
 
@@ -171,6 +218,7 @@ class FakeConsumerClient:
         **kwargs: Any,
     ) -> None:
         with self.changed:
+            self.max_batch_size = max_batch_size
             self.receive_kwargs = {
                 "max_batch_size": max_batch_size, "max_wait_time": max_wait_time, "partition_id": partition_id,
                 "owner_level": owner_level, "prefetch": prefetch,
@@ -188,12 +236,7 @@ class FakeConsumerClient:
                 self.changed.wait_for(lambda: self.closed or self.ends_alone or bool(self._script))
                 if self.closed or (self.ends_alone and not self._script):
                     break
-                item = self._script.popleft()
-                if isinstance(item, list) and len(item) > max_batch_size:
-                    self._script.appendleft(item[max_batch_size:])
-                    item = item[:max_batch_size]
-                self.in_callback = True
-                self.changed.notify_all()
+                item = self._next(max_batch_size)
             try:
                 if isinstance(item, Exception):
                     if on_error is not None:
@@ -204,11 +247,7 @@ class FakeConsumerClient:
                     context._last_received_event = item[-1]  # as EventProcessor._on_event_received does
                     on_event_batch(context, item)
             finally:
-                with self.changed:
-                    self.in_callback = False
-                    if isinstance(item, list):
-                        self.delivered += len(item)
-                    self.changed.notify_all()
+                self._done(item)
         if on_partition_close is not None and self.closed:
             on_partition_close(context, CloseReason.SHUTDOWN)
         with self.changed:
@@ -228,6 +267,11 @@ class FakeConsumerClient:
             self._script.extend(items)
             self.changed.notify_all()
 
+    def fail_open(self, *errors: Exception) -> None:
+        """The next attempts to open the consumer's connection raise these (the transport's errors)."""
+        with self.changed:
+            self._open_errors.extend(errors)
+
     def end_alone(self) -> None:
         with self.changed:
             self.ends_alone = True
@@ -239,19 +283,124 @@ class FakeConsumerClient:
             if not self.changed.wait_for(predicate, timeout):
                 raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
+    def _next(self, max_batch_size: int) -> list[EventData] | Exception:
+        """The script's next item, at most ``max_batch_size`` events of it (holding ``changed``)."""
+        item = self._script.popleft()
+        if isinstance(item, list) and len(item) > max_batch_size:
+            self._script.appendleft(item[max_batch_size:])
+            item = item[:max_batch_size]
+        self.in_callback = True
+        self.changed.notify_all()
+        return item
+
+    def _done(self, item: list[EventData] | Exception) -> None:
+        with self.changed:
+            self.in_callback = False
+            if isinstance(item, list):
+                self.delivered += len(item)
+            self.changed.notify_all()
+
+
+class FakeConsumerClient(LegacyFakeConsumerClient):
+    """With the SDK's private ``_create_consumer`` too, which the reader drives directly."""
+
+    def _create_consumer(
+        self,
+        consumer_group: str,
+        partition_id: str,
+        event_position: str | int | datetime.datetime,
+        on_event_received: Callable[[list[EventData]], None],
+        **kwargs: Any,
+    ) -> FakeConsumer:
+        with self.changed:
+            self.consumer_kwargs = {
+                "consumer_group": consumer_group, "partition_id": partition_id, "event_position": event_position,
+                **kwargs,
+            }  # fmt: skip
+            self.consumer = FakeConsumer(self, on_event_received)
+            self.changed.notify_all()
+            return self.consumer
+
+
+class FakeConsumer:
+    """The SDK's ``EventHubConsumer`` as the reader drives it (see the module)."""
+
+    SOCKET_TIMEOUT = 0.2  # the longest a receive waits for the service, as the SDK's
+
+    def __init__(self, client: LegacyFakeConsumerClient, on_event_received: Callable[[list[EventData]], None]) -> None:
+        self._client = client
+        self._on_event_received = on_event_received
+        self._name = "EHConsumer-fake"
+        self.running = False
+        self.closed = False
+
+    def _open(self) -> bool:
+        client = self._client
+        with client.changed:
+            client.opens += 1
+            client.changed.notify_all()
+            if client._open_errors:
+                raise client._open_errors.popleft()
+        self.running = True
+        return True
+
+    def _handle_exception(self, exception: Exception) -> Exception:
+        return PyamqpTransport._handle_exception(exception, self)  # type: ignore[no-untyped-call, no-any-return]
+
+    def _close_handler(self) -> None:
+        self.running = False
+
+    def _close_connection(self) -> None:
+        self.running = False
+
+    def receive(self, batch: bool = False, max_batch_size: int = 300, max_wait_time: float | None = None) -> None:
+        assert batch and max_wait_time is None, "the reader asks for batches, handed over as they come"
+        client = self._client
+        client.max_batch_size = max_batch_size
+        if not self.running:
+            try:
+                self._open()
+            except Exception:
+                return  # what the SDK's receive does with a failed open: nothing, as if closed
+        with client.changed:
+            client.changed.wait_for(lambda: self.closed or client.closed or bool(client._script), self.SOCKET_TIMEOUT)
+            if self.closed or not client._script:
+                return
+            item = client._next(max_batch_size)
+        try:
+            if isinstance(item, Exception):
+                self.running = False
+                raise item
+            self._on_event_received(item)
+        finally:
+            client._done(item)
+
+    def close(self) -> None:
+        self.running = False
+        self.closed = True
+        with self._client.changed:
+            self._client.returned = True
+            self._client.changed.notify_all()
+
 
 class Clients:
-    """The adapter's client factory: a new fake per call, all sharing one Hub; [0] is the source's."""
+    """The adapter's client factory: a new fake per call, all sharing one Hub; [0] is the source's.
+    ``legacy``: clients without ``_create_consumer``, so readers fall back to ``receive_batch``."""
 
-    def __init__(self, hub: Hub) -> None:
+    def __init__(self, hub: Hub, *, legacy: bool = False) -> None:
         self.hub = hub
-        self.made: list[FakeConsumerClient] = []
+        self.legacy = legacy
+        self.made: list[LegacyFakeConsumerClient] = []
+        self.open_errors: list[Exception] = []  # the next client's first opens fail with these
 
-    def __call__(self, connection_string: str, eventhub_name: str, consumer_group: str) -> FakeConsumerClient:
-        client = FakeConsumerClient(self.hub, connection_string, eventhub_name, consumer_group)
+    def __call__(self, connection_string: str, eventhub_name: str, consumer_group: str) -> LegacyFakeConsumerClient:
+        kind = LegacyFakeConsumerClient if self.legacy else FakeConsumerClient
+        client = kind(self.hub, connection_string, eventhub_name, consumer_group)
+        client.fail_open(*self.open_errors)
+        self.open_errors = []
         self.made.append(client)
         return client
 
     @property
-    def last(self) -> FakeConsumerClient:
+    def last(self) -> LegacyFakeConsumerClient:
         return self.made[-1]

@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 from azure.eventhub import EventHubConsumerClient
+from azure.eventhub._consumer import EventHubConsumer
 from azure.eventhub._pyamqp.error import ErrorCondition
 from azure.eventhub.exceptions import ConnectError, ConnectionLostError, EventHubError
 
 from tests.support.clock import FakeClock
 from tests.support.waiting import until_sync
 from workers.sources.base import Position, ReceivedEvent
-from workers.sources.eventhubs import EventHubsReader, EventHubsSource, PartitionStolen, ReaderFailed, is_stolen
+from workers.sources.eventhubs import EventHubsReader, EventHubsSource, PartitionStolen, ReaderFailed, is_stolen, sdk
 
 from .fake import (
     CONNECTION_STRING,
     T0_MS,
     Clients,
-    FakeConsumerClient,
     Hub,
+    LegacyFakeConsumerClient,
+    RetryConfig,
+    refused_error,
     sdk_error,
     sdk_event,
     sdk_properties,
@@ -42,15 +46,15 @@ def opened(source: EventHubsSource) -> Iterator[list[EventHubsReader]]:
 def open_reader(
     source: EventHubsSource, clients: Clients, opened: list[EventHubsReader], pid: str = "0",
     position: Position | None = None,
-) -> tuple[EventHubsReader, FakeConsumerClient]:  # fmt: skip
+) -> tuple[EventHubsReader, LegacyFakeConsumerClient]:  # fmt: skip
     reader = source.reader(pid, position or Position.earliest())
     opened.append(reader)
     client = clients.last
-    client.wait_for(lambda: client.receive_kwargs is not None, "the reader to call receive_batch")
+    client.wait_for(lambda: client.started, "the reader to ask the SDK to receive")
     return reader, client
 
 
-def deliver(client: FakeConsumerClient, *batches: list[object]) -> None:
+def deliver(client: LegacyFakeConsumerClient, *batches: list[object]) -> None:
     """Feeds batches and waits until the reader's callback has taken them all."""
     total = client.delivered + sum(len(b) for b in batches)
     client.feed(*batches)  # type: ignore[arg-type]
@@ -75,23 +79,43 @@ def test_each_position_asks_the_sdk_to_start_just_after_it(
 ) -> None:
     position, expected = POSITIONS[case]
     _, client = open_reader(source, clients, opened, "2", position)
-    kwargs = client.receive_kwargs
-    assert kwargs is not None
+    kwargs = client.asked
     assert kwargs["starting_position"] == expected and type(kwargs["starting_position"]) is type(expected)
     assert kwargs["starting_position_inclusive"] is False
     assert kwargs["partition_id"] == "2"
     assert kwargs["owner_level"] == 0  # exclusive receiver, the level Microsoft's processor uses
     assert kwargs["track_last_enqueued_event_properties"] is True
-    assert callable(kwargs["on_error"])
-    # Every keyword the adapter passes is one the real SDK method names (its **kwargs would swallow typos).
-    named = set(inspect.signature(EventHubConsumerClient.receive_batch).parameters) - {"self", "kwargs"}
-    passed = {
-        k for k, v in kwargs.items() if v is not None and k not in ("on_partition_initialize", "on_partition_close")
-    }
-    assert passed <= named, passed - named
+    if client.consumer_kwargs is not None:
+        assert kwargs["consumer_group"] == "$Default"
+    else:
+        assert callable(kwargs["on_error"])
     assert (client.eventhub_name, client.consumer_group, client.connection_string) == (
         "sensors", "$Default", CONNECTION_STRING,
     )  # fmt: skip
+
+
+def test_every_keyword_the_reader_passes_is_one_the_real_sdk_reads(
+    source: EventHubsSource, clients: Clients, opened: list[EventHubsReader]
+) -> None:
+    # The SDK's methods take **kwargs, which would swallow a misspelt keyword.
+    _, client = open_reader(source, clients, opened, "1")
+    if client.consumer_kwargs is not None:
+        create = EventHubConsumerClient._create_consumer
+        positional = ["consumer_group", "partition_id", "event_position"]
+        assert list(inspect.signature(create).parameters)[1:4] == positional
+        code = inspect.getsource(create)
+        passed = set(client.consumer_kwargs) - set(positional)
+        unread = {k for k in passed if f'kwargs.get("{k}"' not in code}
+        assert not unread, unread
+        assert inspect.signature(EventHubConsumer.receive).bind(None, True, 1, None)
+    else:
+        assert client.receive_kwargs is not None
+        named = set(inspect.signature(EventHubConsumerClient.receive_batch).parameters) - {"self", "kwargs"}
+        passed = {
+            k for k, v in client.receive_kwargs.items()
+            if v is not None and k not in ("on_partition_initialize", "on_partition_close")
+        }  # fmt: skip
+        assert passed <= named, passed - named
 
 
 def test_each_reader_has_a_client_of_its_own(
@@ -100,7 +124,7 @@ def test_each_reader_has_a_client_of_its_own(
     _, first = open_reader(source, clients, opened, "0")
     _, again = open_reader(source, clients, opened, "0")  # a hand-off inside one process overlaps briefly
     assert first is not again and clients.made[0] not in (first, again)
-    assert first.receive_kwargs is not None and again.receive_kwargs is not None
+    assert first.started and again.started
 
 
 @pytest.mark.parametrize("owner_level", [7, None])
@@ -111,9 +135,8 @@ def test_the_owner_level_given_is_the_one_the_service_sees(
                              owner_level=owner_level, owner_id="worker-a")  # fmt: skip
     with source:
         reader = source.reader("1", Position.earliest())
-        clients.last.wait_for(lambda: clients.last.receive_kwargs is not None, "receive_batch")
-        assert clients.last.receive_kwargs is not None
-        assert clients.last.receive_kwargs["owner_level"] == owner_level
+        clients.last.wait_for(lambda: clients.last.started, "the reader to receive")
+        assert clients.last.asked["owner_level"] == owner_level
         reader.close()
 
 
@@ -133,9 +156,8 @@ def test_a_read_takes_at_most_prefetch_events_20_unless_set(
                              prefetch=given)  # fmt: skip
     with source:
         reader = source.reader("1", Position.earliest())
-        clients.last.wait_for(lambda: clients.last.receive_kwargs is not None, "receive_batch")
-        assert clients.last.receive_kwargs is not None
-        assert clients.last.receive_kwargs["prefetch"] == expected
+        clients.last.wait_for(lambda: clients.last.started, "the reader to receive")
+        assert clients.last.asked["prefetch"] == expected
         reader.close()
 
 
@@ -261,25 +283,96 @@ def test_another_receive_error_ends_the_reader_after_what_it_already_received(
     assert not isinstance(caught.value, PartitionStolen)
 
 
-def test_an_sdk_receive_that_raises_or_returns_by_itself_fails_the_reader(
-    source: EventHubsSource, clients: Clients, opened: list[EventHubsReader], monkeypatch: pytest.MonkeyPatch
+def test_an_sdk_receive_batch_that_raises_or_returns_by_itself_fails_the_reader(
+    hub: Hub, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    reader, client = open_reader(source, clients, opened, "0")
-    client.end_alone()
-    client.wait_for(lambda: client.returned, "receive_batch to return")
-    with pytest.raises(ReaderFailed, match="returned without being closed"):
-        reader.receive(1)
+    clients = Clients(hub, legacy=True)
+    with EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock) as source:
+        reader, client = open_reader(source, clients, [], "0")
+        client.end_alone()
+        client.wait_for(lambda: client.returned, "receive_batch to return")
+        with pytest.raises(ReaderFailed, match="returned without being closed"):
+            reader.receive(1)
 
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise ValueError("This consumer client is already receiving events from partition 1")
+        def refuse(*args: object, **kwargs: object) -> None:
+            raise ValueError("This consumer client is already receiving events from partition 1")
 
-    monkeypatch.setattr(FakeConsumerClient, "receive_batch", refuse)
-    other = source.reader("1", Position.earliest())
-    opened.append(other)
-    until_sync(lambda: not other.receiving, "the reader's thread to end")
-    with pytest.raises(ReaderFailed, match="already receiving") as caught:
-        other.receive(1)
-    assert isinstance(caught.value.__cause__, ValueError)
+        monkeypatch.setattr(LegacyFakeConsumerClient, "receive_batch", refuse)
+        other = source.reader("1", Position.earliest())
+        until_sync(lambda: not other.receiving, "the reader's thread to end")
+        with pytest.raises(ReaderFailed, match="already receiving") as caught:
+            other.receive(1)
+        assert isinstance(caught.value.__cause__, ValueError)
+
+
+# the SDK's consumer, driven directly --------------------------------------------------------------
+
+
+@pytest.fixture
+def direct(hub: Hub, clock: FakeClock) -> Iterator[tuple[EventHubsSource, Clients]]:
+    clients = Clients(hub)
+    with EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock) as source:
+        yield source, clients  # closing the source closes its readers
+
+
+def test_a_refused_open_is_retried_with_the_clients_backoff_then_reads(
+    direct: tuple[EventHubsSource, Clients],
+) -> None:
+    source, clients = direct
+    clients.open_errors = [refused_error(), refused_error()]
+    reader, client = open_reader(source, clients, [], "0")
+    deliver(client, [sdk_event(0)])
+    assert client.opens == 3 and [e.sequence_number for e in reader.receive(10)] == [0]
+
+
+def test_an_open_refused_after_every_retry_fails_the_reader_with_the_sdks_error(
+    direct: tuple[EventHubsSource, Clients],
+) -> None:
+    source, clients = direct
+    clients.open_errors = [refused_error() for _ in range(5)]
+    reader, client = open_reader(source, clients, [], "1")
+    errors: list[ReaderFailed] = []
+
+    def failed() -> bool:
+        try:
+            reader.receive(1)
+        except ReaderFailed as exc:
+            errors.append(exc)
+        return bool(errors)
+
+    until_sync(failed, "the reader to fail")
+    assert client.opens == 4  # the first try and the client's 3 retries
+    assert isinstance(errors[0].__cause__, ConnectError) and "Connection refused" in str(errors[0])
+    until_sync(lambda: not reader.receiving and client.returned, "the consumer to be closed")
+
+
+def test_close_cuts_the_backoff_between_two_opens_short(direct: tuple[EventHubsSource, Clients]) -> None:
+    source, clients = direct
+    reader, client = open_reader(source, clients, [], "2")
+    client.wait_for(lambda: client.opens == 1, "the first open")
+    client._config = RetryConfig(backoff_factor=60.0)
+    client.fail_open(refused_error())
+    assert client.consumer is not None
+    client.consumer.running = False  # the link went down: the next turn opens it again
+    client.wait_for(lambda: client.opens == 2, "the failed open")
+    started = time.monotonic()
+    reader.close()
+    assert time.monotonic() - started < 2.0 and not reader.receiving and client.returned
+
+
+def test_without_the_sdks_private_consumer_readers_use_receive_batch_and_say_so_once(
+    hub: Hub, clock: FakeClock, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sdk, "_fallback_logged", threading.Lock())
+    clients = Clients(hub, legacy=True)
+    with EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock) as source:
+        readers = [open_reader(source, clients, [], pid) for pid in "01"]
+        assert all(client.receive_kwargs is not None for _, client in readers)
+        deliver(readers[0][1], [sdk_event(0)])
+        assert [e.sequence_number for e in readers[0][0].receive(10)] == [0]
+    fallbacks = [r for r in caplog.records if "receive_batch instead" in r.getMessage()]
+    assert len(fallbacks) == 1 and fallbacks[0].levelname == "WARNING"
+    assert "_create_consumer is missing" in fallbacks[0].getMessage()
 
 
 @pytest.mark.parametrize(
@@ -317,12 +410,12 @@ def test_a_stolen_error_wrapped_by_another_exception_is_still_stolen() -> None:
 
 def small_reader(
     clients: Clients, hub: Hub, clock: FakeClock
-) -> tuple[EventHubsSource, EventHubsReader, FakeConsumerClient]:
+) -> tuple[EventHubsSource, EventHubsReader, LegacyFakeConsumerClient]:
     source = EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock,
                              queue_events=5)  # fmt: skip
     reader = source.reader("0", Position.earliest())
     client = clients.last
-    client.wait_for(lambda: client.receive_kwargs is not None, "receive_batch")
+    client.wait_for(lambda: client.started, "the reader to receive")
     return source, reader, client
 
 
@@ -331,8 +424,8 @@ def test_a_full_queue_holds_the_sdk_back_until_the_reader_catches_up(
 ) -> None:
     source, reader, client = small_reader(clients, hub, clock)
     with source:
-        assert client.receive_kwargs is not None
-        batch = client.receive_kwargs["max_batch_size"]
+        client.wait_for(lambda: client.max_batch_size is not None, "the reader to ask for a batch")
+        batch = client.max_batch_size
         client.feed([sdk_event(n) for n in range(400)])
         # The callback that finds the queue full waits inside the SDK's thread: delivery stops.
         client.wait_for(lambda: client.in_callback and client.delivered >= 5, "the callback to block on a full queue")
@@ -366,7 +459,7 @@ def test_closing_the_source_closes_its_readers_and_its_client(clients: Clients, 
     source = EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock)
     readers = [source.reader(pid, Position.earliest()) for pid in "012"]
     for client in clients.made[1:]:
-        client.wait_for(lambda c=client: c.receive_kwargs is not None, "receive_batch")  # type: ignore[misc]
+        client.wait_for(lambda c=client: c.started, "the reader to receive")  # type: ignore[misc]
     source.close()
     assert all(c.closed for c in clients.made)
     assert not any(r.receiving for r in readers)

@@ -1,26 +1,39 @@
 """The adapter on the real ``EventHubConsumerClient``, offline.
 
 Azure cannot be reached from here, but the SDK's own client can be pointed (``custom_endpoint_address``)
-at a loopback port: one that refuses connections, or one that accepts and then says nothing. That
-runs the SDK's real receive machinery (its event processor, load-balancing thread, consumer and
-AMQP transport) around the adapter: it must accept the adapter's arguments, report its failures
-through ``on_error`` into a ``ReaderFailed``, and stop when the adapter closes it.
+at a loopback port: one that refuses connections, one that accepts and then says nothing, or the
+embedded hub's AMQP server. That runs the SDK's real consumer and AMQP transport under the adapter:
+it must accept the adapter's arguments, turn its failures into a ``ReaderFailed``, stop when the
+adapter closes it, and read without the SDK's event processor.
 """
 
 from __future__ import annotations
 
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from azure.eventhub import EventHubConsumerClient
+from azure.eventhub._consumer import EventHubConsumer
 from azure.eventhub.exceptions import ConnectError
 
+from tests.amqp.conftest import Served, serve
 from tests.support.waiting import until_sync
+from workers.hub.embedded import EmbeddedHub
 from workers.sources.base import Position
-from workers.sources.eventhubs import ClientFactory, ConsumerClient, EventHubsConfigError, EventHubsSource, ReaderFailed
+from workers.sources.eventhubs import (
+    ClientFactory,
+    ConsumerClient,
+    EventHubsConfigError,
+    EventHubsSource,
+    PartitionStolen,
+    ReaderFailed,
+)
+from workers.sources.eventhubs.sdk import open_consumer
 
 from .fake import CONNECTION_STRING, KEY, NAMESPACE
 
@@ -114,6 +127,66 @@ def test_close_ends_a_real_receive_that_waits_on_a_silent_service_promptly(
     assert time.monotonic() - started < 2.0
     assert not reader.receiving
     source.close()
+
+
+def test_the_installed_sdk_has_the_private_consumer_the_readers_drive(caplog: pytest.LogCaptureFixture) -> None:
+    # If this fails after an upgrade of azure-eventhub, readers fall back to receive_batch (slower
+    # starts): check the new version's _create_consumer and EventHubConsumer, then move the pin.
+    client = EventHubConsumerClient.from_connection_string(CONNECTION_STRING, consumer_group="$Default",
+                                                           eventhub_name="sensors")  # fmt: skip
+    consumer = open_consumer(client, consumer_group="$Default", partition_id="0", starting_position="-1",
+                             on_events=lambda batch: None, owner_level=0, prefetch=20)  # fmt: skip
+    assert isinstance(consumer, EventHubConsumer) and not consumer.running  # made, not connected
+    assert consumer._owner_level == 0 and consumer._prefetch == 20 and consumer._offset == "-1"
+    assert consumer._track_last_enqueued_event_properties and consumer._offset_inclusive is False
+    assert "receive_batch instead" not in caplog.text
+    consumer.close()
+    client.close()
+
+
+@pytest.fixture
+def amqp_hub() -> Iterator[Served]:
+    root = Path(tempfile.mkdtemp(prefix="leaseboard-azure-source-"))
+    with EmbeddedHub(root, "sensors", partitions=2) as hub:
+        hub.send_batch([f"e{i}".encode() for i in range(5)], partition_id="1")
+    running = serve(root)
+    yield running
+    running.thread.stop()
+
+
+def test_a_reader_on_the_amqp_hub_reads_without_the_sdks_event_processor(amqp_hub: Served) -> None:
+    with EventHubsSource("sensors", connection_string=amqp_hub.connection_string) as source:
+        reader = source.reader("1", Position(sequence_number=1))
+        got: list[int] = []
+        until_sync(lambda: got.extend(e.sequence_number for e in reader.receive(10)) or len(got) >= 3, "3 events")
+        assert got == [2, 3, 4]
+        assert amqp_hub.owner_levels("sensors", "1") == [0]
+        assert not [t for t in threading.enumerate() if "_load_balancing" in t.name]  # no EventProcessor
+        assert reader.last_enqueued is not None and reader.last_enqueued.sequence_number == 4
+
+
+def test_a_reader_on_the_amqp_hub_is_cut_off_by_a_higher_owner_level(amqp_hub: Served) -> None:
+    with (
+        EventHubsSource("sensors", connection_string=amqp_hub.connection_string) as old,
+        EventHubsSource("sensors", connection_string=amqp_hub.connection_string, owner_level=1) as new,
+    ):
+        before = old.reader("0", Position.earliest())
+        until_sync(lambda: amqp_hub.owner_levels("sensors", "0") == [0], "the first receiver to attach")
+        after = new.reader("0", Position.earliest())
+        errors: list[ReaderFailed] = []
+
+        def stolen() -> bool:
+            try:
+                before.receive(10)
+            except ReaderFailed as exc:
+                errors.append(exc)
+            return bool(errors)
+
+        until_sync(stolen, "the old reader to be cut off")
+        assert isinstance(errors[0], PartitionStolen), errors[0]
+        until_sync(lambda: not before.receiving, "the old reader's thread to end")
+        assert after.receive(10) == [] and after.receiving
+        assert amqp_hub.owner_levels("sensors", "0") == [1]
 
 
 class _ListingOnly:

@@ -1,11 +1,22 @@
-"""One partition's receiver: the SDK's callback-driven receive bridged to ``receive(max_events)``.
+"""One partition's receiver: the SDK's consumer driven on a thread, bridged to ``receive(max_events)``.
 
-The SDK's receive blocks until its client is closed, so each reader runs
-``EventHubConsumerClient.receive_batch`` for its one partition on a thread of its own, with a
-client of its own (closing a client stops every receive on it, and one client refuses to receive a
-partition twice, which a hand-off inside one process would need for a moment). Batches go into a
-bounded queue; while it is full the SDK's callback waits, the SDK stops pulling, and the service
-keeps the rest (backpressure, not memory growth). ``receive`` takes from the queue without waiting.
+Each reader drives the SDK's own per-partition consumer (``EventHubConsumer``, made by
+``EventHubConsumerClient._create_consumer``) on a thread of its own, with a client of its own:
+the loop ``EventProcessor`` runs for a single-partition ``receive_batch``, without the processor.
+The processor first lists the hub's partitions on a load-balancing thread of its own (a management
+connection) while its receive loop spins, holding a CPU, until that thread has made the consumer:
+one reader waited 0.6 s for its first event, eight in one process 2.4 s, all of it on the CPU.
+Driven directly, the consumer opens its link at once and waits in the socket. The consumer's API
+is private: ``sdk.open_consumer`` checks it, and where it is missing (another azure-eventhub than
+the pinned range) the reader falls back to ``receive_batch``, logged once; everything below holds
+on both paths. Batches go into a bounded queue; while it is full the callback waits, the SDK stops
+pulling, and the service keeps the rest (backpressure, not memory growth). ``receive`` takes from
+the queue without waiting.
+
+What the reader asks of the consumer is what the processor asks: the starting position exclusive,
+``owner_level``, ``prefetch``, last-enqueued properties tracked, batches of at most
+``max_batch_size`` (never above the queue), and the SDK's own retries inside ``receive``. The
+processor's distributed tracing spans around each batch are not made.
 
 Latency and prefetch. The SDK hands a read's events over only when the read ends, and a read ends
 at a silence of the socket timeout (0.2 s) or after ``prefetch`` frames. Events arriving more often
@@ -21,23 +32,27 @@ the previous one, even if that worker has not yet noticed it lost its lease. The
 ``receive`` then raises ``PartitionStolen``.
 
 Failure modes of the bridge:
-- After its own retries the SDK reports a receive error (or a failure of the partition listing it
-  does on its own at start, with no context) to ``on_error``, closes that consumer and,
-  in single-partition mode, re-creates it later from the *original* starting position (its
-  in-memory checkpoint store knows nothing of our progress). A stolen partition would be stolen
-  back and events read again. So the first reported error closes the client for good and
-  ``receive`` raises (``PartitionStolen`` or ``ReaderFailed``); the runtime restarts the pump from
-  its checkpoint if it still owns the partition.
-- ``close`` may be called while the SDK's thread waits in our callback for room in the queue: it
-  wakes it, closes the client and joins the thread (bounded; a thread still in the SDK after that
-  is a daemon and is logged, never waited on forever). The SDK's own load-balancing thread of a
-  closed client notices at its next wake-up (up to about 36 s later; a daemon holding nothing).
+- The first error, after the SDK's own retries, ends the reader for good and ``receive`` raises
+  (``PartitionStolen`` or ``ReaderFailed``); the runtime restarts the pump from its checkpoint if
+  it still owns the partition. (Left alone, the processor would re-create the consumer later from
+  the *original* starting position: a stolen partition would be stolen back and events read again.)
+  The consumer's ``receive`` swallows a failure to open its connection and returns as if nothing
+  had happened (the processor then retries at once, forever); the reader opens it itself, with the
+  client's retry settings and backoff, and fails with the SDK's error once the retries are spent.
+- ``close`` may be called while the thread waits in our callback for room in the queue, or inside
+  the SDK: it wakes the callback, and the thread closes the consumer at its next turn (the SDK
+  waits in the socket at most 0.2 s at a time; closing waits up to 1 s more for the SDK's
+  keep-alive thread). A thread still opening the connection after 0.5 s is in a handshake the
+  service does not answer (the SDK reads it with no timeout): the reader shuts that socket down.
+  The join is bounded; a thread still in the SDK after that is a daemon and is logged, never
+  waited on forever.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -45,10 +60,21 @@ from typing import Any
 from azure.eventhub import EventData, PartitionContext
 
 from workers.sources.base import ReceivedEvent
-from workers.sources.eventhubs.errors import PartitionStolen, ReaderFailed, reader_failure
-from workers.sources.eventhubs.sdk import ConsumerClient, LastEnqueued, last_enqueued, received
+from workers.sources.eventhubs.errors import PartitionStolen, ReaderFailed, first_line, reader_failure
+from workers.sources.eventhubs.sdk import (
+    Consumer,
+    ConsumerClient,
+    LastEnqueued,
+    Retries,
+    interrupt,
+    last_enqueued,
+    open_consumer,
+    received,
+)
 
 log = logging.getLogger("leaseboard.eventhubs")
+
+GRACE_SECONDS = 0.5  # for the thread to close the consumer itself before close() cuts its socket
 
 
 class EventHubsReader:
@@ -63,6 +89,7 @@ class EventHubsReader:
         starting_position: str | int,
         owner_level: int | None,
         owner_id: str | None = None,
+        consumer_group: str = "$Default",
         queue_events: int = 300,
         prefetch: int = 20,
         max_batch_size: int = 100,
@@ -81,6 +108,10 @@ class EventHubsReader:
         self._error: ReaderFailed | None = None
         self._closed = False
         self._wake: Callable[[], None] | None = None  # notify(): the pump waiting for events
+        self._consumer_group = consumer_group
+        self._consumer: Consumer | None = None  # the SDK's, while the thread drives it
+        # The callback's context, as EventProcessor keeps one per partition (last_enqueued comes from it).
+        self._context = PartitionContext("", hub, consumer_group, partition_id)
         self._kwargs: dict[str, Any] = {
             "partition_id": partition_id,
             "starting_position": starting_position,
@@ -147,13 +178,24 @@ class EventHubsReader:
             self._cond.notify_all()
         self._close_client()
         if threading.current_thread() is not self._thread:
-            self._thread.join(self._join_seconds)
-            if self._thread.is_alive():
-                log.warning(
-                    "%s: receive thread still inside the SDK %gs after close; left behind (daemon)",
-                    self._label,
-                    self._join_seconds,
-                )
+            self._join()
+
+    def _join(self) -> None:
+        deadline = time.monotonic() + self._join_seconds
+        self._thread.join(min(GRACE_SECONDS, self._join_seconds))
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            consumer = self._consumer
+            if consumer is not None and not consumer.running:
+                # Still opening: a handshake the service does not answer (see the module). Once
+                # open, the SDK reads with its socket timeout and the thread needs no help.
+                interrupt(consumer, self._thread)
+            self._thread.join(min(0.1, max(0.0, deadline - time.monotonic())))
+        if self._thread.is_alive():
+            log.warning(
+                "%s: receive thread still inside the SDK %gs after close; left behind (daemon)",
+                self._label,
+                self._join_seconds,
+            )
 
     def __enter__(self) -> EventHubsReader:
         return self
@@ -170,7 +212,19 @@ class EventHubsReader:
 
     def _run(self) -> None:
         try:
-            self._client.receive_batch(self._on_batch, **self._kwargs)
+            consumer = open_consumer(
+                self._client,
+                consumer_group=self._consumer_group,
+                partition_id=self.partition_id,
+                starting_position=self._kwargs["starting_position"],
+                on_events=self._on_events,
+                owner_level=self._kwargs["owner_level"],
+                prefetch=self._kwargs["prefetch"],
+            )
+            if consumer is None:
+                self._client.receive_batch(self._on_batch, **self._kwargs)
+            else:
+                self._drive(consumer)
         except Exception as exc:
             self._fail(exc)
         else:
@@ -178,6 +232,53 @@ class EventHubsReader:
                 ended_alone = not self._closed and self._error is None
             if ended_alone:
                 self._fail(RuntimeError("the SDK's receive returned without being closed"))
+
+    def _drive(self, consumer: Consumer) -> None:
+        """EventProcessor's receive loop for one partition: until closed or failed."""
+        self._consumer = consumer
+        try:
+            while self._going():
+                if not consumer.running and not self._open(consumer):
+                    break
+                consumer.receive(True, self._kwargs["max_batch_size"], None)
+        finally:
+            self._consumer = None  # closing now: close() must not cut its socket
+            try:
+                consumer.close()  # detaches the link; waits up to 1 s for the SDK's keep-alive thread
+            except Exception as exc:
+                log.warning("%s: closing the consumer failed: %s", self._label, exc)
+
+    def _open(self, consumer: Consumer) -> bool:
+        """Opens the consumer's connection and link as the SDK's retrying open does (its client's
+        retry settings, its error mapping), but waits out the backoff on our condition, so that
+        close() cuts it short: receive() would swallow the failure (it returns as if closed, and
+        the processor calls it again at once, forever). False if closed meanwhile; raises the
+        SDK's error once the retries are spent."""
+        retries = Retries.of(self._client)
+        retried = 0
+        while self._going():
+            try:
+                consumer._open()
+                return True
+            except Exception as exc:
+                error = consumer._handle_exception(exc)  # raises an EventHubError as it is
+                wait = retries.backoff(retried)
+                if wait is None:
+                    raise error from None
+                log.info("%s: opening failed (%s); retrying in %gs", self._label, first_line(error), wait)
+                with self._cond:
+                    self._cond.wait_for(lambda: self._closed or self._error is not None, wait)
+                retried += 1
+        return False
+
+    def _going(self) -> bool:
+        with self._cond:
+            return not self._closed and self._error is None
+
+    def _on_events(self, batch: list[EventData]) -> None:
+        if batch:
+            self._context._last_received_event = batch[-1]  # as EventProcessor._on_event_received does
+            self._on_batch(self._context, batch)
 
     def _on_batch(self, context: PartitionContext, batch: Sequence[EventData]) -> None:
         try:

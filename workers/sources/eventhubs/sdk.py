@@ -1,9 +1,16 @@
 """The part of azure-eventhub this package uses: the consumer client (a protocol, so tests can hand
-in a fake), and the SDK's values turned into ours (positions, events, partition properties)."""
+in a fake), the per-partition consumer a reader drives (private to the SDK: see ``open_consumer``),
+and the SDK's values turned into ours (positions, events, partition properties)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import inspect
+import logging
+import socket
+import sys
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -12,6 +19,8 @@ from azure.eventhub import EventData, EventHubConsumerClient, PartitionContext
 from azure.eventhub.amqp import AmqpMessageBodyType
 
 from workers.sources.base import PartitionProperties, Position, ReceivedEvent
+
+log = logging.getLogger("leaseboard.eventhubs")
 
 
 class ConsumerClient(Protocol):
@@ -29,6 +38,126 @@ class ConsumerClient(Protocol):
 
 
 ClientFactory = Callable[[str, str, str], ConsumerClient]  # (connection string, hub, consumer group)
+
+
+class Consumer(Protocol):
+    """The part of the SDK's private ``azure.eventhub._consumer.EventHubConsumer`` a reader drives:
+    one AMQP receiver of one partition, the object ``EventProcessor`` drives per partition."""
+
+    running: bool  # its link has been opened (False again after a failure closed it)
+
+    def receive(self, batch: bool = False, max_batch_size: int = 300, max_wait_time: float | None = None) -> None: ...
+
+    def _open(self) -> bool: ...
+
+    def _handle_exception(self, exception: Exception) -> Exception: ...
+
+    def close(self) -> None: ...
+
+
+_CONSUMER_METHODS = ("receive", "_open", "_handle_exception", "close")
+_fallback_logged = threading.Lock()  # acquired once: the fallback is logged once per process
+
+
+def open_consumer(
+    client: ConsumerClient,
+    *,
+    consumer_group: str,
+    partition_id: str,
+    starting_position: str | int,
+    on_events: Callable[[list[EventData]], None],
+    owner_level: int | None,
+    prefetch: int,
+) -> Consumer | None:
+    """The SDK's consumer of ``partition_id``, made exactly as ``EventProcessor`` makes it for a
+    single-partition ``receive_batch`` with no checkpoint store (exclusive of the starting position,
+    last-enqueued properties tracked), not yet connected; ``on_events`` gets each batch.
+
+    ``EventHubConsumerClient._create_consumer`` and the consumer's ``receive``, ``_open`` and
+    ``_handle_exception`` are private (checked on azure-eventhub 5.15, the range pinned in pyproject.toml). None, logged
+    once per process, when ``client`` lacks them or their signatures changed: the caller then uses
+    the public ``receive_batch``."""
+    create = getattr(client, "_create_consumer", None)
+    kwargs: dict[str, Any] = {
+        "event_position_inclusive": False,
+        "owner_level": owner_level,
+        "prefetch": prefetch,
+        "track_last_enqueued_event_properties": True,
+    }
+    args = (consumer_group, partition_id, starting_position, on_events)
+    if not callable(create) or not _binds(create, *args, **kwargs):
+        _fall_back(f"{type(client).__name__}._create_consumer is missing or takes other arguments")
+        return None
+    consumer = create(*args, **kwargs)
+    missing = [name for name in _CONSUMER_METHODS if not callable(getattr(consumer, name, None))]
+    if missing or not hasattr(consumer, "running") or not _binds(consumer.receive, True, 1, None):
+        _fall_back(f"{type(consumer).__name__} lacks {', '.join(missing) or 'running'} or takes other arguments")
+        close = getattr(consumer, "close", None)
+        if callable(close):
+            close()  # never opened: nothing on the wire
+        return None
+    return cast(Consumer, consumer)
+
+
+@dataclass(frozen=True)
+class Retries:
+    """The SDK client's retry settings (``retry_total``, ``retry_backoff_factor``,
+    ``retry_backoff_max``), as its own retrying operations apply them."""
+
+    total: int = 3
+    backoff_factor: float = 0.8
+    backoff_max: float = 120.0
+
+    @classmethod
+    def of(cls, client: object) -> Retries:
+        config, default = getattr(client, "_config", None), cls()
+        return cls(
+            int(getattr(config, "max_retries", default.total)),
+            float(getattr(config, "backoff_factor", default.backoff_factor)),
+            float(getattr(config, "backoff_max", default.backoff_max)),
+        )
+
+    def backoff(self, retried: int) -> float | None:
+        """Seconds to wait before retry number ``retried + 1``; None when there is none."""
+        wait = self.backoff_factor * 2**retried  # the SDK's default, exponential
+        return None if retried >= self.total or wait > self.backoff_max else wait
+
+
+def interrupt(consumer: Consumer, thread: threading.Thread) -> None:
+    """Shuts down the socket ``thread`` is blocked on inside ``consumer``'s connection, so that it
+    returns: the SDK reads the TLS and AMQP handshakes with no timeout, so a service that accepts
+    the connection and then says nothing holds the thread forever. The socket is the transport's,
+    or, during the TLS handshake (where the SDK does not hold it yet), the one in the thread's
+    frames. Does nothing when there is none."""
+    sockets = []
+    handler = getattr(consumer, "_handler", None)
+    transport = getattr(getattr(handler, "_connection", None), "_transport", None)
+    sockets.append(getattr(transport, "sock", None))
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        sockets.extend(value for value in frame.f_locals.values() if isinstance(value, socket.socket))
+        frame = frame.f_back
+    for sock in sockets:
+        if isinstance(sock, socket.socket) and sock.fileno() != -1:
+            with contextlib.suppress(OSError):  # not connected yet, or already closed
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+def _binds(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _fall_back(why: str) -> None:
+    if _fallback_logged.acquire(blocking=False):
+        log.warning(
+            "azure-eventhub: %s; readers use the public receive_batch instead, whose event processor"
+            " spins a CPU until its own partition listing is done (slower starts, same events)",
+            why,
+        )
 
 
 def sdk_client(connection_string: str, hub: str, consumer_group: str) -> ConsumerClient:

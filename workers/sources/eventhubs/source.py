@@ -195,6 +195,7 @@ class EventHubsSource:
             starting_position=starting_position(position),
             owner_level=self.owner_level,
             owner_id=self.owner_id,
+            consumer_group=self.consumer_group,
             queue_events=self._queue_events,
             prefetch=self._prefetch,
             on_tracked=self._note_tracked,
