@@ -19,7 +19,7 @@ import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from balancer.errors import StoreUnavailable
@@ -29,6 +29,7 @@ from balancer.notices import Released
 log = logging.getLogger("leaseboard.notices")
 
 MESSAGE_TYPE = "leaseboard.released"
+STOP_TYPE = "leaseboard.released.stop"  # sent by a listener to its own channel to end its receive()
 GROUP_PREFIX = "leaseboard.releases."
 REFRESH = 300.0  # seconds between two group_adds of a listening channel (at most a quarter of group_expiry)
 BACKOFF = (0.1, 5.0)  # first and longest wait before joining again after a failure
@@ -66,6 +67,20 @@ def channel_layer_channel(ref: HubRef, layer: Any = None) -> ChannelLayerRelease
     return ChannelLayerReleaseChannel(layer, ref) if crosses_processes(layer) else None
 
 
+def _detached(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
+    """``task``, its outcome retrieved whenever it ends (it may end after nobody awaits it)."""
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return task
+
+
+async def _within(call: Awaitable[Any], seconds: float) -> None:
+    """Run ``call`` for at most ``seconds``, then leave it (cancelled, not awaited); never raises."""
+    task = _detached(asyncio.ensure_future(call))
+    await asyncio.wait({task}, timeout=seconds)
+    if not task.done():
+        task.cancel()
+
+
 def _where(layer: Any) -> str:
     return f"{type(layer).__module__}.{type(layer).__qualname__}"
 
@@ -97,9 +112,11 @@ class ChannelLayerReleaseChannel:
 
     async def listen(self) -> AsyncIterator[Released]:
         wait, failing = BACKOFF[0], False
+        loop = asyncio.get_running_loop()
         while True:
             channel: str | None = None
             refresher: asyncio.Task[None] | None = None
+            receiving: asyncio.Task[dict[str, Any]] | None = None
             try:
                 channel = await self.layer.new_channel()
                 await self.layer.group_add(self.group, channel)
@@ -107,9 +124,13 @@ class ChannelLayerReleaseChannel:
                     log.info("release notices: in channel-layer group %s again", self.group)
                 wait, failing = BACKOFF[0], False
                 self._health(True)
-                refresher = asyncio.get_running_loop().create_task(self._refresh(channel), name="notice group")
+                refresher = loop.create_task(self._refresh(channel), name="notice group")
                 while True:
-                    message = await self.layer.receive(channel)
+                    # Never cancelled from here: a cancelled channels_redis receive() can swallow the
+                    # cancellation and block for good. The finally below ends it with a message of its own.
+                    receiving = _detached(loop.create_task(self.layer.receive(channel), name="notice receive"))
+                    message = await asyncio.shield(receiving)
+                    receiving = None
                     if refresher.done():  # the group_add failed: join afresh
                         refresher.result()
                     if message.get("type") != MESSAGE_TYPE:
@@ -127,15 +148,25 @@ class ChannelLayerReleaseChannel:
                     self._health(False)
                 failing = True
             finally:
-                if refresher is not None:
-                    refresher.cancel()
-                    with contextlib.suppress(BaseException):
-                        await refresher
-                if channel is not None:
-                    with contextlib.suppress(Exception):
-                        await asyncio.wait_for(self.layer.group_discard(self.group, channel), 1.0)
+                await self._leave(channel, refresher, receiving)
             await asyncio.sleep(wait)
             wait = min(wait * 2, BACKOFF[1])
+
+    async def _leave(
+        self, channel: str | None, refresher: asyncio.Task[None] | None, receiving: asyncio.Task[Any] | None
+    ) -> None:
+        """Stop ``refresher``, end a pending ``receiving`` (a message to ``channel`` itself) and take
+        ``channel`` out of the group, each within a second; whatever does not end is left behind."""
+        if refresher is not None:
+            refresher.cancel()
+        if channel is None:
+            return
+        if receiving is not None and not receiving.done():
+            await _within(self.layer.send(channel, {"type": STOP_TYPE}), 1.0)
+            await asyncio.wait({receiving}, timeout=1.0)
+            if not receiving.done():  # the layer does not answer: nothing better than a cancellation
+                receiving.cancel()
+        await _within(self.layer.group_discard(self.group, channel), 1.0)
 
     async def _refresh(self, channel: str) -> None:
         """Keep ``channel`` in the group past the layer's ``group_expiry``."""

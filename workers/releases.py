@@ -46,6 +46,7 @@ class Notices:
         where the store has no channel (default: Django's default one)."""
         self._workers: Sequence[Wakeable] = ()
         found = release_channel(store, ref) if across_processes else None
+        through_layer = None
         if found is None and across_processes:  # no channel of the store's own: the layer's, if it crosses
             through_layer = channel_layer_channel(ref, layer)
             if through_layer is not None:
@@ -56,7 +57,9 @@ class Notices:
             self.kind = repr(found)
         else:
             self.kind = "in this process only" + ("" if across_processes else " (turned off across processes)")
-        self.across_processes = found is not None  # else a receiver in another process polls while waiting
+        # Else a receiver in another process polls while waiting. Through the layer only once its listener
+        # is in its group (``_layer_health``): a process that never listens (or cannot) keeps polling.
+        self.across_processes = found is not None and found is not through_layer
         self.ref = ref
         self._sending: set[asyncio.Task[None]] = set()
         self._failing = False
@@ -87,6 +90,7 @@ class Notices:
     def _layer_health(self, up: bool) -> None:
         """The channel layer's listener joined its group (``up``) or lost it: while it is out, this
         process's workers poll while waiting for a handoff (``poll_waiting``), as without notices."""
+        self.across_processes = up
         for worker in self._workers:
             if hasattr(worker, "poll_waiting"):
                 worker.poll_waiting = not up
