@@ -21,6 +21,11 @@ Both record every event they handle (one line, flushed, per event), load-balance
   seconds of two balanced, idle workers.
 
 Run: ``.venv/bin/python -m tests.benchmarks.bench_amqp [--events N] [--partitions P] [--steady S]``.
+
+``--readers N`` measures only the Event Hubs source's readers instead: N of them started at once in
+this process on a hub of N partitions of 1,000 events each, the wall time and this process's CPU
+until every one has its first event and until all events are in (the SDK's event processor made
+that CPU-bound; see ``workers/sources/eventhubs/reader.py``).
 """
 
 from __future__ import annotations
@@ -279,6 +284,45 @@ def fill(hub_dir: Path, events: int, partitions: int) -> None:
                 hub.send_batch([BODY] * min(1000, per - start), partition_id=p)
 
 
+def readers_start(readers: int, per_partition: int = 1000) -> str:
+    """N EventHubsReaders started at once on a fresh hub over AMQP; the figures as one line."""
+    import threading
+
+    from workers.sources.base import Position
+    from workers.sources.eventhubs import EventHubsSource
+
+    with tempfile.TemporaryDirectory(prefix="bench-amqp-readers-") as tmp:
+        root = Path(tmp)
+        fill(root / "hub", per_partition * readers, readers)
+        hub = start_runhub(root, readers)
+        try:
+            with EventHubsSource(HUB, connection_string=hub.connection_string, owner_id="bench") as source:
+                got = {str(p): 0 for p in range(readers)}
+                woken = threading.Event()  # the readers say when a batch arrives: no polling to count
+                started, cpu = time.monotonic(), time.process_time()
+                opened = [source.reader(pid, Position.earliest()) for pid in got]
+                for reader in opened:
+                    reader.notify(woken.set)
+                first: tuple[float, float] | None = None
+                while sum(got.values()) < per_partition * readers:
+                    if not woken.wait(60):
+                        raise RuntimeError(f"no events for 60 s; got {got}")
+                    woken.clear()
+                    for reader in opened:
+                        got[reader.partition_id] += len(reader.receive(1000))
+                    if first is None and all(got.values()):
+                        first = (time.monotonic() - started, time.process_time() - cpu)
+                assert first is not None
+                return (
+                    f"{readers} readers in one process: every one has its first event after {first[0]:.2f} s"
+                    f" ({first[1]:.2f} s CPU); all {per_partition * readers} events after"
+                    f" {time.monotonic() - started:.2f} s ({time.process_time() - cpu:.2f} s CPU)"
+                )
+        finally:
+            hub.process.terminate()
+            hub.process.wait(15)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=24_000)
@@ -286,6 +330,7 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=2.0, help="load-balancing interval, both fleets")
     parser.add_argument("--expiry", type=float, default=10.0, help="ownership expiry, both fleets")
     parser.add_argument("--steady", type=float, default=20.0, help="seconds over which blob requests are counted")
+    parser.add_argument("--readers", type=int, metavar="N", help="only time N Event Hubs readers starting at once")
     parser.add_argument("--microsoft-worker", metavar="LABEL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.microsoft_worker:
@@ -295,6 +340,9 @@ def main() -> None:
     import django
 
     django.setup()
+    if args.readers:
+        print(readers_start(args.readers))
+        return
     from tests.support.azurite import start_azurite
 
     events = args.events - args.events % args.partitions

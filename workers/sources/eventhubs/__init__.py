@@ -2,12 +2,14 @@
 
 - ``source.py``: ``EventHubsSource``, the hub and consumer group (partition ids, properties, readers);
   the connection string is checked, and the hub asked for its partitions, when it is built.
-- ``reader.py``: ``EventHubsReader``, one partition's receiver on a thread of its own, bridged to
-  ``receive(max_events)`` through a bounded queue; exclusive (``owner_level``), so a partition
-  that moves is cut off from its previous reader.
+- ``reader.py``: ``EventHubsReader``, one partition's receiver on a thread of its own (the SDK's
+  consumer driven directly, without its event processor), bridged to ``receive(max_events)``
+  through a bounded queue; exclusive (``owner_level``), so a partition that moves is cut off from
+  its previous reader.
 - ``errors.py``: our errors for the SDK's (``EventHubsConfigError``, ``ReaderFailed``,
   ``PartitionStolen``), and the redaction that keeps the shared access key out of every message.
-- ``sdk.py``: the client protocol and its factory, and the SDK's values turned into ours.
+- ``sdk.py``: the client protocol and its factory, the SDK's private per-partition consumer (checked
+  before use, with ``receive_batch`` as the fallback), and the SDK's values turned into ours.
 """
 
 from workers.sources.eventhubs.errors import EventHubsConfigError, PartitionStolen, ReaderFailed, is_stolen
