@@ -8,6 +8,14 @@ A batch handler, marked with ``@batch_handler(max_events=...)``, takes ``list[Re
 
 What a handler returns is ignored. If it raises, the pump retries and then sets the event aside
 (see ``workers.runtime.pump``); raising ``MalformedEvent`` sets it aside at once, without retries.
+
+The pump hands an event on only while its lease is held, but a handler that takes time (or a thread
+that waits for a CPU) may reach the point where its work becomes visible (a file renamed into place,
+a transaction committed) after the lease ran out and another worker started. Such a handler asks
+``ctx.holds()`` last, just before that point, and raises ``NotHeld`` when it says no: the event (or
+batch) is then neither retried at once nor set aside; it stays with the pump, which pauses as for
+any lease that may have run out, and handles it again once renewed (the next owner starts from the
+last checkpoint, which it is not past). ``LandingHandler`` does so (``workers.landing``).
 ``--handler dotted.path`` is resolved by ``resolve_handler``; a class found there is
 instantiated once, without arguments, so a handler may keep state in ``self``.
 """
@@ -32,15 +40,27 @@ F = TypeVar("F", bound=Callable[..., Any])
 BATCH_ATTRIBUTE = "leaseboard_batch_size"
 
 
+def _always() -> bool:
+    return True
+
+
 @dataclass
 class PartitionContext:
     """What a handler knows about where an event came from. ``state`` lives as long as this
-    worker's pump of the partition (it starts empty after every change of owner)."""
+    worker's pump of the partition (it starts empty after every change of owner). ``holds()``: True
+    while this worker's lease of the partition is certainly valid (cheap, from any thread; always
+    True for a context made by hand)."""
 
     ref: HubRef
     partition_id: str
     owner_id: str
     state: dict[str, Any] = field(default_factory=dict)
+    holds: Callable[[], bool] = field(default=_always, repr=False, compare=False)
+
+
+class NotHeld(Exception):
+    """Raised by a handler that found ``ctx.holds()`` False before making its work visible: the pump
+    keeps the event (or batch) and pauses until the lease is renewed or lost (see the module)."""
 
 
 class MalformedEvent(ValueError):

@@ -13,6 +13,13 @@ either no file (the events come again from the old checkpoint) or a complete one
 one under a final name. Spark ignores hidden names (leading "." or "_"), so it never reads a
 temporary file.
 
+Only inside the lease. The handler asks ``ctx.holds()`` after reading the file's writer time and
+again just before the file appears, and raises ``NotHeld`` (nothing lands; the pump keeps the batch
+and pauses) once the lease may have run out: a worker stalled in the middle of a batch (SIGSTOP, a
+starved CPU) must not land it after its lease, when the next owner may be landing the same range.
+``leaseboard_landing_abandoned_total`` counts these. Only a stall between that last look and the
+rename (a few system calls) can still show a file after the lease.
+
 At least once. A worker that dies after landing but before checkpointing leaves events that the
 next owner lands again: the same events with the same partition and sequence number, in a file
 of the same or another range. ``workers.pipeline`` drops these duplicates by (partition_id,
@@ -65,7 +72,7 @@ from workers.runtime.deadletters import DeadLetters
 from workers.sources.base import ReceivedEvent
 
 from . import metrics
-from .handlers import PartitionContext, batch_handler, parse_sensor_event
+from .handlers import NotHeld, PartitionContext, batch_handler, parse_sensor_event
 from .sensors import SensorEvent
 
 log = logging.getLogger("leaseboard.landing")
@@ -147,12 +154,16 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(directory: Path, name: str, table: pa.Table, *, beside: str | None = None) -> Path:
+def write_atomically(
+    directory: Path, name: str, table: pa.Table, *, beside: str | None = None,
+    before_rename: Callable[[], None] | None = None,
+) -> Path:  # fmt: skip
     """Write ``table`` as ``directory/name``, durably: temporary file, fsync, rename, fsync of the folder.
 
     ``beside``: never replace a file already named ``name``; the table is then kept as the hidden
-    ``.<name>.<beside>`` instead (without it, an existing file is replaced). Returns the final path.
-    Raises OSError (the temporary file is removed; no final file appears).
+    ``.<name>.<beside>`` instead (without it, an existing file is replaced). ``before_rename`` is
+    called last before the file appears; what it raises is raised, and no file appears. Returns the
+    final path. Raises OSError (the temporary file is removed; no final file appears).
     """
     if not directory.is_dir():
         directory.mkdir(parents=True, exist_ok=True)
@@ -164,6 +175,8 @@ def write_atomically(directory: Path, name: str, table: pa.Table, *, beside: str
             pq.write_table(table, f)
             f.flush()
             os.fsync(f.fileno())
+        if before_rename is not None:
+            before_rename()
         # Atomic either way: a reader sees no file or the whole file.
         if beside is None:
             os.replace(temporary, final)
@@ -193,6 +206,15 @@ def _place(temporary: Path, final: Path, hidden: str) -> Path:
         return final
     temporary.unlink()
     return final
+
+
+def _still_held(ctx: PartitionContext) -> None:
+    """Raise ``NotHeld`` once the lease of ``ctx``'s partition may have run out. Asked after the file's
+    writer time is read (so that time lies inside the lease) and again just before the file appears
+    (a worker stalled while writing, by a SIGSTOP or a starved CPU, shows nothing after its lease)."""
+    if not ctx.holds():
+        metrics.LANDING_ABANDONED.inc()
+        raise NotHeld(f"partition {ctx.partition_id}: the lease of {ctx.owner_id} may have run out; nothing landed")
 
 
 def writer_metadata(ctx: PartitionContext) -> dict[str, object]:
@@ -287,13 +309,15 @@ class LandingHandler:
         """Write ``landed`` durably as one file; returns its path. Raises OSError (the pump retries)."""
         first, last = landed[0][0].sequence_number, landed[-1][0].sequence_number
         started = time.perf_counter()
-        writer = writer_metadata(ctx)
+        writer = writer_metadata(ctx)  # its landed_at is read before the lease is looked at below
+        _still_held(ctx)
         table = to_table(landed)
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), WRITER_KEY: json.dumps(writer)})
         beside = _UNSAFE.sub("_", f"{ctx.owner_id}.{writer['tenure']}.{uuid.uuid4().hex[:8]}")
         path = write_atomically(
-            self.root / ctx.ref.hub / ctx.partition_id, file_name(first, last), table, beside=beside
-        )
+            self.root / ctx.ref.hub / ctx.partition_id, file_name(first, last), table, beside=beside,
+            before_rename=lambda: _still_held(ctx),
+        )  # fmt: skip
         metrics.LANDING_WRITE.observe(time.perf_counter() - started)
         metrics.LANDED_EVENTS.inc(len(landed))
         metrics.LANDING_FILES.inc()

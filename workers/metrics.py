@@ -139,6 +139,11 @@ LANDING_FILES = Counter(
     "leaseboard_landing_files",
     "Landing Parquet files written (one per handler call with at least one well-formed event).",
 )
+LANDING_ABANDONED = Counter(
+    "leaseboard_landing_abandoned",
+    "Landing files not written because the lease may have run out while the batch was in hand "
+    "(kept by the pump and landed after a renewal, or by the next owner).",
+)
 LANDING_WRITE = Histogram(
     "leaseboard_landing_write_seconds",
     "Time to write one landing file durably (Parquet, fsync, rename, fsync of the folder).",

@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 from balancer.model import Checkpoint, OwnershipRecord
 from balancer.stores.memory import MemoryStore
 from tests.support.waiting import until
-from workers.handlers import PartitionContext, batch_size
+from workers.handlers import NotHeld, PartitionContext, batch_size
 from workers.hub.embedded import EmbeddedHub
 from workers.landing import MAX_EVENTS, LandingHandler, file_name, read_markers, sequence_range, writer_of
 from workers.pipeline.ranges import LandedFile, landed_file
@@ -147,6 +147,27 @@ def test_a_failed_write_raises_and_leaves_no_landing_file(landing: Landing) -> N
     with pytest.raises(OSError):
         landing.land("5", 0, [fleet_events(1)[0].to_json()])
     assert [p.name for p in (landing.root / HUB).iterdir()] == ["5"]
+
+
+@pytest.mark.parametrize("looks_held", [0, 1])  # the lease gone at the first look, or by the last one
+def test_a_batch_whose_lease_runs_out_in_hand_lands_nothing_and_raises_not_held(
+    landing: Landing, looks_held: int
+) -> None:
+    looks: list[int] = []
+
+    def holds() -> bool:  # True for the first ``looks_held`` looks, then the lease has run out
+        looks.append(1)
+        return len(looks) <= looks_held
+
+    abandoned = REGISTRY.get_sample_value("leaseboard_landing_abandoned_total") or 0.0
+    events = [received("2", 10 + i, r.to_json()) for i, r in enumerate(fleet_events(3))]
+    with pytest.raises(NotHeld, match="partition 2: the lease of w1-0 may have run out"):
+        landing.handler()(events, PartitionContext(REF, "2", "w1-0", holds=holds))
+    assert len(looks) == looks_held + 1
+    assert not [p for p in landing.root.rglob("*") if p.is_file()]  # no landing, no temporary file, no marker
+    assert REGISTRY.get_sample_value("leaseboard_landing_abandoned_total") == abandoned + 1
+    landing.handler()(events, PartitionContext(REF, "2", "w1-0"))  # renewed: the same batch lands
+    assert landed_files(landing.root, "2") == [file_name(10, 12)]
 
 
 def test_after_a_short_batch_the_handler_lingers_so_a_trickle_makes_few_files(landing: Landing) -> None:

@@ -17,7 +17,7 @@ from balancer.model import Checkpoint, OwnershipRecord
 from balancer.stores.memory import MemoryStore
 from tests.support.clock import FakeClock
 from tests.support.waiting import until
-from workers.handlers import PartitionContext, batch_handler
+from workers.handlers import NotHeld, PartitionContext, batch_handler
 from workers.runtime.config import PumpConfig
 from workers.runtime.deadletters import DeadLetters
 from workers.runtime.pump import PartitionPump
@@ -130,7 +130,9 @@ HANDLERS = ["sync", "async", "sync-batch", "async-batch"]
 
 
 class Rig:
-    def __init__(self, kind: str, fail_once_at: int | None = None, sleep: Any = quick_sleep) -> None:
+    def __init__(
+        self, kind: str, fail_once_at: int | None = None, sleep: Any = quick_sleep, careful: bool = False
+    ) -> None:
         self.clock = FakeClock()
         self.lease = Lease(self.clock)
         self.journal = Journal()
@@ -139,7 +141,7 @@ class Rig:
         self.pump = PartitionPump(
             ref=REF, partition_id="0", owner_id="w", holds=self.lease.holds, checkpoints=self.store,
             source=self.source,  # type: ignore[arg-type]
-            handler=make_handler(kind, self.journal, self.lease, fail_once_at),
+            handler=(make_careful_handler if careful else make_handler)(kind, self.journal, self.lease, fail_once_at),
             config=PumpConfig(checkpoint_events=5, checkpoint_seconds=1e9, max_events=10, backoff_seconds=0.01,
                               dead_letter_dir=None),
             dead_letters=DeadLetters(None), monotonic=self.clock, sleep=sleep, deadline=self.lease.deadline,
@@ -267,3 +269,79 @@ async def test_a_paused_pump_stopped_once_renewed_checkpoints_unless_its_partiti
         assert stats.ended == "expired" and rig.journal.checkpoints() == written
     else:
         assert stats.ended == "stopped" and rig.journal.checkpoints() == [*written, handled[-1]]
+
+
+def make_careful_handler(kind: str, journal: Journal, lease: Lease, fail_once_at: int | None = None) -> Any:
+    """A handler of ``kind`` that makes its work visible (journals it) only after asking ``ctx.holds()``,
+    as ``LandingHandler`` does: the call that holds ``LAPSE_AT`` sees the lease run out in the middle
+    (the first time) and raises ``NotHeld`` with nothing journaled."""
+    lapsed: list[int] = []
+
+    def commit(events: Sequence[ReceivedEvent], ctx: PartitionContext) -> None:
+        if any(e.sequence_number == LAPSE_AT for e in events) and not lapsed:
+            lapsed.append(LAPSE_AT)
+            lease.lapse()
+        if not ctx.holds():
+            raise NotHeld("the lease ran out before the work was visible")
+        journal.entries.extend(("event", e.sequence_number) for e in events)
+
+    if kind == "sync":
+
+        def sync(event: ReceivedEvent, ctx: PartitionContext) -> None:
+            commit([event], ctx)
+
+        return sync
+    if kind == "async":
+
+        async def on_loop(event: ReceivedEvent, ctx: PartitionContext) -> None:
+            commit([event], ctx)
+
+        return on_loop
+
+    async def async_batch(events: Sequence[ReceivedEvent], ctx: PartitionContext) -> None:
+        commit(events, ctx)
+
+    return batch_handler(commit if kind == "sync-batch" else async_batch, max_events=4)
+
+
+@pytest.mark.parametrize("kind", HANDLERS)
+async def test_a_handler_that_finds_its_lease_gone_keeps_its_events_for_after_the_pause(kind: str) -> None:
+    rig = Rig(kind, careful=True)
+    await rig.start()
+    await until(lambda: rig.pump.paused, what="the pump to pause")
+    handled = rig.journal.handled()
+    assert handled == list(range(len(handled))) and len(handled) <= LAPSE_AT  # nothing visible after the lapse
+    assert rig.pump.stats.errors == 0 and rig.pump.stats.dead_lettered == 0  # neither a failure nor set aside
+
+    rig.lease.renew()
+    rig.pump.wake()
+    await until(lambda: rig.journal.handled() == list(range(TOTAL)), what="every event, once")
+    assert rig.pump.stats.errors == 0 and rig.pump.stats.dead_lettered == 0
+    rig.pump.stop()
+    assert rig.task is not None
+    assert (await asyncio.wait_for(rig.task, 10)).ended == "stopped"
+
+
+def _not_held_at(n: int, event: ReceivedEvent, journal: Journal) -> None:
+    if event.sequence_number == n:
+        raise NotHeld("not true: the lease is held")
+    journal.entries.append(("event", event.sequence_number))
+
+
+async def test_a_handler_that_raises_not_held_while_the_lease_is_held_fails_like_any_other() -> None:
+    """Raised while held, NotHeld is a failure (retried, then set aside), so it cannot spin the pump."""
+    rig = Rig("sync")  # its pump replaced by one whose handler fails every try of event 3 with NotHeld
+    rig.pump = PartitionPump(
+        ref=REF, partition_id="0", owner_id="w", holds=rig.lease.holds, checkpoints=rig.store, source=rig.source,  # type: ignore[arg-type]
+        handler=lambda event, ctx: _not_held_at(3, event, rig.journal),
+        config=PumpConfig(checkpoint_events=5, checkpoint_seconds=1e9, max_events=10, backoff_seconds=0.01,
+                          dead_letter_dir=None),
+        dead_letters=DeadLetters(None), monotonic=rig.clock, sleep=quick_sleep, deadline=rig.lease.deadline,
+    )  # fmt: skip
+    await rig.start()
+    await until(lambda: rig.pump.stats.dead_lettered == 1, what="the event to be set aside")
+    await until(lambda: len(rig.journal.handled()) == TOTAL - 1, what="the rest")
+    assert 3 not in rig.journal.handled() and rig.pump.stats.errors >= 1
+    rig.pump.stop()
+    assert rig.task is not None
+    await asyncio.wait_for(rig.task, 10)

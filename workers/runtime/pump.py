@@ -55,7 +55,7 @@ from typing import Any
 import workers.metrics as metrics
 from balancer.model import HubRef
 from balancer.protocol import CheckpointStore
-from workers.handlers import Handler, MalformedEvent, PartitionContext, batch_size, is_async
+from workers.handlers import Handler, MalformedEvent, NotHeld, PartitionContext, batch_size, is_async
 from workers.runtime.checkpoints import Checkpointer, CheckpointOutage, PauseLog
 from workers.runtime.config import PumpConfig, PumpStats
 from workers.runtime.deadletters import DeadLetters
@@ -104,7 +104,7 @@ class PartitionPump:
         self._dead = dead_letters
         self._monotonic = monotonic
         self._sleep = sleep
-        self.ctx = PartitionContext(ref, partition_id, owner_id)
+        self.ctx = PartitionContext(ref, partition_id, owner_id, holds=self._handler_holds)
         self.stats = PumpStats()
         self._stopping = threading.Event()
         self._outage = outage or CheckpointOutage(owner_id)  # shared by the worker's pumps
@@ -156,6 +156,16 @@ class PartitionPump:
 
     def _may_go_on(self) -> bool:
         return not self._stopping.is_set() and self._held()
+
+    def _handler_holds(self) -> bool:
+        """``ctx.holds()``: the lease is still valid (a handoff or a shutdown in progress lets the
+        handler finish what it has in hand, so stopping does not count; a lost partition does)."""
+        return not self._lost and self._held()
+
+    def _lease_gone(self, error: Exception | None) -> bool:
+        """``error`` is the handler's ``NotHeld`` and the lease is indeed not held (raised while it is,
+        it counts as any other failure, so a handler that always raises it cannot spin the pump)."""
+        return isinstance(error, NotHeld) and not self._handler_holds()
 
     def _may_write(self, partition_id: str) -> bool:
         """The checkpointer's ``holds``: never once the partition was lost."""
@@ -321,7 +331,8 @@ class PartitionPump:
             try:
                 await self._handler(event, self.ctx)
             except Exception as exc:
-                return n, exc
+                # NotHeld: the handler found the lease gone before its work became visible.
+                return (n, None) if self._lease_gone(exc) else (n, exc)
         return len(events), None
 
     async def _call_once(self, lane: ThreadLane, events: list[ReceivedEvent]) -> Exception | None:
@@ -337,9 +348,12 @@ class PartitionPump:
         return None
 
     async def _handle_batch(self, lane: ThreadLane, events: list[ReceivedEvent]) -> None:
-        if not await self._hold():
-            return
-        error = await self._call_once(lane, events)
+        while True:
+            if not await self._hold():
+                return
+            error = await self._call_once(lane, events)
+            if not self._lease_gone(error):
+                break  # else the handler found the lease gone: pause, then the same batch again
         if error is None:
             self._advance(events)
         elif not await self._recover(lane, events, error):
@@ -365,6 +379,10 @@ class PartitionPump:
             if not await self._hold():
                 return False  # the next owner (or the next run) tries the event again
             retry_error = await self._call_once(lane, events)
+            while self._lease_gone(retry_error):  # not an attempt: the lease ran out during it
+                if not await self._hold():
+                    return False
+                retry_error = await self._call_once(lane, events)
             if retry_error is None:
                 self._advance(events)
                 return True

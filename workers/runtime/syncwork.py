@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from workers.handlers import Handler, PartitionContext
+from workers.handlers import Handler, NotHeld, PartitionContext
 from workers.runtime.checkpoints import Checkpointer
 from workers.runtime.sequence import SequenceGuard
 from workers.sources.base import PartitionReader, ReceivedEvent
@@ -112,6 +112,11 @@ class SyncWork:
             self._pending = []
             try:
                 self._handler(events, self._ctx)
+            except NotHeld as exc:
+                if self._ctx.holds():
+                    return Run(failed=events, error=exc)  # raised while held: a failure like any other
+                self._pending = events  # the lease ran out before the batch was visible: kept, as above
+                return Run(stopped=True)
             except Exception as exc:
                 return Run(failed=events, error=exc)
             self._advance(events)
@@ -152,6 +157,8 @@ class SyncWork:
                     return n, None
             try:
                 handler(event, ctx)
+            except NotHeld as exc:
+                return (n, exc) if ctx.holds() else (n, None)  # None: kept for after the pause, as above
             except Exception as exc:
                 return n, exc
         return len(events), None
