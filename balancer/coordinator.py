@@ -2,7 +2,9 @@
 
 It owns no timer and no processing. The runtime calls ``cycle()`` on its own schedule (so lease
 renewal never waits behind a handler) and asks ``holds()`` before handing an event on; the
-simulator calls the same ``cycle()`` on simulated time.
+simulator calls the same ``cycle()`` on simulated time. A driver that also calls ``renew()`` at
+``next_renewal()`` between cycles (the runtime's loop does, and says so: ``renewal_steps``) has each
+lease renewed on its own schedule, when ``renew_share`` of the expiry has passed, not at a cycle.
 """
 
 from __future__ import annotations
@@ -42,10 +44,20 @@ from .strategies.base import age
 T = TypeVar("T")
 log = logging.getLogger("leaseboard.balancer")
 
-# Renewal: a lease is renewed once half the expiry has passed since its last renewal, or sooner if
-# waiting one more cycle and then failing once (RETRY_CYCLES late cycles, timer jitter included)
-# could let it lapse. At the defaults (10 s interval, 30 s expiry) that is every cycle; at 2 s and
-# 10 s every third; at 10 s and 60 s every third. With no interval known, every cycle.
+# Renewal with renewal steps (``Coordinator.renewal_steps``: the driver calls ``renew()`` at
+# ``next_renewal()`` between cycles): a lease is renewed once RENEW_SHARE of the expiry has passed since
+# the send time of its last winning write, at that moment, whatever the balancing interval; every 6.5 s
+# at a 10 s expiry, 19.5 s at 30 s. A renewal that fails (the store cannot be reached, or a cycle failed)
+# is tried again RETRY_SHARE of the expiry later, the wait doubling, while the lease still holds (at
+# 10 s: at 6.5, 7 and 8 s; cycles go on trying too, and the pumps pause at 10 s until one succeeds). A
+# renewal also takes every lease at least GATHER as old as a due one, so leases claimed a cycle or two
+# apart are renewed by one write from then on (one round trip on SQL and Redis).
+RENEW_SHARE, RETRY_SHARE, GATHER = 0.65, 0.05, 0.5
+EARLY = 1e-3  # seconds: a renewal step woken this much early (timer resolution) still finds its lease due
+# Renewal without renewal steps (cycles alone renew): a lease is renewed once half the expiry has
+# passed since its last renewal, or sooner if waiting one more cycle and then failing once
+# (RETRY_CYCLES late cycles, timer jitter included) could let it lapse. At the defaults (10 s interval,
+# 30 s expiry) that is every cycle; at 2 s and 10 s every third. With no interval known, every cycle.
 RETRY_CYCLES, LATE = 2, 1.1
 
 
@@ -82,6 +94,11 @@ class Coordinator:
     # Where a load-weighted strategy (``Strategy.uses_load``) reads the checkpoints it measures rates
     # from (``balancer.load``); None: the ownership store, if it keeps checkpoints too.
     checkpoints: CheckpointStore | None = None
+    # The driver calls ``renew()`` at ``next_renewal()`` between cycles: leases are renewed when
+    # ``renew_share`` of the expiry has passed (see RENEW_SHARE), by those steps and by any cycle that
+    # finds one due. False: cycles alone renew, each lease in the last cycle that is safely early.
+    renewal_steps: bool = False
+    renew_share: float = RENEW_SHARE
     _leases: dict[str, _Lease] = field(default_factory=dict, init=False)
     _requests: int = field(default=0, init=False)
     _announced: bool = field(default=False, init=False)
@@ -110,8 +127,15 @@ class Coordinator:
     _rows: int = field(default=0, init=False)  # ownership records read in this cycle
     _meter: load.RateMeter = field(default_factory=load.RateMeter, init=False)
     _published: dict[str, float] = field(default_factory=dict, init=False)  # rates in this worker's member info
+    _retry_at: float | None = field(default=None, init=False)  # local monotonic time to retry a failed renewal
+    _renew_failures: int = field(default=0, init=False)  # failed renewals in a row
 
     def __post_init__(self) -> None:
+        if not 0 < self.renew_share < 1:  # also refuses NaN
+            raise ValueError(
+                f"renew_share is the share of the lease expiry after which a lease is renewed: more than 0 "
+                f"and less than 1, got {self.renew_share!r}"
+            )
         self._table.resync_after = self.expiry
         if self.controls is None and self.strategy.uses_members and isinstance(self.store, ControlStore):
             self.controls = self.store
@@ -146,17 +170,31 @@ class Coordinator:
         lease = self._leases.get(partition_id)
         return -math.inf if lease is None else lease.renewed_at + self.expiry
 
+    def next_renewal(self) -> float | None:
+        """The local monotonic time at which ``renew()`` next has a lease to renew (perhaps already
+        past), or None: none held that still holds. A lease whose deadline passed is left to the cycles,
+        which renew it with the ETag it had if nobody took it meanwhile."""
+        now, times = self.monotonic(), []
+        for lease in self._leases.values():
+            at = self._due_at(lease) if self._retry_at is None else max(self._due_at(lease), self._retry_at)
+            if now - lease.renewed_at < self.expiry and at < lease.renewed_at + self.expiry:
+                times.append(at)
+        return min(times, default=None)
+
     # the cycle -----------------------------------------------------------------------------
 
     async def cycle(self) -> CycleReport:
         """Run one load-balancing cycle. Raises StoreUnavailable (holding on to current leases)."""
         async with self._lock:
             try:
-                return await self._cycle()
+                report = await self._cycle()
             except Exception as exc:
                 self._failed = self._failed or isinstance(exc, StoreUnavailable)
                 self._table.forget()  # whatever this cycle missed is read in full next time
+                self._renewal_failed()
                 raise
+            self._renewal_worked()
+            return report
 
     async def _cycle(self) -> CycleReport:
         started = self.monotonic()
@@ -175,8 +213,7 @@ class Coordinator:
 
         lost = self._drop_taken(listed)
         releases = self._start_handoffs([p for p in plan.releases if p in self._leases])
-        at = self.monotonic()
-        renewing = {p for p, lease in self._leases.items() if p not in releases and self._renewal_due(lease, at)}
+        renewing = self._renewing(self.monotonic()) - set(releases)
         requests: list[OwnershipRecord] = [self._leases[p].record for p in self._leases if p in renewing]
         requests += [replace(self._leases[p].record, owner_id="") for p in releases]
         claims = {c.partition_id: c for c in plan.claims if c.partition_id not in self._leases}
@@ -268,6 +305,73 @@ class Coordinator:
             self._emit(event)
         self._announce(list(won))
         return events
+
+    # renewal steps -------------------------------------------------------------------------
+
+    async def renew(self) -> CycleReport:
+        """Renew the leases due now (``next_renewal()``), between cycles: one conditional write per
+        lease with the ETag this worker holds, no listing, no plan. Raises StoreUnavailable (holding on
+        to the leases, to be tried again at ``next_renewal()``). The report names the leases lost
+        (another worker's write moved the ETag) and the requests spent."""
+        async with self._lock:
+            try:
+                report = await self._renew()
+            except Exception as exc:
+                self._failed = self._failed or isinstance(exc, StoreUnavailable)
+                self._table.forget()
+                self._renewal_failed()
+                raise
+            self._renewal_worked()
+            return report
+
+    async def _renew(self) -> CycleReport:
+        started = self.monotonic()
+        self._requests = self._rows = 0
+        renewing = self._renewing(self.monotonic())
+        if not renewing:
+            return CycleReport(owned=self.owned)
+        requests = [self._leases[p].record for p in self._leases if p in renewing]
+        sent_at = self.monotonic()
+        won = by_partition(await self._call(self.store.claim_ownership(requests)))
+        failed = [r for r in requests if r.partition_id not in won]
+        if failed:
+            self._table.forget()  # as in a cycle: the record changed behind this worker's copy
+            won.update(await self._retry(failed, {}, sent_at))
+        stamp = self._stamp(list(won.values()))
+        held = bool(self._leases)
+        _, lost, _ = self._apply(won, {}, [], renewing, sent_at, stamp)
+        self._handing_off &= set(self._leases)
+        if held and not self._leases and self.controls is not None:
+            await self._heartbeat(self._stamp())  # alive by its leases until now: by a heartbeat from now on
+        report = CycleReport(
+            owned=self.owned, lost=tuple(lost), requests=self._requests, seconds=self.monotonic() - started,
+            rows=self._rows,
+        )
+        for event in report.lost:
+            self._emit(event)
+        return report
+
+    def _due_at(self, lease: _Lease) -> float:
+        return lease.renewed_at + self.renew_share * self.expiry
+
+    def _renewing(self, at: float) -> set[str]:
+        """The held partitions to renew in a request sent at ``at`` (local monotonic time)."""
+        if not self.renewal_steps:
+            return {p for p, lease in self._leases.items() if self._renewal_due(lease, at)}
+        due = {p for p, lease in self._leases.items() if at + EARLY >= self._due_at(lease)}
+        if not due:
+            return due
+        gather = GATHER * self.renew_share * self.expiry
+        return due | {p for p, lease in self._leases.items() if at - lease.renewed_at >= gather}
+
+    def _renewal_failed(self) -> None:
+        """A renewal (or a cycle, which may have carried one) failed: try again after a backoff."""
+        self._renew_failures += 1
+        backoff = RETRY_SHARE * 2 ** min(self._renew_failures - 1, 10) * self.expiry
+        self._retry_at = self.monotonic() + backoff
+
+    def _renewal_worked(self) -> None:
+        self._renew_failures, self._retry_at = 0, None
 
     # helpers -------------------------------------------------------------------------------
 

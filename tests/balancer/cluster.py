@@ -1,15 +1,19 @@
 """A cluster of real coordinators on one in-memory store, driven by a fake clock.
 
 Each ``cycle()`` runs every live worker's coordinator once, in a fixed order, then advances time by
-the interval. Nothing sleeps.
+the interval. With ``renewal_steps`` the clock stops on the way wherever a worker's lease falls due
+(``Coordinator.next_renewal``) and that worker's ``renew()`` runs, as the runtime's loop does between
+cycles. Nothing sleeps.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections import Counter
 
 from balancer.coordinator import Coordinator
+from balancer.errors import StoreUnavailable
 from balancer.model import BalancerEvent, HubRef, partition_ids
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy
@@ -26,7 +30,10 @@ class Cluster:
         expiry: float = 30.0,
         interval: float = 10.0,
         seed: int = 0,
+        renewal_steps: bool = False,
     ) -> None:
+        self.renewal_steps = renewal_steps
+        self.renewed: list[tuple[float, str, int]] = []  # (time, worker, requests) of each renewal step
         self.now = 1_700_000_000.0
         self.store = MemoryStore(clock=lambda: self.now)
         self.partitions = partitions
@@ -54,6 +61,7 @@ class Cluster:
             rng=random.Random(self.rng.random()),
             clock=lambda: self.now + self.skew.get(owner_id, 0.0),
             monotonic=lambda: self.now,
+            renewal_steps=self.renewal_steps,
         )
         self.workers[owner_id] = coordinator
         return coordinator
@@ -66,7 +74,23 @@ class Cluster:
         for _ in range(times):
             for coordinator in list(self.workers.values()):
                 await coordinator.cycle()
-            self.now += self.interval
+            await self.advance(self.interval)
+
+    async def advance(self, seconds: float) -> None:
+        """Move the clock on by ``seconds``; with renewal steps, stopping at each lease that falls due
+        on the way (earliest first) for its worker's ``renew()`` (a store outage fails it: tried again
+        at the next ``next_renewal()``)."""
+        end = self.now + seconds
+        while self.renewal_steps:
+            due = [(at, name) for name, c in self.workers.items() if (at := c.next_renewal()) is not None and at < end]
+            if not due:
+                break
+            at, name = min(due)
+            self.now = max(self.now, at)
+            with contextlib.suppress(StoreUnavailable):
+                report = await self.workers[name].renew()
+                self.renewed.append((self.now, name, report.requests))
+        self.now = end
 
     async def owners(self) -> dict[str, str]:
         """Partition -> owner, of records not expired by the store's clock."""

@@ -3,7 +3,11 @@ owned partition, and the graceful stop.
 
 Lease renewal never waits behind event processing (the failure mode of ``001_552f7490fd2b6e08.txt``):
 the cycle loop is its own task and awaits nothing but the store; pumps run beside it, their
-reads and sync handlers in threads of their own. When a cycle fails (store down), the worker
+reads and sync handlers in threads of their own. Between two cycles the loop wakes for renewal
+steps, when the coordinator says a lease is due (``Coordinator.next_renewal``: a fixed share of the
+expiry after its last renewal, whatever the interval), and renews just those leases with the ETags
+it holds, without a listing; a failed one is tried again after a short backoff while the lease
+still holds. When a cycle fails (store down), the worker
 keeps its pumps running for as long as its local lease deadline (``Balancer.holds``) allows and
 tries again next interval; the outage is logged once, not once per cycle. Past the deadline its
 pumps pause (``pump.py``): they keep their position and pending checkpoint and resume when a cycle
@@ -28,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import workers.metrics as metrics
+from balancer.coordinator import EARLY, Coordinator
 from balancer.protocol import Balancer, CheckpointStore, CycleReport, soon
 from workers.handlers import Handler
 from workers.runtime.checkpoints import CheckpointOutage, PauseLog
@@ -106,6 +111,10 @@ class EventProcessor:
         self._start_failures = 0
         self._checkpoint_outage = CheckpointOutage(coordinator.owner_id)  # one line per outage, not per pump
         self._pauses = PauseLog(coordinator.owner_id, coordinator.monotonic)  # likewise
+        self._renewals = OutageLog(
+            log, f"worker {coordinator.owner_id}: lease renewal",
+            "trying again shortly while the leases last, and at every cycle",
+        )
         self._unreachable = OutageLog(
             log, f"worker {coordinator.owner_id}: first load-balancing cycle",
             f"the store may not be up yet: retrying with backoff ({interval:g}s, doubling, at most "
@@ -146,14 +155,53 @@ class EventProcessor:
         self._wake.set()
 
     async def run(self) -> None:
-        """Cycle every interval until ``stop()``; then stop pumps, checkpoint and release."""
+        """Cycle every interval, renewing leases as they fall due in between, until ``stop()``; then stop
+        pumps, checkpoint and release."""
         log.info("worker %s starts (interval %gs, expiry %gs)", self.owner_id, self.interval, self.coordinator.expiry)
+        if isinstance(self.coordinator, Coordinator):
+            self.coordinator.renewal_steps = True  # this loop renews between cycles (``_until_cycle``)
         try:
             while not self._stop.is_set():
                 await self.step()
-                await self._wait(self._next_delay())
+                await self._until_cycle(self._next_delay())
         finally:
             await self.shutdown()
+
+    async def _until_cycle(self, seconds: float) -> None:
+        """Wait ``seconds`` for the next cycle (or until ``stop()`` or ``wake()``), running a renewal step
+        whenever a lease falls due meanwhile."""
+        coordinator = self.coordinator
+        if not isinstance(coordinator, Coordinator) or not coordinator.renewal_steps:
+            await self._wait(seconds)
+            return
+        clock = coordinator.monotonic
+        cycle_at = clock() + seconds
+        while True:
+            renew_at = coordinator.next_renewal()
+            if renew_at is None or renew_at >= cycle_at:
+                await self._wait(cycle_at - clock())
+                return
+            if await self._wait(renew_at - clock()):
+                return  # stopped, or woken for a cycle now
+            if clock() < renew_at - EARLY:
+                return  # the sleep came back early (a test's sleep that only yields): cycle
+            await self.renew()
+
+    async def renew(self) -> CycleReport | None:
+        """One renewal step: renew the leases due now (``Coordinator.renew``), then stop the pumps of
+        any lost and wake the others. None when the store failed (tried again after a backoff)."""
+        coordinator = self.coordinator
+        assert isinstance(coordinator, Coordinator)
+        try:
+            async with self._lock:
+                report = await coordinator.renew()
+        except Exception as exc:
+            metrics.STORE_ERRORS.labels(operation="cycle").inc()
+            self._renewals.failed(exc)
+            return None
+        self._renewals.ok()
+        self._reconcile(frozenset(e.partition_id for e in report.lost), start=False)
+        return report
 
     async def step(self) -> CycleReport | None:
         """One cycle, then pumps started for new partitions and stopped for lost ones.
@@ -193,8 +241,10 @@ class EventProcessor:
             base = soon(self._last, self.interval, poll_waiting=self.poll_waiting) or base
         return base * (1 + self._jitter * (2 * self._rng.random() - 1))
 
-    async def _wait(self, seconds: float) -> None:
-        """Sleep ``seconds`` (the injected sleep) or until ``stop()`` or ``wake()``, whichever comes first."""
+    async def _wait(self, seconds: float) -> bool:
+        """Sleep ``seconds`` (the injected sleep) or until ``stop()`` or ``wake()``, whichever comes first.
+        True when ``stop()`` or ``wake()`` ended it."""
+        seconds = max(0.0, seconds)
         due = time.monotonic() + seconds
         sleeper = asyncio.ensure_future(self._sleep(seconds))
         stopper = asyncio.ensure_future(self._stop.wait())
@@ -203,15 +253,17 @@ class EventProcessor:
             await asyncio.wait([sleeper, stopper, waker], return_when=asyncio.FIRST_COMPLETED)
             if sleeper.done() and not waker.done():
                 self._watch.waited(time.monotonic() - due)  # how late the loop ran this worker's timer
+            return waker.done() or stopper.done()
         finally:
             self._wake.clear()
             for task in (sleeper, stopper, waker):
                 task.cancel()
 
-    def _reconcile(self, lost: frozenset[str] = frozenset()) -> None:
+    def _reconcile(self, lost: frozenset[str] = frozenset(), *, start: bool = True) -> None:
         """Stop the pumps of partitions no longer owned, being handed off, or ``lost`` in this cycle (even
         if claimed back in the same cycle: that pump's position and pending checkpoint are stale);
-        wake the others (a paused pump whose lease was renewed resumes); start pumps for held ones."""
+        wake the others (a paused pump whose lease was renewed resumes); with ``start``, start pumps for
+        held ones (cycles do; a renewal step leaves that to the next cycle)."""
         coordinator = self.coordinator
         owned = coordinator.owned
         for pid, (pump, task) in list(self._pumps.items()):
@@ -226,6 +278,8 @@ class EventProcessor:
                 pump.stop()  # the event in hand, then the final checkpoint
             else:
                 pump.wake()  # a paused pump whose lease this cycle renewed resumes now
+        if not start:
+            return
         # Past its deadline a partition is not started: its pump would only pause.
         held = {p for p in owned if coordinator.holds(p) and not coordinator.handing_off(p)}
         for pid in sorted(held - self._pumps.keys()):
