@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import random
 import subprocess
@@ -83,9 +84,10 @@ class Command(RunWorkers):
             # Lag is sampled from the start, whether or not anyone opens a page.
             watch_configured(hub_ref(options["hub"], options["consumer_group"], options["namespace"]))
             host, port = server.listening_addresses[0] if server.listening_addresses else (options["host"], "?")
-            running["workers"] = asyncio.get_event_loop().create_task(
-                run_workers(built.processors, sink=built.sink, signals=False)
-            )
+            loop = asyncio.get_event_loop()
+            running["workers"] = loop.create_task(run_workers(built.processors, sink=built.sink, signals=False))
+            # A planned move wakes its receiver at once (release notices), as under runworkers.
+            running["notices"] = loop.create_task(built.notices.listen(built.processors), name="notices")
             if options["produce"] > 0:
                 threading.Thread(
                     target=run_producer, name="producer", daemon=True,
@@ -108,7 +110,7 @@ class Command(RunWorkers):
             for processor in built.processors:
                 processor.stop()
             return defer.Deferred.fromFuture(
-                asyncio.ensure_future(self._finish(running.get("workers"), built, pipeline))
+                asyncio.ensure_future(self._finish(running.get("workers"), running.get("notices"), built, pipeline))
             )
 
         reactor.callWhenRunning(started)
@@ -124,7 +126,11 @@ class Command(RunWorkers):
             raise CommandError(f"could not listen on {options['host']}:{options['port']} (is the port in use?)")
 
     async def _finish(
-        self, workers: asyncio.Task[None] | None, built: Built, pipeline: list[subprocess.Popen[bytes]]
+        self,
+        workers: asyncio.Task[None] | None,
+        notices: asyncio.Task[None] | None,
+        built: Built,
+        pipeline: list[subprocess.Popen[bytes]],
     ) -> None:
         """Wait for the workers' graceful stop (bounded), then the pipeline's, then close the stores."""
         if workers is not None:
@@ -133,6 +139,11 @@ class Command(RunWorkers):
             for task in late:
                 log.warning("workers did not stop within %gs; leaving their leases to expire", bound)
                 task.cancel()
+        if notices is not None:
+            notices.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await notices
+        await built.notices.aclose()
         for process in pipeline:
             await asyncio.to_thread(stop_pipeline, process)
         await close_stores(built.stores)
