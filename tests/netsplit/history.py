@@ -73,6 +73,10 @@ class History:
     writes: list[Write] = field(default_factory=list)
     checkpoints: list[CheckpointWrite] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)  # why the history may be incomplete (empty: complete)
+    # A write's ``at`` may be stamped after its writer heard it succeed (Azurite: its log lines are
+    # stamped as its logger drains them, which a busy machine delays): a tenure's own events are then
+    # judged from its claim's ``since`` (no writer acts on a claim before the store received it).
+    late_ends: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,11 @@ class Tenure:
     first: int  # index of the first write in the partition's history
     last: int  # index of the last write (the release, if released)
     released: bool
+    sent: float = -math.inf  # the first write's ``since``: its claim reached the store no earlier
+
+    def began(self, history: History) -> float:
+        """When the owner can have begun acting on this tenure at the earliest (see ``late_ends``)."""
+        return self.sent if history.late_ends else self.start
 
 
 def clock(at: float) -> str:
@@ -114,14 +123,15 @@ def tenures(writes: list[Write], expiry: float) -> list[Tenure]:
             owner, first = current
             released = write.owner == ""
             end = write.since if released else writes[i - 1].since + expiry
-            out.append(Tenure(write.partition, owner, writes[first].at, end, first, i if released else i - 1, released))
+            out.append(Tenure(write.partition, owner, writes[first].at, end, first, i if released else i - 1, released,
+                              writes[first].since))  # fmt: skip
             current = None
         if current is None and write.owner:
             current = (write.owner, i)
     if current is not None:
         owner, first = current
         out.append(Tenure(writes[first].partition, owner, writes[first].at, writes[-1].since + expiry, first,
-                          len(writes) - 1, False))  # fmt: skip
+                          len(writes) - 1, False, writes[first].since))  # fmt: skip
     return out
 
 
@@ -278,7 +288,8 @@ def handled_outside(
     outside: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for h in handlings:
         at = h.at + offset
-        if not any(t.start - allowed <= at <= t.end + allowed for t in tenured.get((h.partition, h.owner), [])):
+        own = tenured.get((h.partition, h.owner), [])
+        if not any(t.began(history) - allowed <= at <= t.end + allowed for t in own):
             outside.setdefault((h.partition, h.owner), []).append((h.sequence, at))
     problems = []
     for (pid, owner), found in sorted(outside.items(), key=lambda kv: (_key(kv[0][0]), kv[0][1])):

@@ -77,7 +77,7 @@ def landed_outside(history: History, files: Iterable[LandedFile], expiry: float,
     problems = []
     for f in sorted(files, key=lambda f: (f.partition, f.written)):
         own = held.get((f.partition, f.owner), [])
-        if any(t.start - allowed <= f.written <= t.end + allowed for t in own):
+        if any(t.began(history) - allowed <= f.written <= t.end + allowed for t in own):
             continue
         near = min(own, key=lambda t: min(abs(t.start - f.written), abs(t.end - f.written)), default=None)
         where = (f"its nearest tenure there ran {clock(near.start)} to {clock(near.end)}" if near
@@ -100,7 +100,7 @@ def stale_pumps(history: History, files: Iterable[LandedFile], expiry: float, sl
     for f in files:
         found = per.get(f.partition, [])
         inside = [i for i, t in enumerate(found)
-                  if t.owner == f.owner and t.start - allowed <= f.written <= t.end + allowed]  # fmt: skip
+                  if t.owner == f.owner and t.began(history) - allowed <= f.written <= t.end + allowed]  # fmt: skip
         if inside:
             spans.setdefault((f.partition, f.owner, f.tenure), []).extend(inside)
     problems = []

@@ -16,12 +16,16 @@ What each store really offers, and the bound each gives (``History.resolution``)
 - Azurite: its request log (``--debug FILE``), one line per step of every request, stamped with
   its clock (the machine's) to the millisecond: arrival with headers (the owner in
   ``x-ms-meta-ownerid``, the client's address) is ``since``, the end of the response ``at``: the
-  bound is a millisecond. The service judges leases by ``Last-Modified``, whole seconds truncated,
-  and the Blob store's ``now()`` is truncated too, so a claim needs ``now - Last-Modified >
-  expiry`` in whole seconds: with an integer expiry it lands at least the expiry after the previous
-  owner's write arrived, and the history checks that to the millisecond. (With a fractional expiry
-  ``n + f`` the same comparison lets a claim land up to ``f`` seconds early: the history would show
-  it.) Azurite keeps no blob versions; its database holds only the current state.
+  bound is a millisecond. But an ``at`` was once seen after the writer heard the write succeed (under
+  load, a worker handled 0.28 s before its claim's logged end; likely the logger stamping lines as it
+  drains them, late on a busy machine), so an owner's own events are judged from its claim's arrival
+  (``History.late_ends``), whose line is logged before the request is even handled. The service
+  judges leases by ``Last-Modified``, whole seconds truncated, and the Blob store's ``now()`` is
+  truncated too, so a claim needs ``now - Last-Modified > expiry`` in whole seconds: with an integer
+  expiry it lands at least the expiry after the previous owner's write arrived, and the history
+  checks that to the millisecond. (With a fractional expiry ``n + f`` the same comparison lets a
+  claim land up to ``f`` seconds early: the history would show it.) Azurite keeps no blob versions;
+  its database holds only the current state.
 """
 
 from __future__ import annotations
@@ -311,7 +315,7 @@ def azurite_requests(lines: Iterable[str]) -> Iterator[dict[str, object]]:
 def azurite_history(lines: Iterable[str], container: str, prefix: str) -> History:
     """A History from an Azurite ``--debug`` log: successful writes of the ownership and checkpoint
     blobs under ``prefix`` (``scope_prefix(ref)``) in ``container``."""
-    found = History("blob", "Azurite's request log (--debug; arrival and end of each request)", 1e-3)
+    found = History("blob", "Azurite's request log (--debug; arrival and end of each request)", 1e-3, late_ends=True)
     for request in azurite_requests(lines):
         blob = str(request.get("blob", ""))
         status = int(request["status"])  # type: ignore[call-overload]

@@ -200,6 +200,20 @@ def test_an_owner_handling_while_its_lease_had_lapsed_is_found_even_if_it_claime
     assert problem.startswith("partition 0: w1 handled 7..7 from 00:01:44.500000")
 
 
+def test_where_the_store_stamps_a_write_s_end_late_an_owner_is_judged_from_its_claim_s_arrival() -> None:
+    # w1's claim arrived at 100.0 and Azurite's log stamped its end at 100.4 (its logger lagging behind):
+    # w1 heard it succeed before 100.4 and handled at 100.2. Before the arrival nobody can act on it.
+    found = history(("0", "w1", 100.0, 100.4))
+    early = [Handling("0", 0, "w1", 100.2)]
+    (problem,) = handled_outside(found, early, offset=0.0, expiry=EXPIRY)
+    assert problem.startswith("partition 0: w1 handled 0..0 from 00:01:40.200000")
+    found.late_ends = True
+    assert handled_outside(found, early, offset=0.0, expiry=EXPIRY) == []
+    (problem,) = handled_outside(found, [Handling("0", 0, "w1", 99.9)], offset=0.0, expiry=EXPIRY)
+    assert problem.startswith("partition 0: w1 handled 0..0 from 00:01:39.900000")
+    assert azurite_history([], "chaos", "ns/hub/$default/").late_ends
+
+
 def test_a_history_that_does_not_end_where_the_store_is_incomplete() -> None:
     found = History("hand-made", "a test", 1e-6, [Write("0", "w1", 1.0, 1.0, "e1"), Write("0", "", 2.0, 2.0, "e2"),
                                                   Write("1", "w2", 1.0, 1.0, "e3")])  # fmt: skip
