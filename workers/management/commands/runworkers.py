@@ -93,7 +93,8 @@ class Command(BaseCommand):
             help="seconds a graceful stop waits for handlers, and again for the release (default 10)")
         add("--release-notices", action=argparse.BooleanOptionalAction, default=None,
             help="tell a worker waiting for a partition of its release at once, over the store's channel where "
-                 "it has one (default: LEASEBOARD_RELEASE_NOTICES, on)")
+                 "it has one, else the channel layer where it reaches other processes (REDIS_URL) "
+                 "(default: LEASEBOARD_RELEASE_NOTICES, on)")
         add("--metrics-port", type=int, default=0, help="serve Prometheus metrics on ADDR:PORT (default: off)")
         add("--metrics-addr", default="127.0.0.1", help="interface of --metrics-port (default 127.0.0.1)")
         add_race_options(parser)
