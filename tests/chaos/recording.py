@@ -5,6 +5,12 @@ to ``$LEASEBOARD_RECORD_DIR/<process id>.csv``, flushed before the handler retur
 checkpoint covers is on disk even if the process is killed the next moment. A body that is not a
 JSON object (the producer's malformed events) is recorded and then refused with ``MalformedEvent``,
 which the pump sets aside to its dead-letter file without retrying.
+
+Each line's time is read first, then the lease is looked at (``ctx.holds()``); when it may have run
+out nothing is recorded and ``NotHeld`` hands the event back to the pump, as the landing does before
+its rename. So a recorded time is always one at which the worker's lease still held by its own
+clock, even when the thread was stopped (SIGSTOP, a starved CPU) between the pump's look at the
+lease and the handler's: the chaos suite once saw an event recorded 2 s after the lease had gone.
 """
 
 from __future__ import annotations
@@ -12,11 +18,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.chaos.evidence import Handling
 from tests.workers.recording import RecordingHandler
-from workers.handlers import MalformedEvent, PartitionContext
+from workers.handlers import MalformedEvent, NotHeld, PartitionContext
 from workers.sources.base import ReceivedEvent
 
 
@@ -24,13 +31,22 @@ class Recorder(RecordingHandler):
     """``RecordingHandler``'s file and locking, with the time and whether the body was malformed on each line."""
 
     def __call__(self, event: ReceivedEvent, ctx: PartitionContext) -> None:
-        malformed = not event.body.startswith(b"{")
-        line = f"{event.partition_id},{event.sequence_number},{ctx.owner_id},{time.monotonic():.6f},{int(malformed)}\n"
-        with self._lock:
-            self._file.write(line)
-            self._file.flush()
-        if malformed:
+        self.record([event], ctx)
+        if not event.body.startswith(b"{"):
             raise MalformedEvent(f"not a JSON object: {event.body[:20]!r}")
+
+    def record(self, events: Sequence[ReceivedEvent], ctx: PartitionContext) -> None:
+        """One line per event, all with the time read before the lease was found still held."""
+        at = time.monotonic()
+        if not ctx.holds():
+            raise NotHeld(f"partition {ctx.partition_id}: the lease of {ctx.owner_id} may have run out")
+        lines = "".join(
+            f"{e.partition_id},{e.sequence_number},{ctx.owner_id},{at:.6f},{int(not e.body.startswith(b'{'))}\n"
+            for e in events
+        )
+        with self._lock:
+            self._file.write(lines)
+            self._file.flush()
 
 
 def read_handlings(directory: Path) -> list[Handling]:

@@ -13,7 +13,6 @@ neither after the fact; the checker (``landed``) judges them against the store's
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +37,7 @@ class LandingRecorder(LandingHandler):
         self._recorder = Recorder()
 
     def __call__(self, events: list[ReceivedEvent], ctx: PartitionContext) -> None:
-        for event in events:
-            with contextlib.suppress(ValueError):  # malformed: the landing sets it aside itself
-                self._recorder(event, ctx)
+        self._recorder.record(events, ctx)  # raises NotHeld (nothing recorded) once the lease may have run out
         super().__call__(events, ctx)
 
 
