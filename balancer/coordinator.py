@@ -104,6 +104,9 @@ class Coordinator:
     _announced: bool = field(default=False, init=False)
     _waiting: dict[str, float] = field(default_factory=dict, init=False)
     _waiting_on: dict[str, str] = field(default_factory=dict, init=False)  # partition -> the holder waited for
+    # Local monotonic send time of the last write that showed this worker alive to the others (a
+    # heartbeat, a won claim or renewal). A gap longer than the expiry restarts every handoff wait.
+    _proved_at: float | None = field(default=None, init=False)
     _rebalance_token: str | None = field(default=None, init=False)
     _rebalance: bool = field(default=False, init=False)
     _handing_off: set[str] = field(default_factory=set, init=False)
@@ -198,6 +201,7 @@ class Coordinator:
 
     async def _cycle(self) -> CycleReport:
         started = self.monotonic()
+        self._absent_until(started)  # before the view carries the handoff waits into the plan
         self._requests = self._rows = 0
         pids = tuple(await self.partitions())
         view = await self._view(pids)
@@ -528,8 +532,25 @@ class Coordinator:
 
     async def _heartbeat(self, now: float) -> None:
         assert self.controls is not None
+        sent_at = self.monotonic()
         await self._call(self.controls.heartbeat(self._member(now)))
         self._heartbeat_at = self.monotonic()
+        self._proved_alive(sent_at)
+
+    def _proved_alive(self, sent_at: float) -> None:
+        """A write sent at ``sent_at`` (local monotonic) showed this worker alive to the others."""
+        self._absent_until(sent_at)
+        self._proved_at = sent_at if self._proved_at is None else max(self._proved_at, sent_at)
+
+    def _absent_until(self, at: float) -> None:
+        """If nothing showed this worker alive for longer than the expiry before ``at``, the others may
+        have counted it gone meanwhile: a holder may have taken back the partition it was handing over
+        (released, unclaimed, claimed again), a new tenure the store cannot tell from a renewal. Every
+        handoff wait then starts afresh, so the timeout never takes over a lease on the old account
+        (the partition suite saw it: a receiver on a flapping link stole a lease claimed 0.3 s before)."""
+        if self._proved_at is not None and at - self._proved_at > self.expiry:
+            self._waiting.clear()
+            self._waiting_on.clear()
 
     def _start_handoffs(self, planned: list[str]) -> list[str]:
         """The partitions to release in this cycle's request. With a handoff hook, a planned release
@@ -617,6 +638,8 @@ class Coordinator:
         sent_at: float,
         now: float,
     ) -> tuple[list[BalancerEvent], list[BalancerEvent], list[BalancerEvent]]:
+        if any(record.owner_id == self.owner_id for record in won.values()):
+            self._proved_alive(sent_at)  # a claim or renewal of its own (a won release shows nothing)
         gained, lost, released = [], [], []
         for pid in list(self._leases):
             record = won.get(pid)

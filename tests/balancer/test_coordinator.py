@@ -226,3 +226,34 @@ async def test_the_handoff_timeout_runs_per_holder_not_from_the_first_holder_wai
     owners = {r.partition_id: r.owner_id for r in await cluster.store.list_ownership(REF)}
     assert owners[waited] == "c" and waited not in b.owned
     assert not [e for e in cluster.events if e.kind is EventKind.STEAL]
+
+
+async def test_a_receiver_absent_for_longer_than_the_expiry_waits_afresh_before_taking_over() -> None:
+    # b waits for a partition a holds (a renews and never hands over). Then nothing shows b alive for
+    # longer than the expiry (cut off: no cycle, no heartbeat): a may have counted it gone and taken back
+    # what it was handing over, a new lease the store cannot tell from a renewal. Back, b must not take
+    # the lease on the old account (a flapping link made it steal a lease claimed 0.3 s before); it
+    # waits the whole timeout again, and only then takes over.
+    cluster = Cluster(2, strategy="cooperative", expiry=30.0, interval=10.0)
+    a = cluster.add("a")
+    await a.cycle()
+    await a.cycle()
+    a.strategy = scripted()  # renews what it holds, hands nothing over
+    b = cluster.add("b")
+    await b.cycle()  # announces itself
+    cluster.now += 1.0
+    await b.cycle()  # waits for the partition the shared plan gives it
+    [waited] = list(b._waiting)
+    started = cluster.now
+    for step in (10.0, 20.0, 31.0):  # b absent for 31 s; a renews all along
+        cluster.now = started + step
+        await a.cycle()
+    await b.cycle()  # the timeout (the expiry, 30 s) would be up, but b was gone meanwhile
+    assert waited not in b.owned and not [e for e in cluster.events if e.kind is EventKind.STEAL]
+    for step in (41.0, 51.0, 61.0):  # present: a heartbeat every cycle
+        cluster.now = started + step
+        await a.cycle()
+        await b.cycle()
+    assert waited in b.owned  # 30 s of waiting while present: the timeout takes over as before
+    [steal] = [e for e in cluster.events if e.kind is EventKind.STEAL]
+    assert steal.partition_id == waited and "did not hand over" in steal.reason
