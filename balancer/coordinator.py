@@ -189,15 +189,7 @@ class Coordinator:
     async def cycle(self) -> CycleReport:
         """Run one load-balancing cycle. Raises StoreUnavailable (holding on to current leases)."""
         async with self._lock:
-            try:
-                report = await self._cycle()
-            except Exception as exc:
-                self._failed = self._failed or isinstance(exc, StoreUnavailable)
-                self._table.forget()  # whatever this cycle missed is read in full next time
-                self._renewal_failed()
-                raise
-            self._renewal_worked()
-            return report
+            return await self._guarded(self._cycle())
 
     async def _cycle(self) -> CycleReport:
         started = self.monotonic()
@@ -318,15 +310,20 @@ class Coordinator:
         to the leases, to be tried again at ``next_renewal()``). The report names the leases lost
         (another worker's write moved the ETag) and the requests spent."""
         async with self._lock:
-            try:
-                report = await self._renew()
-            except Exception as exc:
-                self._failed = self._failed or isinstance(exc, StoreUnavailable)
-                self._table.forget()
-                self._renewal_failed()
-                raise
-            self._renewal_worked()
-            return report
+            return await self._guarded(self._renew())
+
+    async def _guarded(self, step: Awaitable[CycleReport]) -> CycleReport:
+        """Run a cycle or a renewal step (under the lock): on failure, note an outage, read the table
+        in full next time (whatever the step missed) and schedule the renewal's retry."""
+        try:
+            report = await step
+        except Exception as exc:
+            self._failed = self._failed or isinstance(exc, StoreUnavailable)
+            self._table.forget()
+            self._renewal_failed()
+            raise
+        self._renewal_worked()
+        return report
 
     async def _renew(self) -> CycleReport:
         started = self.monotonic()

@@ -199,11 +199,9 @@ async def test_with_a_handoff_hook_the_lease_is_kept_until_the_runtime_releases_
     assert record.owner_id == ""
 
 
-async def test_the_handoff_timeout_runs_per_holder_not_from_the_first_holder_waited_for() -> None:
-    # b waits for a partition a holds (a renews and never hands over: an older strategy). Just before
-    # the timeout another holder, c, has it instead (here a record written for c; in the field a
-    # worker that took it when a's lease ran out): b must wait for c afresh, not take it from c at
-    # once on a's account (two live leases at once: found by the partition suite's store history).
+async def _b_waits_for_a() -> tuple[Cluster, Coordinator, Coordinator, str]:
+    """a holds both partitions and never hands over (renews only); b has announced itself and waits
+    for the partition the shared plan gives it: (cluster, a, b, that partition)."""
     cluster = Cluster(2, strategy="cooperative", expiry=30.0, interval=10.0)
     a = cluster.add("a")
     await a.cycle()
@@ -215,6 +213,15 @@ async def test_the_handoff_timeout_runs_per_holder_not_from_the_first_holder_wai
     cluster.now += 1.0
     await b.cycle()  # waits for the partition the shared plan gives it
     [waited] = list(b._waiting)
+    return cluster, a, b, waited
+
+
+async def test_the_handoff_timeout_runs_per_holder_not_from_the_first_holder_waited_for() -> None:
+    # b waits for a partition a holds (a renews and never hands over: an older strategy). Just before
+    # the timeout another holder, c, has it instead (here a record written for c; in the field a
+    # worker that took it when a's lease ran out): b must wait for c afresh, not take it from c at
+    # once on a's account (two live leases at once: found by the partition suite's store history).
+    cluster, a, b, waited = await _b_waits_for_a()
     started = cluster.now
     cluster.now = started + 25.0
     await a.cycle()
@@ -234,16 +241,7 @@ async def test_a_receiver_absent_for_longer_than_the_expiry_waits_afresh_before_
     # what it was handing over, a new lease the store cannot tell from a renewal. Back, b must not take
     # the lease on the old account (a flapping link made it steal a lease claimed 0.3 s before); it
     # waits the whole timeout again, and only then takes over.
-    cluster = Cluster(2, strategy="cooperative", expiry=30.0, interval=10.0)
-    a = cluster.add("a")
-    await a.cycle()
-    await a.cycle()
-    a.strategy = scripted()  # renews what it holds, hands nothing over
-    b = cluster.add("b")
-    await b.cycle()  # announces itself
-    cluster.now += 1.0
-    await b.cycle()  # waits for the partition the shared plan gives it
-    [waited] = list(b._waiting)
+    cluster, a, b, waited = await _b_waits_for_a()
     started = cluster.now
     for step in (10.0, 20.0, 31.0):  # b absent for 31 s; a renews all along
         cluster.now = started + step

@@ -130,9 +130,7 @@ HANDLERS = ["sync", "async", "sync-batch", "async-batch"]
 
 
 class Rig:
-    def __init__(
-        self, kind: str, fail_once_at: int | None = None, sleep: Any = quick_sleep, careful: bool = False
-    ) -> None:
+    def __init__(self, kind: str, fail_once_at: int | None = None, sleep: Any = quick_sleep, make: Any = None) -> None:
         self.clock = FakeClock()
         self.lease = Lease(self.clock)
         self.journal = Journal()
@@ -141,7 +139,7 @@ class Rig:
         self.pump = PartitionPump(
             ref=REF, partition_id="0", owner_id="w", holds=self.lease.holds, checkpoints=self.store,
             source=self.source,  # type: ignore[arg-type]
-            handler=(make_careful_handler if careful else make_handler)(kind, self.journal, self.lease, fail_once_at),
+            handler=(make or make_handler)(kind, self.journal, self.lease, fail_once_at),
             config=PumpConfig(checkpoint_events=5, checkpoint_seconds=1e9, max_events=10, backoff_seconds=0.01,
                               dead_letter_dir=None),
             dead_letters=DeadLetters(None), monotonic=self.clock, sleep=sleep, deadline=self.lease.deadline,
@@ -306,7 +304,7 @@ def make_careful_handler(kind: str, journal: Journal, lease: Lease, fail_once_at
 
 @pytest.mark.parametrize("kind", HANDLERS)
 async def test_a_handler_that_finds_its_lease_gone_keeps_its_events_for_after_the_pause(kind: str) -> None:
-    rig = Rig(kind, careful=True)
+    rig = Rig(kind, make=make_careful_handler)
     await rig.start()
     await until(lambda: rig.pump.paused, what="the pump to pause")
     handled = rig.journal.handled()
@@ -330,14 +328,7 @@ def _not_held_at(n: int, event: ReceivedEvent, journal: Journal) -> None:
 
 async def test_a_handler_that_raises_not_held_while_the_lease_is_held_fails_like_any_other() -> None:
     """Raised while held, NotHeld is a failure (retried, then set aside), so it cannot spin the pump."""
-    rig = Rig("sync")  # its pump replaced by one whose handler fails every try of event 3 with NotHeld
-    rig.pump = PartitionPump(
-        ref=REF, partition_id="0", owner_id="w", holds=rig.lease.holds, checkpoints=rig.store, source=rig.source,  # type: ignore[arg-type]
-        handler=lambda event, ctx: _not_held_at(3, event, rig.journal),
-        config=PumpConfig(checkpoint_events=5, checkpoint_seconds=1e9, max_events=10, backoff_seconds=0.01,
-                          dead_letter_dir=None),
-        dead_letters=DeadLetters(None), monotonic=rig.clock, sleep=quick_sleep, deadline=rig.lease.deadline,
-    )  # fmt: skip
+    rig = Rig("sync", make=lambda kind, journal, lease, _: lambda event, ctx: _not_held_at(3, event, journal))
     await rig.start()
     await until(lambda: rig.pump.stats.dead_lettered == 1, what="the event to be set aside")
     await until(lambda: len(rig.journal.handled()) == TOTAL - 1, what="the rest")
