@@ -13,6 +13,7 @@ from balancer.race.coordinator import RaceCoordinator
 from balancer.race.times import RaceTimes
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy
+from tests.support.waiting import until_sync
 from workers.wiring import build_coordinator, build_sink, build_stores, close_stores, instrument, store_names
 
 RECEIVED: list[BalancerEvent] = []
@@ -126,3 +127,55 @@ async def test_a_process_wide_store_stays_open_even_behind_the_metrics_wrapper(s
     assert Closable.closed == 0
     await close_stores(instrument(build_stores("own")))
     assert Closable.closed == 1  # one object behind three protocols: closed once
+
+
+class _Source:
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_runworkers_builds_the_source_while_it_builds_the_stores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An Event Hubs source lists the hub's partitions as it is built (about 0.4 s of a management link):
+    the stores are built meanwhile, not after it."""
+    import threading
+
+    from workers.management.commands import runworkers
+
+    stores_built = threading.Event()
+    built = _Source()
+
+    def build_source(name: str | None, hub: str) -> _Source:
+        assert (name, hub) == ("embedded", "h")
+        # Only a source built beside the stores sees them built while it is being built.
+        assert stores_built.wait(10), "the stores were not built while the source was"
+        return built
+
+    monkeypatch.setattr(runworkers, "build_source", build_source)
+    with runworkers.source_beside(None, "embedded", "h") as pending:
+        stores_built.set()
+        assert pending() is built
+    assert not built.closed
+
+
+def test_a_source_built_beside_stores_that_failed_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from workers.management.commands import runworkers
+
+    release, built = threading.Event(), _Source()
+
+    def build_source(name: str | None, hub: str) -> _Source:
+        release.wait(10)  # still being built when the stores fail: closed once it is, without waiting for it
+        return built
+
+    monkeypatch.setattr(runworkers, "build_source", build_source)
+    with pytest.raises(ValueError, match="bad store"), runworkers.source_beside(None, "embedded", "h"):
+        raise ValueError("bad store")
+    assert not built.closed
+    release.set()
+    until_sync(lambda: built.closed, "the source built after the failure closed")
+    given = _Source()
+    with runworkers.source_beside(given, "embedded", "h") as pending:  # a source given: used as it is
+        assert pending() is given

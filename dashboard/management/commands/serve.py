@@ -40,6 +40,7 @@ class Command(RunWorkers):
     help = "Serves the dashboard with embedded workers and an embedded producer (the demo), in one process."
     count_option = "--workers"
     default_count = 3
+    requires_system_checks = "__all__"  # type: ignore[assignment]  # it serves the console (a worker alone skips them)
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)

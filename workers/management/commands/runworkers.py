@@ -17,7 +17,8 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,9 @@ class Command(BaseCommand):
     help = "Runs N event processors (workers) that balance the hub's partitions and handle their events."
     count_option = "--count"
     default_count = 1
+    # A worker serves no page: Django's system checks (URL resolvers, templates, models) would load the
+    # whole console at every start, about 0.15 s before the first cycle. `serve` runs them.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         add = parser.add_argument
@@ -142,10 +146,11 @@ class Command(BaseCommand):
                 seconds = config.checkpoint_seconds
                 raise ValueError(f"LEASEBOARD_CHECKPOINT_SECONDS must be more than 0, got {seconds:g}")
             times = race_times(options, interval) if strategy.name == RACE.name else None
-            built_stores = build_stores(options["store"])
-            check_resolution(built_stores.ownership, expiry, expiry_name)
-            stores = instrument(built_stores)
-            source = source or build_source(options["source"], ref.hub)
+            with source_beside(source, options["source"], ref.hub) as pending:
+                built_stores = build_stores(options["store"])
+                check_resolution(built_stores.ownership, expiry, expiry_name)
+                stores = instrument(built_stores)
+                source = pending()
         except (ValueError, TypeError, HandlerNotFound, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from exc
         store_name = options["store"] or settings.LEASEBOARD_STORE
@@ -211,6 +216,31 @@ class Command(BaseCommand):
             await built.notices.aclose()
             await close_stores(built.stores)
             await close_race_stores()
+
+
+@contextlib.contextmanager
+def source_beside(given: EventSource | None, name: str | None, hub: str) -> Iterator[Callable[[], EventSource]]:
+    """The event source built on a thread of its own while the caller builds the stores: an Event Hubs
+    source asks the service for its partitions as it is built (a management link, about 0.4 s even on
+    loopback, mostly the SDK's waiting), and the stores' imports need the CPU meanwhile. Yields a call
+    that waits for the source (raising what building it raised). A source built for a ``with`` body
+    that raised is closed."""
+    if given is not None:
+        yield lambda: given
+        return
+    pool = ThreadPoolExecutor(1, thread_name_prefix="source")
+    future = pool.submit(build_source, name, hub)
+    pool.shutdown(wait=False)
+    try:
+        yield future.result
+    except BaseException:
+        future.add_done_callback(_close_built)  # without waiting for a hub that may not answer
+        raise
+
+
+def _close_built(future: Future[EventSource]) -> None:
+    if not future.cancelled() and future.exception() is None:
+        future.result().close()
 
 
 # A test hook: seconds added to the wall clock the workers of this process read (their
