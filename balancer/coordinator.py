@@ -15,7 +15,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -249,33 +249,45 @@ class Coordinator:
     async def release(self, partition_id: str, reason: str = "handed off") -> BalancerEvent | None:
         """Give one held partition up now (the end of a handoff: the event's ``handoff`` is True); None
         if it was not held."""
-        async with self._lock:
-            return await self._release(partition_id, reason)
+        events = await self.release_many([partition_id], reason)
+        return events[0] if events else None
 
-    async def _release(self, partition_id: str, reason: str) -> BalancerEvent | None:
-        lease = self._leases.pop(partition_id, None)
-        self._handing_off.discard(partition_id)
-        if lease is None:
-            return None
+    async def release_many(self, partition_ids: Sequence[str], reason: str = "handed off") -> list[BalancerEvent]:
+        """Give the held ones of ``partition_ids`` up now in one store request (the ends of handoffs
+        that finished together); their events, in the order given. A worker handing over a hundred
+        partitions at once (a cold start, a scale-out) makes one request, not a hundred one after the
+        other, each holding the lock its renewals wait for."""
+        async with self._lock:
+            return await self._release(partition_ids, reason)
+
+    async def _release(self, partition_ids: Sequence[str], reason: str) -> list[BalancerEvent]:
+        leases = {p: self._leases.pop(p) for p in dict.fromkeys(partition_ids) if p in self._leases}
+        self._handing_off.difference_update(partition_ids)
+        if not leases:
+            return []
+        records = [replace(lease.record, owner_id="") for lease in leases.values()]
         try:
-            won = await self._call(self.store.claim_ownership([replace(lease.record, owner_id="")]))
+            won = by_partition(await self._call(self.store.claim_ownership(records)))
         except StoreUnavailable:
-            # Nothing changed in the store: the lease is still ours. Keep it, so the next cycle
-            # renews it and plans the handoff again, rather than leave it unowned until it expires.
-            self._leases[partition_id] = lease
+            # Nothing changed in the store: the leases are still ours. Keep them, so the next cycle
+            # renews them and plans the handoffs again, rather than leave them unowned until they expire.
+            self._leases.update(leases)
             raise
-        kind = EventKind.RELEASE if won else EventKind.LOST
-        why = reason if won else "taken by another worker before the release"
-        if not won:
-            self._table.forget()  # the record changed behind this worker's copy: read it all next time
-        event = self._event(kind, partition_id, None, why, self._stamp(won), handoff=bool(won))
-        self._emit(event)
+        if len(won) < len(leases):
+            self._table.forget()  # a record changed behind this worker's copy: read it all next time
+        stamp = self._stamp(list(won.values()))
+        events = []
+        for pid in leases:
+            kind = EventKind.RELEASE if pid in won else EventKind.LOST
+            why = reason if pid in won else "taken by another worker before the release"
+            events.append(self._event(kind, pid, None, why, stamp, handoff=pid in won))
+            self._emit(events[-1])
         if not self._leases and self.controls is not None:
             with contextlib.suppress(StoreUnavailable):  # the next cycle heartbeats anyway
                 await self._heartbeat(self._stamp())  # alive by its leases until now: by a heartbeat from now on
         if won:
-            self._announce([partition_id])
-        return event
+            self._announce(list(won))
+        return events
 
     async def release_all(self, reason: str = "shutting down") -> list[BalancerEvent]:
         """Give every held partition up at once, so others take them now rather than after expiry."""

@@ -7,7 +7,10 @@ import subprocess
 import sys
 from dataclasses import replace
 
+import pytest
+
 from balancer.coordinator import Coordinator
+from balancer.errors import StoreUnavailable
 from balancer.model import EventKind, OwnershipRecord
 from balancer.strategies import Claim, Plan, Strategy, View
 
@@ -197,6 +200,47 @@ async def test_with_a_handoff_hook_the_lease_is_kept_until_the_runtime_releases_
     assert not a.handing_off("0") and a.owned == frozenset()
     [record] = await cluster.store.list_ownership(REF)
     assert record.owner_id == ""
+
+
+async def test_release_many_hands_partitions_over_in_one_request() -> None:
+    cluster = Cluster(4, expiry=30.0)
+    a = cluster.add("a")
+    await cluster.cycle(4)
+    assert a.owned == {"0", "1", "2", "3"}
+    [taken] = [r for r in await cluster.store.list_ownership(REF) if r.partition_id == "2"]
+    await cluster.store.claim_ownership([replace(taken, owner_id="b")])  # behind a's back
+    requests: list[list[OwnershipRecord]] = []
+    claim = cluster.store.claim_ownership
+
+    async def counted(records: list[OwnershipRecord]) -> list[OwnershipRecord]:
+        requests.append(list(records))
+        return await claim(records)
+
+    cluster.store.claim_ownership = counted  # type: ignore[method-assign]
+    events = await a.release_many(["2", "0", "1", "9"], "handed off")
+    assert len(requests) == 1 and sorted(r.partition_id for r in requests[0]) == ["0", "1", "2"]
+    assert [(e.partition_id, e.kind, e.handoff) for e in events] == [
+        ("2", EventKind.LOST, False), ("0", EventKind.RELEASE, True), ("1", EventKind.RELEASE, True),
+    ]  # fmt: skip
+    assert a.owned == {"3"}
+    owners = {r.partition_id: r.owner_id for r in await cluster.store.list_ownership(REF)}
+    assert owners == {"0": "", "1": "", "2": "b", "3": "a"}
+
+
+async def test_release_many_keeps_every_lease_when_the_store_is_down() -> None:
+    cluster = Cluster(2, expiry=30.0)
+    a = cluster.add("a")
+    await cluster.cycle(2)
+
+    async def down(records: list[OwnershipRecord]) -> list[OwnershipRecord]:
+        raise StoreUnavailable("down")
+
+    claim, cluster.store.claim_ownership = cluster.store.claim_ownership, down  # type: ignore[method-assign]
+    with pytest.raises(StoreUnavailable):
+        await a.release_many(["0", "1"])
+    assert a.owned == {"0", "1"}  # kept: renewed next cycle, the handoff planned again
+    cluster.store.claim_ownership = claim  # type: ignore[method-assign]
+    assert [e.kind for e in await a.release_many(["0", "1"])] == [EventKind.RELEASE] * 2
 
 
 async def _b_waits_for_a() -> tuple[Cluster, Coordinator, Coordinator, str]:

@@ -3,7 +3,8 @@
 Per store and size (64 partitions / 8 workers, 256 / 16, 1024 / 64; one ``runworkers --count 1``
 process per worker, an embedded hub, interval 2 s, expiry 10 s, no events): seconds from the last
 process started until the fleet is balanced (every partition held, every worker within one of its
-share), seconds from one process's SIGKILL until the survivors are balanced again, and over a
+share) and from the moment every worker had announced itself (all up: balancing without the starts),
+seconds from one process's SIGKILL until the survivors are balanced again, and over a
 window of idle steady state: store queries a second (PostgreSQL: ``pg_stat_statements`` calls, and
 the rows they returned or touched; Redis: ``INFO commandstats`` calls), CPU per worker process and
 of the whole fleet (percent of one core, from ``/proc``), CPU of the store's server, RSS per
@@ -67,6 +68,7 @@ class Row:
     partitions: int
     workers: int
     balance_cold: float | None = None
+    balance_up: float | None = None  # from the moment every worker had announced itself (all processes up)
     balance_kill: float | None = None
     queries: float | None = None  # store calls a second, whole fleet
     rows: float | None = None  # rows a second (PostgreSQL)
@@ -289,12 +291,20 @@ def balanced(records: list[Any], now: float, partitions: int, owners: set[str]) 
     return set(counts) == owners and all(low <= c <= high for c in counts.values())
 
 
-async def until_balanced(store: Any, ref: Any, fleet: Fleet, started: float) -> float:
+async def until_balanced(store: Any, ref: Any, fleet: Fleet, started: float, row: Row | None = None) -> float:
+    """Seconds from ``started`` until the fleet is balanced; with ``row``, also sets ``row.balance_up``:
+    seconds from the first poll that found every worker announced (a member record each: every process
+    up, past Django's start and its first cycle) to balanced, which is what balancing itself takes."""
     owners = set(fleet.processes)
+    up: float | None = None
     while True:
         fleet.check()
+        if row is not None and up is None and owners <= {m.owner_id for m in await store.list_members(ref)}:
+            up = time.monotonic()
         records = await store.list_ownership(ref)
         if balanced(records, await store.now(), fleet.partitions, owners):
+            if row is not None and up is not None:
+                row.balance_up = time.monotonic() - up
             return time.monotonic() - started
         if time.monotonic() - started > BALANCE_TIMEOUT:
             raise TimeoutError(f"not balanced after {BALANCE_TIMEOUT:g}s")
@@ -312,7 +322,7 @@ async def measure(kit: Any, meter: Meter, row: Row, repo: Path, root: Path, wind
     fleet = Fleet(kit, root, repo, row.partitions, row.workers, hub_name)
     try:
         fleet.start()
-        row.balance_cold = await until_balanced(store, ref, fleet, time.monotonic())
+        row.balance_cold = await until_balanced(store, ref, fleet, time.monotonic(), row)
         await asyncio.sleep(SETTLE)
         pids = [p.pid for p in fleet.processes.values()]
         server = tree(meter.server_pid)
@@ -485,8 +495,8 @@ def pumps_section(pumps: int, amqp_pumps: int, tmp: Path) -> None:
 # output ---------------------------------------------------------------------------------------------
 
 HEADER = (
-    f"{'store':<10} {'code':<6} {'size':>8}  {'balance s':>9}  {'after kill s':>12}  {'queries/s':>9}  "
-    f"{'rows/s':>8}  {'CPU/worker %':>12}  {'fleet CPU %':>11}  {'store CPU %':>11}  {'RSS MB':>6}  "
+    f"{'store':<10} {'code':<6} {'size':>8}  {'balance s':>9}  {'all up s':>8}  {'after kill s':>12}  "
+    f"{'queries/s':>9}  {'rows/s':>8}  {'CPU/worker %':>12}  {'fleet CPU %':>11}  {'store CPU %':>11}  {'RSS MB':>6}  "
     f"{'rows/cycle':>10}  {'cycle p50 ms':>12}  {'cycle p95 ms':>12}  {'cycles/s':>8}"
 )
 
@@ -500,7 +510,7 @@ def line(row: Row) -> str:
     if row.error:
         return f"{row.store:<10} {row.code:<6} {size:>8}  FAILED: {row.error}"
     return (
-        f"{row.store:<10} {row.code:<6} {size:>8}  {_f(row.balance_cold, '.1f'):>9}  "
+        f"{row.store:<10} {row.code:<6} {size:>8}  {_f(row.balance_cold, '.1f'):>9}  {_f(row.balance_up, '.1f'):>8}  "
         f"{_f(row.balance_kill, '.1f'):>12}  "
         f"{_f(row.queries, '.0f'):>9}  {_f(row.rows, '.0f'):>8}  {_f(row.cpu_worker, '.2f'):>12}  "
         f"{_f(row.cpu_fleet, '.1f'):>11}  {_f(row.cpu_store, '.1f'):>11}  {_f(row.rss, '.0f'):>6}  "
@@ -516,7 +526,8 @@ def chart(rows: list[Row], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = [
-        ("seconds to balance (from the last start: solid; after a SIGKILL: dashed)", ("balance_cold", "balance_kill")),
+        ("seconds to balance (from the last start: solid; after a SIGKILL: dashed; after all were up: dotted)",
+         ("balance_cold", "balance_kill", "balance_up")),
         ("store queries a second", ("queries",)),
         ("idle CPU, % of one core (fleet: solid, per worker: dashed)", ("cpu_fleet", "cpu_worker")),
         ("RSS per worker process, MB", ("rss",)),
@@ -530,7 +541,7 @@ def chart(rows: list[Row], path: Path) -> None:
         for (store, code), color in zip(series, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False):
             chosen = sorted((r for r in rows if (r.store, r.code) == (store, code) and not r.error),
                             key=lambda r: r.partitions)  # fmt: skip
-            for attr, style in zip(attrs, ("-", "--"), strict=False):
+            for attr, style in zip(attrs, ("-", "--", ":"), strict=False):
                 points = [(r.partitions, getattr(r, attr)) for r in chosen if getattr(r, attr) is not None]
                 if points:
                     xs, ys = zip(*points, strict=True)

@@ -10,17 +10,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from pathlib import Path
 
 import pytest
 
 from balancer.coordinator import Coordinator
-from balancer.model import EventKind
+from balancer.model import EventKind, OwnershipRecord
+from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy
 from tests.support.waiting import until
 from workers.handlers import PartitionContext
+from workers.hub.embedded import EmbeddedHub
 from workers.sources.base import ReceivedEvent
 
-from .conftest import REF, Recorder, Rig, checkpoints, metric, own_all
+from .conftest import REF, FakeClock, Recorder, Rig, checkpoints, metric, own_all
 
 # ownership and pumps -------------------------------------------------------------------------------
 
@@ -201,6 +204,47 @@ async def test_a_planned_move_checkpoints_before_the_release_so_no_event_is_hand
     assert all(e.reason == "handed off" for e in releases)  # the text is unchanged; the field tells a handoff
     await a.shutdown()
     await b.shutdown()
+
+
+async def test_handoffs_that_finish_together_are_released_in_one_request(tmp_path: Path, clock: FakeClock) -> None:
+    """A worker handing many partitions over (a cold start, a scale-out) releases them in a batch: one
+    by one, each release took the lock in turn, the renewals queued behind them, and under load leases
+    lapsed (a 1024/64 fleet's first holder lost 99 of 144 partitions to expiry)."""
+    hub = EmbeddedHub(tmp_path / "hub", "sensors", partitions=16)
+    store = MemoryStore(clock=clock)
+    rig = Rig(hub, store, clock, tmp_path / "deadletter")
+    try:
+        a = rig.worker("a", Recorder(), strategy="cooperative")
+        await own_all(a, 16, steps=3)
+        others = [rig.worker(w, Recorder(), strategy="cooperative") for w in "bcd"]
+        for worker in others:
+            await worker.step()  # announced: a's next plan hands 12 partitions over
+        gate, in_flight, requests = asyncio.Event(), [0], []
+        claim = store.claim_ownership
+
+        async def gated(records: list[OwnershipRecord]) -> list[OwnershipRecord]:
+            if records and all(r.owner_id == "" for r in records):
+                requests.append(len(records))
+                in_flight[0] = len(records)
+                await gate.wait()  # a store round trip, long enough for the other pumps to stop meanwhile
+            return await claim(records)
+
+        store.claim_ownership = gated  # type: ignore[method-assign]
+        await a.step()
+        def ready() -> bool:  # every handoff in the first release, or ready for the next
+            return in_flight[0] + len(getattr(a, "_to_release", ())) == 12
+
+        await until(ready, what="the other handoffs ready while the first release is in flight")
+        gate.set()
+        await until(lambda: len(a.coordinator.owned) == 4, what="a down to its share")
+        assert len(requests) == 2 and sum(requests) == 12  # the first handoff's, then all the others'
+        released = [e for e in rig.sinks["a"].seen if e.kind is EventKind.RELEASE]
+        assert len(released) == 12 and all(e.handoff for e in released)
+        await a.shutdown()
+        for worker in others:
+            await worker.shutdown()
+    finally:
+        hub.close()
 
 
 # stopping -----------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from typing import Any
 
 import workers.metrics as metrics
 from balancer.coordinator import EARLY, Coordinator
+from balancer.model import pid_key
 from balancer.protocol import Balancer, CheckpointStore, CycleReport, soon
 from workers.handlers import Handler
 from workers.runtime.checkpoints import CheckpointOutage, PauseLog
@@ -98,6 +99,7 @@ class EventProcessor:
         # cycle() and release() both rewrite the coordinator's lease table across awaits: never at once.
         self._lock = asyncio.Lock()
         self._handoffs: dict[str, asyncio.Task[None]] = {}
+        self._to_release: set[str] = set()  # handoffs whose pumps have stopped, not released yet
         if coordinator.on_handoff is None:
             coordinator.on_handoff = self._hand_off
         self._outage = OutageLog(
@@ -312,15 +314,29 @@ class EventProcessor:
                     "worker %s: partition %s still busy after %gs; handing it off anyway (its event in hand "
                     "will be handled again by the next owner)", self.owner_id, pid, wait,
                 )
+        self._to_release.add(pid)
         async with self._lock:
-            try:
-                await self.coordinator.release(pid, "handed off")
-            except Exception as exc:
-                metrics.STORE_ERRORS.labels(operation="release").inc()
-                log.warning(
-                    "worker %s: could not release partition %s (%s: %s); the next owner takes it after the "
-                    "handoff timeout", self.owner_id, pid, type(exc).__name__, exc,
-                )
+            # Every handoff ready by now goes in one request: under load, a hundred releases one after
+            # the other each took the lock in turn and the renewals queued behind them, until leases lapsed.
+            batch = sorted(self._to_release, key=pid_key)
+            self._to_release.clear()
+            if batch:  # else released with another handoff's batch meanwhile
+                await self._release(batch)
+
+    async def _release(self, batch: list[str]) -> None:
+        coordinator = self.coordinator
+        try:
+            if isinstance(coordinator, Coordinator):
+                await coordinator.release_many(batch, "handed off")
+            else:
+                for pid in batch:
+                    await coordinator.release(pid, "handed off")
+        except Exception as exc:
+            metrics.STORE_ERRORS.labels(operation="release").inc()
+            log.warning(
+                "worker %s: could not release partition(s) %s (%s: %s); the next owner takes them after the "
+                "handoff timeout", self.owner_id, ", ".join(batch), type(exc).__name__, exc,
+            )  # fmt: skip
 
     def _handoff_wait(self) -> float:
         """How long a handoff waits for the event in hand: the shutdown timeout, but short enough that
