@@ -47,10 +47,24 @@ async def _send(payload: dict[str, Any]) -> None:
     try:
         await layer.group_send(GROUP, _message(payload))
     except Exception as exc:  # any layer failure (Redis down, full channel): the row is saved, pollers find it
-        # One line, no traceback: after a Redis restart every pooled connection fails once.
-        log.warning(
-            "balancer event %s saved but not sent to the channel layer: %s: %s", payload["id"], type(exc).__name__, exc
-        )
+        _layer.failures += 1
+        # One line, no traceback, once an outage (every event fails while Redis is down; after a
+        # restart every pooled connection fails once): the rest at DEBUG, counted.
+        level = logging.WARNING if _layer.failures == 1 else logging.DEBUG
+        log.log(level, "balancer event %s saved but not sent to the channel layer (%d since it last worked): %s: %s",
+                payload["id"], _layer.failures, type(exc).__name__, exc)  # fmt: skip
+        return
+    if _layer.failures:
+        log.warning("balancer events reach the channel layer again (%d were not sent; saved all the same)",
+                    _layer.failures)  # fmt: skip
+        _layer.failures = 0
+
+
+class _LayerState:
+    failures = 0  # events in a row the channel layer refused (0: it works)
+
+
+_layer = _LayerState()
 
 
 def publish(event: BalancerEvent) -> dict[str, Any]:

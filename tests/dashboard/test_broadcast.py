@@ -11,6 +11,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
 from balancer.model import HubRef
+from dashboard import broadcast
 from dashboard.broadcast import GROUP, apublish, publish
 from dashboard.models import EventLog
 from tests.support.servers import free_port
@@ -76,6 +77,32 @@ def unreachable_redis_layer(settings: Any) -> None:
             "CONFIG": {"hosts": [f"redis://127.0.0.1:{free_port()}/0"]},
         }
     }
+
+
+@pytest.fixture(autouse=True)
+def layer_working() -> None:
+    broadcast._layer.failures = 0  # as at start: a failure before this test's own is news to log
+
+
+@pytest.mark.usefixtures("unreachable_redis_layer")
+def test_a_channel_layer_outage_is_logged_once_not_per_event(ref: HubRef, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="dashboard.broadcast"):
+        for n in "012":
+            publish(event(ref, n))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "not sent to the channel layer" in warnings[0]
+    assert EventLog.objects.count() == 3 and broadcast._layer.failures == 3
+
+
+def test_a_channel_layer_back_from_an_outage_is_logged_once(ref: HubRef, caplog: pytest.LogCaptureFixture) -> None:
+    broadcast._layer.failures = 4  # an outage that refused four events
+    with caplog.at_level(logging.WARNING, logger="dashboard.broadcast"):
+        publish(event(ref, "0"))
+        publish(event(ref, "1"))
+    assert [r.getMessage() for r in caplog.records] == [
+        "balancer events reach the channel layer again (4 were not sent; saved all the same)"
+    ]
+    assert broadcast._layer.failures == 0
 
 
 @pytest.mark.usefixtures("unreachable_redis_layer")
