@@ -73,12 +73,35 @@ def _detached(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
     return task
 
 
-async def _within(call: Awaitable[Any], seconds: float) -> None:
+async def within(call: Awaitable[Any], seconds: float) -> None:
     """Run ``call`` for at most ``seconds``, then leave it (cancelled, not awaited); never raises."""
     task = _detached(asyncio.ensure_future(call))
     await asyncio.wait({task}, timeout=seconds)
     if not task.done():
         task.cancel()
+
+
+async def receive(layer: Any, channel: str) -> dict[str, Any]:
+    """``layer.receive(channel)``, safe to cancel. A cancelled channels_redis ``receive()`` can swallow
+    the cancellation and block for good, so it is never cancelled directly: it runs as a task of its
+    own, awaited through a shield, and a cancelled caller ends it with a ``STOP_TYPE`` message to
+    ``channel`` itself (cancelling it only if the layer does not answer within a second) before the
+    cancellation goes on. Callers ignore ``STOP_TYPE`` messages."""
+    receiving = _detached(asyncio.ensure_future(layer.receive(channel)))
+    try:
+        return await asyncio.shield(receiving)
+    except asyncio.CancelledError:
+        await _end(layer, channel, receiving)
+        raise
+
+
+async def _end(layer: Any, channel: str, receiving: asyncio.Task[Any]) -> None:
+    if receiving.done():
+        return
+    await within(layer.send(channel, {"type": STOP_TYPE}), 1.0)
+    await asyncio.wait({receiving}, timeout=1.0)
+    if not receiving.done():  # the layer does not answer: nothing better than a cancellation
+        receiving.cancel()
 
 
 def _where(layer: Any) -> str:
@@ -161,12 +184,9 @@ class ChannelLayerReleaseChannel:
             refresher.cancel()
         if channel is None:
             return
-        if receiving is not None and not receiving.done():
-            await _within(self.layer.send(channel, {"type": STOP_TYPE}), 1.0)
-            await asyncio.wait({receiving}, timeout=1.0)
-            if not receiving.done():  # the layer does not answer: nothing better than a cancellation
-                receiving.cancel()
-        await _within(self.layer.group_discard(self.group, channel), 1.0)
+        if receiving is not None:
+            await _end(self.layer, channel, receiving)
+        await within(self.layer.group_discard(self.group, channel), 1.0)
 
     async def _refresh(self, channel: str) -> None:
         """Keep ``channel`` in the group past the layer's ``group_expiry``."""

@@ -367,3 +367,40 @@ async def test_on_blob_with_the_layer_down_a_handoff_waits_for_polling_not_the_i
     assert "release notices: ChannelLayerReleaseChannel(" in log
     assert log.count("release notices: the channel layer") == 1  # said once, however many tries
     assert all(g <= POLLED for g in gaps.values()), f"B waited for its next cycle, not a poll: {gaps}"
+
+
+async def test_the_rebalance_wake_up_listener_stops_at_once_when_cancelled(
+    redis_server: RedisServer, settings: Any
+) -> None:
+    """The same for the listener of operators' wake-ups (``processor.listen_for_wakeups``): cancelled at
+    a worker's stop, it ends its receive with a message of its own, never waits on it for good."""
+    from channels.layers import channel_layers, get_channel_layer
+
+    from workers.runtime.processor import WAKE_GROUP, listen_for_wakeups
+
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [redis_server.url]}}
+    }
+    rng = random.Random(16)
+    try:
+        for n in range(100):
+            channel_layers.backends.clear()  # a layer of its own each round, as a worker's restart
+            layer = get_channel_layer()
+            woken: list[int] = []
+            task = asyncio.create_task(listen_for_wakeups(lambda woken=woken: woken.append(1)))  # type: ignore[misc]
+
+            async def joined(layer: Any = layer, woken: list[int] = woken) -> bool:
+                await layer.group_send(WAKE_GROUP, {"type": "worker.wake", "reason": "test"})
+                return bool(woken)
+
+            try:
+                await until(joined, "the listener to hear a wake-up")
+                await asyncio.sleep(rng.random() * 0.01)  # at some point of its receive
+                task.cancel()
+                done, _ = await asyncio.wait({task}, timeout=5)
+                assert done, f"the wake-up listener did not stop within 5 s of its cancellation (round {n})"
+            finally:
+                task.cancel()
+                await flush(layer)
+    finally:
+        channel_layers.backends.clear()

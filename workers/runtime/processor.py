@@ -485,6 +485,8 @@ async def listen_for_wakeups(wake: Callable[[], None]) -> None:
     the dashboard's own process hear it; the others see the rebalance token in their next cycle."""
     from channels.layers import get_channel_layer
 
+    from workers.layer_notices import receive, within
+
     layer = get_channel_layer()
     if layer is None:
         return
@@ -496,10 +498,9 @@ async def listen_for_wakeups(wake: Callable[[], None]) -> None:
         return
     try:
         while True:
-            message = await layer.receive(channel)
+            message = await receive(layer, channel)  # cancelled at the stop: never hangs on the layer
             if message.get("type") == "worker.wake":
                 log.info("woken by the channel layer: %s", message.get("reason", "no reason given"))
                 wake()
     finally:
-        with contextlib.suppress(Exception):
-            await layer.group_discard(WAKE_GROUP, channel)
+        await within(layer.group_discard(WAKE_GROUP, channel), 1.0)
