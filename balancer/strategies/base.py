@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,10 +63,21 @@ class View:
     def active(self) -> dict[str, OwnershipRecord]:
         """Records of partitions of this hub held by someone whose lease has not expired."""
         known = set(self.partition_ids)
+        if self.dark:
+            return {
+                p: r
+                for p, r in self.ownership.items()
+                if p in known and r.owner_id and self.age(r.last_modified) <= self.expiry
+            }
+        # ``age`` inlined for the usual case, no dark time (every record, every cycle): alive while its
+        # age is at most the expiry; never for a time that is None or not a number, nor on the store's
+        # clock for one ahead of it by more than the expiry.
+        now, expiry = self.now, self.expiry
+        ahead = expiry if self.clock_is_store else sys.float_info.max
         return {
             p: r
             for p, r in self.ownership.items()
-            if p in known and r.owner_id and self.age(r.last_modified) <= self.expiry
+            if p in known and r.owner_id and (at := r.last_modified) is not None and -ahead <= now - at <= expiry
         }
 
     def counts(self, active: Mapping[str, OwnershipRecord]) -> Counter[str]:
@@ -90,6 +102,8 @@ def age(at: float | None, now: float, dark: Sequence[tuple[float, float]] = (), 
     """
     if at is None or not math.isfinite(at) or (future is not None and at - now > future):
         return math.inf
+    if not dark:  # the usual case, asked for every record every cycle
+        return now - at
     unseen = sum(max(0.0, min(end, now) - max(start, at)) for start, end in dark)
     return now - at - unseen
 

@@ -27,6 +27,7 @@ together each sees all the others before anyone claims.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Mapping
 
 from ..model import EventKind, OwnershipRecord
@@ -126,10 +127,12 @@ def assign(view: View, active: Mapping[str, OwnershipRecord]) -> dict[str, str]:
     free = [p for p in view.partition_ids if p not in active and p not in pins]
     leftovers = [p for p, r in active.items() if p not in pins and r.owner_id not in holdings]
     pool = sorted(free, key=_key) + sorted(pool + leftovers, key=_key)
+    assigned = Counter(assignment.values())
+    pool.reverse()  # taken from the end: the same order as from the front, without shifting the list
     for w in eligible:
-        need = targets[w] - sum(1 for o in assignment.values() if o == w)
+        need = targets[w] - assigned[w]
         while need > 0 and pool:
-            assignment[pool.pop(0)] = w
+            assignment[pool.pop()] = w
             need -= 1
     return assignment
 

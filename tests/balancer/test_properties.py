@@ -162,3 +162,28 @@ def test_every_strategy_reaches_balance_and_then_moves_nothing(state: State) -> 
 
     for name in STRATEGIES:
         asyncio.run(run(name))
+
+
+_TIMES = st.one_of(
+    st.none(), st.just(float("nan")), st.just(float("inf")), st.just(float("-inf")),
+    st.floats(min_value=-40.0, max_value=40.0).map(lambda d: 1_000.0 + d),  # around now, either side of the expiry
+)
+
+
+@given(
+    times=st.lists(st.tuples(st.booleans(), _TIMES), max_size=12),
+    clock_is_store=st.booleans(),
+    dark=st.lists(st.tuples(st.floats(960.0, 1_000.0), st.floats(0.0, 20.0)), max_size=2),
+)
+def test_active_is_every_held_record_no_older_than_the_expiry(
+    times: list[tuple[bool, float | None]], clock_is_store: bool, dark: list[tuple[float, float]]
+) -> None:
+    """``View.active`` (inlined for speed when nothing is dark) agrees with ``View.age`` record by record."""
+    records = {
+        str(i): OwnershipRecord(REF, str(i), "w" if held else "", last_modified=at, etag=str(i))
+        for i, (held, at) in enumerate(times)
+    }
+    view = View("w", tuple(records), records, 1_000.0, 10.0, clock_is_store=clock_is_store,
+                dark=tuple((start, start + length) for start, length in dark))  # fmt: skip
+    expected = {p for p, r in records.items() if r.owner_id and view.age(r.last_modified) <= view.expiry}
+    assert set(view.active()) == expected

@@ -377,11 +377,11 @@ def main() -> None:
     )
     rows = [
         ("events/s, 2 workers from cold", "events_per_s", "{:.0f}"),
-        ("first event after start (s)", "first_event_s", "{:.1f}"),
-        ("all events handled after (s)", "all_events_s", "{:.1f}"),
+        ("first event after start (s)", "first_event_s", "{:.2f}"),
+        ("all events handled after (s)", "all_events_s", "{:.2f}"),
         ("AMQP hub CPU for those events (s)", "hub_cpu_s", "{:.1f}"),
-        ("balanced after a 3rd joins (s)", "join_s", "{:.1f}"),
-        ("balanced after one is killed (s)", "kill_s", "{:.1f}"),
+        ("balanced after a 3rd joins (s)", "join_s", "{:.2f}"),
+        ("balanced after one is killed (s)", "kill_s", "{:.2f}"),
         ("blob requests/min, 2 idle workers", "blob_requests_per_min", "{:.0f}"),
     ]
     print(f"{'':36} {'Microsoft processor':>20} {'Leaseboard workers':>20}")
