@@ -265,23 +265,15 @@ class Coordinator:
         self._handing_off.difference_update(partition_ids)
         if not leases:
             return []
-        records = [replace(lease.record, owner_id="") for lease in leases.values()]
         try:
-            won = by_partition(await self._call(self.store.claim_ownership(records)))
+            won, events = await self._write_releases(leases, reason, handoff=True)
         except StoreUnavailable:
             # Nothing changed in the store: the leases are still ours. Keep them, so the next cycle
             # renews them and plans the handoffs again, rather than leave them unowned until they expire.
             self._leases.update(leases)
             raise
-        if len(won) < len(leases):
-            self._table.forget()  # a record changed behind this worker's copy: read it all next time
-        stamp = self._stamp(list(won.values()))
-        events = []
-        for pid in leases:
-            kind = EventKind.RELEASE if pid in won else EventKind.LOST
-            why = reason if pid in won else "taken by another worker before the release"
-            events.append(self._event(kind, pid, None, why, stamp, handoff=pid in won))
-            self._emit(events[-1])
+        for event in events:
+            self._emit(event)
         if not self._leases and self.controls is not None:
             with contextlib.suppress(StoreUnavailable):  # the next cycle heartbeats anyway
                 await self._heartbeat(self._stamp())  # alive by its leases until now: by a heartbeat from now on
@@ -297,15 +289,8 @@ class Coordinator:
     async def _release_all(self, reason: str) -> list[BalancerEvent]:
         if not self._leases:
             return []
-        records = [replace(lease.record, owner_id="") for lease in self._leases.values()]
-        won = by_partition(await self._call(self.store.claim_ownership(records)))
-        now = self._stamp(list(won.values()))
-        events = []
-        for pid in list(self._leases):
-            kind = EventKind.RELEASE if pid in won else EventKind.LOST
-            why = reason if pid in won else "taken by another worker before the release"
-            events.append(self._event(kind, pid, None, why, now))
-            del self._leases[pid]
+        won, events = await self._write_releases(self._leases, reason, handoff=False)
+        self._leases.clear()
         self._handing_off.clear()
         if self.controls is not None:
             await self._call(self.controls.remove_member(self.ref, self.owner_id))
@@ -313,6 +298,25 @@ class Coordinator:
             self._emit(event)
         self._announce(list(won))
         return events
+
+    async def _write_releases(
+        self, leases: dict[str, _Lease], reason: str, *, handoff: bool
+    ) -> tuple[dict[str, OwnershipRecord], list[BalancerEvent]]:
+        """Release ``leases`` in one store request: the records won, and an event per lease (RELEASE, or
+        LOST where another worker had taken it), in their order, not emitted yet. Raises what the
+        store raises, having changed nothing here."""
+        records = [replace(lease.record, owner_id="") for lease in leases.values()]
+        won = by_partition(await self._call(self.store.claim_ownership(records)))
+        if len(won) < len(leases):
+            self._table.forget()  # a record changed behind this worker's copy: read it all next time
+        stamp = self._stamp(list(won.values()))
+        events = [
+            self._event(EventKind.RELEASE, pid, None, reason, stamp, handoff=handoff)
+            if pid in won
+            else self._event(EventKind.LOST, pid, None, "taken by another worker before the release", stamp)
+            for pid in leases
+        ]
+        return won, events
 
     # renewal steps -------------------------------------------------------------------------
 

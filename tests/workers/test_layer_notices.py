@@ -168,6 +168,14 @@ async def test_a_release_wakes_the_workers_of_another_process_but_not_the_releas
         await flush(a_layer, b_layer)
 
 
+async def cancel_at_some_point(task: asyncio.Task[None], rng: random.Random, what: str) -> None:
+    """Cancel ``task`` (a listener in its receive) after up to 10 ms, and check it ends within 5 s."""
+    await asyncio.sleep(rng.random() * 0.01)  # a random point of its receive, not a wait for a state
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=5)
+    assert done, f"{what} did not stop within 5 s of its cancellation"
+
+
 async def test_a_listener_stops_at_once_when_cancelled_while_it_waits_for_a_message(redis_server: RedisServer) -> None:
     """A cancelled channels_redis ``receive()`` can swallow the cancellation and block for good (seen
     here about once in twenty with redis-py 8): the listener never cancels one, so stopping a worker
@@ -189,10 +197,7 @@ async def test_a_listener_stops_at_once_when_cancelled_while_it_waits_for_a_mess
             await until(lambda joined=joined: joined == [True], "the listener to join its group")  # type: ignore[misc]
             if rng.random() < 0.5:
                 await channel.publish(Released(REF, ("1",), "a"))
-            await asyncio.sleep(rng.random() * 0.01)  # cancelled at some point of its receive, not a wait for a state
-            task.cancel()
-            done, _ = await asyncio.wait({task}, timeout=5)
-            assert done, f"the listener did not stop within 5 s of its cancellation (round {n})"
+            await cancel_at_some_point(task, rng, f"the listener (round {n})")
         finally:
             task.cancel()
             await flush(layer)
@@ -395,10 +400,7 @@ async def test_the_rebalance_wake_up_listener_stops_at_once_when_cancelled(
 
             try:
                 await until(joined, "the listener to hear a wake-up")
-                await asyncio.sleep(rng.random() * 0.01)  # at some point of its receive
-                task.cancel()
-                done, _ = await asyncio.wait({task}, timeout=5)
-                assert done, f"the wake-up listener did not stop within 5 s of its cancellation (round {n})"
+                await cancel_at_some_point(task, rng, f"the wake-up listener (round {n})")
             finally:
                 task.cancel()
                 await flush(layer)
