@@ -51,6 +51,16 @@ def listener_params(using: str) -> dict[str, Any]:
     return params
 
 
+class QuietConnection(psycopg.AsyncConnection[Any]):
+    """The listener's connection: a wait for the server sleeps until the socket has something to read
+    (or the wait's own timeout), where psycopg's waits also wake every 0.1 s to look again. That look
+    serves a blocking wait, which a Ctrl-C must interrupt; an asyncio wait is cancelled without it.
+    For a listener idle between notices it was ten wake-ups a second in every worker, for nothing."""
+
+    async def wait(self, gen: Any, interval: float = QUIET, timeout: float | None = None) -> Any:
+        return await super().wait(gen, interval=interval, timeout=timeout)
+
+
 class PostgresReleaseChannel:
     """``notify(payload)``: runs ``pg_notify`` on the store's lease lane (raises StoreUnavailable)."""
 
@@ -67,9 +77,9 @@ class PostgresReleaseChannel:
     async def listen(self) -> AsyncIterator[Released]:
         wait, failing = BACKOFF[0], False
         while True:
-            connection: psycopg.AsyncConnection[Any] | None = None
+            connection: QuietConnection | None = None
             try:
-                connection = await psycopg.AsyncConnection.connect(autocommit=True, **listener_params(self.using))
+                connection = await QuietConnection.connect(autocommit=True, **listener_params(self.using))
                 await connection.execute(f"LISTEN {CHANNEL}")
                 if failing:
                     log.info("release notices: listening again on database %r", self.using)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import BigIntegerField, BooleanField, Case, F, QuerySet, Value, When
+from django.db.models import BooleanField, Case, F, QuerySet, Value, When
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Concat
 
@@ -42,11 +42,13 @@ from balancer.changes import Changes
 from balancer.errors import CorruptRecord, OwnershipLost, StoreError, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.protocol import Snapshot
-from balancer.stores.flaws import CorruptLog, finite_time, time_flaw
+from balancer.stores.flaws import CorruptLog
 
+from . import sqlrows
 from .dbthread import DatabaseThread
 from .models import CheckpointRow, ControlRow, MemberRow, Ownership, OwnershipClock
 from .sqlclock import StoreClock, read_clock
+from .sqlrows import CHECKPOINTS, CONTROLS, MEMBERS, OWNERSHIP, Listing
 
 if TYPE_CHECKING:
     from .sqlnotices import PostgresReleaseChannel
@@ -57,6 +59,8 @@ T = TypeVar("T")
 LEASE, CHECKPOINT = "lease", "checkpoint"
 # Records per UPDATE/INSERT statement: keeps every statement far below SQLite's variable limit.
 CHUNK = 200
+
+
 def _notify(connection: BaseDatabaseWrapper, channel: str, payload: str) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, %s)", [channel, payload])
@@ -165,9 +169,14 @@ class SqlStore:
         return rows
 
     def _valid(
-        self, rows: QuerySet[Any], ref: HubRef, convert: Callable[[Any, list[str]], T], whole: bool = True
+        self,
+        listing: Listing,
+        rows: list[Any],
+        ref: HubRef,
+        convert: Callable[[Any, HubRef, list[str]], T],
+        whole: bool = True,
     ) -> list[T]:
-        """The rows of one listing (``whole``: of every row of ``ref``) converted to records. ``convert``
+        """``rows`` of one listing (``whole``: every row of ``ref``) converted to records. ``convert``
         notes in its list what it had to read around, or raises ValueError or TypeError for a row that
         cannot be read at all, which is skipped. Either is logged once (see ``CorruptLog``); only a
         whole listing forgets rows no longer found."""
@@ -177,14 +186,16 @@ class SqlStore:
         for row in rows:
             flaws: list[str] = []
             try:
-                out.append(convert(row, flaws))
+                out.append(convert(row, ref, flaws))
             except (ValueError, TypeError) as exc:
                 flaws = [str(exc)]
                 skipped.add(str(row.pk))
             if flaws:
-                found[str(row.pk)] = CorruptRecord(f"{row._meta.db_table} id={row.pk} ({row})", "; ".join(flaws))
+                found[str(row.pk)] = CorruptRecord(
+                    f"{listing.table} id={row.pk} ({listing.describe(row, ref)})", "; ".join(flaws)
+                )
         if whole:
-            self._corrupt.listing(f"{rows.model._meta.db_table} {ref}", found, frozenset(skipped))
+            self._corrupt.listing(f"{listing.table} {ref}", found, frozenset(skipped))
         return out
 
     # release notices -----------------------------------------------------------------------
@@ -236,8 +247,8 @@ class SqlStore:
         if since is None:
             ownership = self._list_ownership(connection, ref)
         else:
-            rows = self._rows(Ownership, ref).filter(changed__gte=since)
-            ownership = sorted(self._valid(rows, ref, _ownership, whole=False), key=lambda r: int(r.partition_id))
+            rows = OWNERSHIP.read(connection, ref, since)
+            ownership = sorted(self._valid(OWNERSHIP, rows, ref, sqlrows.ownership, whole=False), key=_partition)
         return Changes(
             ownership, self._list_members(connection, ref), self._list_controls(connection, ref),
             read_clock(connection), f"{epoch}:{bound}", since is None,
@@ -250,8 +261,9 @@ class SqlStore:
         elsewhere the hub's counter plus one. One statement; the hub's clock row is made (with a fresh
         epoch) if it is missing."""
         pg = connection.vendor == "postgresql"
-        xmin = RawSQL("pg_snapshot_xmin(pg_current_snapshot())::text::bigint", [], output_field=BigIntegerField())
-        found = self._rows(OwnershipClock, ref).values_list("epoch", xmin if pg else "serial").first()
+        with connection.cursor() as cursor:
+            cursor.execute(_clock_sql(connection), [ref.namespace, ref.hub, ref.consumer_group])
+            found = cursor.fetchone()  # the hub's one row (a unique constraint), or None
         if found is None:
             OwnershipClock.objects.using(self.using).bulk_create(
                 [OwnershipClock(**OwnershipClock.scope(ref), serial=0, epoch=secrets.token_hex(8))],
@@ -262,8 +274,8 @@ class SqlStore:
         return str(epoch), int(number) if pg else int(number) + 1
 
     def _list_ownership(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[OwnershipRecord]:
-        records = self._valid(self._rows(Ownership, ref), ref, _ownership)
-        return sorted(records, key=lambda r: int(r.partition_id))
+        records = self._valid(OWNERSHIP, OWNERSHIP.read(connection, ref), ref, sqlrows.ownership)
+        return sorted(records, key=_partition)
 
     async def claim_ownership(self, records: Sequence[OwnershipRecord]) -> list[OwnershipRecord]:
         if not records:
@@ -390,8 +402,8 @@ class SqlStore:
         return await self._run(CHECKPOINT, self._list_checkpoints, ref)
 
     def _list_checkpoints(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[Checkpoint]:
-        checkpoints = self._valid(self._rows(CheckpointRow, ref), ref, _checkpoint)
-        return sorted(checkpoints, key=lambda c: int(c.partition_id))
+        checkpoints = self._valid(CHECKPOINTS, CHECKPOINTS.read(connection, ref), ref, sqlrows.checkpoint)
+        return sorted(checkpoints, key=_partition)
 
     async def update_checkpoint(self, checkpoint: Checkpoint, owner_id: str) -> Checkpoint:
         return await self._run(CHECKPOINT, self._update_checkpoint, checkpoint, owner_id)
@@ -454,7 +466,7 @@ class SqlStore:
         return await self._run(LEASE, self._list_members, ref)
 
     def _list_members(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[Member]:
-        return self._valid(self._rows(MemberRow, ref).order_by("owner_id"), ref, _member)
+        return self._valid(MEMBERS, MEMBERS.read(connection, ref), ref, sqlrows.member)
 
     async def remove_member(self, ref: HubRef, owner_id: str) -> None:
         await self._run(LEASE, self._remove_member, ref, owner_id)
@@ -468,7 +480,7 @@ class SqlStore:
         return await self._run(LEASE, self._list_controls, ref)
 
     def _list_controls(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[Control]:
-        return self._valid(self._rows(ControlRow, ref).order_by("kind", "target"), ref, _control)
+        return self._valid(CONTROLS, CONTROLS.read(connection, ref), ref, sqlrows.control)
 
     async def put_control(self, control: Control) -> None:
         await self._run(LEASE, self._put_control, control)
@@ -527,52 +539,19 @@ def _per_partition(field: str, records: list[OwnershipRecord], value: Callable[[
     return Case(*[When(partition_id=r.partition_id, then=Value(value(r))) for r in records], default=F(field))
 
 
-# reading rows (see the module docstring for what a row edited by hand reads as) ----------------
+_CLOCK_SQL: dict[str, str] = {}
 
 
-def _text(value: object) -> str:
-    """A text column as stored (SQLite keeps whatever type a hand edit gave it)."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return value if isinstance(value, str) else str(value)
+def _clock_sql(connection: BaseDatabaseWrapper) -> str:
+    """The hub's change-number epoch and bound (``_epoch_and_bound``), written once per vendor."""
+    vendor, quote = connection.vendor, connection.ops.quote_name
+    if vendor not in _CLOCK_SQL:
+        number = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint" if vendor == "postgresql" else quote("serial")
+        scope = " AND ".join(f"{quote(column)} = %s" for column in ("namespace", "hub", "consumer_group"))
+        table = quote(OwnershipClock._meta.db_table)
+        _CLOCK_SQL[vendor] = f"SELECT {quote('epoch')}, {number} FROM {table} WHERE {scope}"
+    return _CLOCK_SQL[vendor]
 
 
-def _time(name: str, value: object, flaws: list[str]) -> float | None:
-    found = finite_time(value)
-    if found is None:
-        flaws.append(time_flaw(name, value))
-    return found
-
-
-def _ownership(row: Ownership, flaws: list[str]) -> OwnershipRecord:
-    level: object = row.owner_level
-    if not isinstance(level, int) or isinstance(level, bool):
-        flaws.append(f"owner_level {level!r} is not an integer: read as 0")
-        level = 0
-    etag = _text(row.etag)
-    if etag != row.etag:
-        flaws.append(f"etag {row.etag!r} is not text: listed as {etag!r}")
-    return OwnershipRecord(
-        row.ref, _text(row.partition_id), _text(row.owner_id), etag, _time("last_modified", row.last_modified, flaws),
-        level,
-    )  # fmt: skip
-
-
-def _checkpoint(row: CheckpointRow, flaws: list[str]) -> Checkpoint:
-    offset = None if row.offset is None else _text(row.offset)
-    modified = _time("last_modified", row.last_modified, flaws)
-    return Checkpoint(row.ref, _text(row.partition_id), row.sequence_number, offset, modified)
-
-
-def _member(row: MemberRow, flaws: list[str]) -> Member:
-    if not isinstance(row.info, dict):
-        raise ValueError(f"info must be an object, got {type(row.info).__name__}")
-    seen = finite_time(row.last_seen)
-    if seen is None:  # not alive, whatever it says: its worker's next heartbeat rewrites it
-        raise ValueError(f"last_seen {row.last_seen!r} is not a finite number: not alive")
-    return Member(row.ref, _text(row.owner_id), seen, {str(k): str(v) for k, v in row.info.items()})
-
-
-def _control(row: ControlRow, flaws: list[str]) -> Control:
-    created = _time("created", row.created, flaws)
-    return Control(row.ref, ControlKind(row.kind), _text(row.target), _text(row.value), created)
+def _partition(record: OwnershipRecord | Checkpoint) -> int:
+    return int(record.partition_id)

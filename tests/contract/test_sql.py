@@ -22,6 +22,7 @@ from balancer.notices import Released
 from balancer.strategies import get_strategy
 from dashboard import sqlclock
 from dashboard.models import CheckpointRow, ControlRow, MemberRow, Ownership
+from dashboard.sqlrows import CHECKPOINTS, CONTROLS, MEMBERS, OWNERSHIP
 from dashboard.sqlstore import SqlStore
 from tests.support.databases import add_django_database, remove_django_database
 from tests.support.servers import free_port
@@ -177,6 +178,30 @@ class SqlContract(ChangeFeedContract, StoreContract):
         assert any("dashboard_checkpointrow" in w and "-5" in w for w in warnings), warnings
         assert any("dashboard_controlrow" in w and "explode" in w for w in warnings), warnings
 
+    async def test_a_listing_reads_each_row_as_the_orm_does(self, store: SqlStore) -> None:
+        # The cycle's listings read rows without model instances (``dashboard.sqlrows``), applying
+        # the converters the ORM would: the JSON of a member's info comes back as an object.
+        await store.claim_ownership([OwnershipRecord(REF, p, "a") for p in "012"])
+        await store.update_checkpoint(Checkpoint(REF, "1", 7, "70"), "a")
+        await store.heartbeat(Member(REF, "a", 0.0, {"strategy": "cooperative", "expiry": "10"}))
+        await store.put_control(Control(REF, ControlKind.PIN, "0", "a"))
+        await store.put_control(Control(REF, ControlKind.DRAIN, "b"))
+
+        def both() -> list[tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]]:
+            connection, found = connections[self.alias], []
+            for listing in (OWNERSHIP, CHECKPOINTS, MEMBERS, CONTROLS):
+                rows = listing.model.objects.using(self.alias).filter(**listing.model.scope(REF))
+                orm = rows.order_by(*listing.order or ("pk",)).values_list("pk", *listing.columns)
+                read = listing.read(connection, REF)
+                ordered = bool(listing.order)  # unordered listings: compared as sets of rows
+                found.append(([tuple(r) for r in (read if ordered else sorted(read))], list(orm)))
+            return found
+
+        for read, orm in await in_thread(both):
+            assert read == orm
+        members = (await in_thread(both))[2][0]
+        assert members[0][-1] == {"strategy": "cooperative", "expiry": "10"}
+
     @pytest.mark.parametrize(
         "edit",
         [
@@ -283,6 +308,32 @@ class TestSqlStoreOnPostgres(SqlContract):
 
             assert await in_thread(kill_listener) == 1
             await heard_after_publishing(channel, Released(REF, ("2",), "a"), heard, "a notice after the kill")
+        finally:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+
+    async def test_an_idle_release_listener_sets_no_timer_between_notices(
+        self, store: SqlStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # psycopg's own waits wake every 0.1 s to look again (for a blocking wait's Ctrl-C); the
+        # listener's connection sleeps until the server sends something or its quiet check is due.
+        channel, heard = store.release_channel(REF), []
+        assert channel is not None
+        listener = listening(channel, heard)
+        try:
+            await heard_after_publishing(channel, Released(REF, ("1",), "a"), heard, "the first notice")
+            loop, timers = asyncio.get_running_loop(), []
+            call_later = loop.call_later
+
+            def counted(delay: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+                timers.append(delay)
+                return call_later(delay, *args, **kwargs)
+
+            monkeypatch.setattr(loop, "call_later", counted)
+            await asyncio.sleep(1.0)  # not a wait for anything: the second of idleness observed
+            monkeypatch.undo()
+            assert [d for d in timers if d < 0.5] == [], f"short timers while idle: {timers}"
+            await heard_after_publishing(channel, Released(REF, ("2",), "a"), heard, "a notice after the quiet")
         finally:
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)
