@@ -15,6 +15,20 @@ listing), when the store's count of records disagrees with the copy's, and every
 seconds (the expiry) as a safety net against writes the feed does not see (a hand edit in the
 store's own tool); a feed that sees those too (SQL, by triggers) gets one every ``TRUSTED`` times that.
 
+A reader that does not need other workers' renewals says so with ``stale_after`` (the coordinator:
+most of an expiry, more than the renewal share). A store that numbers owner changes apart from other
+writes (SQL: ``owner_changed``; the memory store) then leaves renewals out of a delta: it lists the
+records whose owner or owner level changed since the cursor, and every record last written more
+than ``stale_after`` seconds ago on its clock, with its current ETag, and says from when the others
+are fresh (``Changes.fresh_after``). A live worker renews each lease well within that time, so in a
+steady fleet a delta is empty, however many partitions; a record whose owner stopped is listed
+again before it can be judged expired, exactly as the store holds it, so it is claimed with its
+current ETag, no later than before. The copy keeps the older time of a record left out, and the
+strategy's view judges it by the bound instead (``View.fresh_after``, ``View.exact``): it may think a
+lease older than it is, never younger, and never old enough to be expired. A steal needs a live
+record's current ETag, which the copy may not have: it loses once, and the coordinator's ETag loop
+lists the records and tries again. Redis reads every write still.
+
 A store without a feed keeps working through full listings (``balancer.protocol.snapshot``).
 """
 
@@ -50,16 +64,26 @@ class Changes:
     # The feed sees every write, those made behind the store's back included (SQL: triggers), so the
     # safety-net full read can be rare (``OwnershipTable.TRUSTED``); else it comes once an expiry.
     sees_every_write: bool = False
+    # A delta read with ``stale_after`` from a store that leaves renewals out (see ``ChangeFeed``):
+    # every record it did not list was last written at or after this time (the store's clock), so
+    # the copy's older time for it is only a lower bound of its age. None: nothing was left out.
+    fresh_after: float | None = None
 
 
 @runtime_checkable
 class ChangeFeed(Protocol):
     """Optional, beside ``SnapshotStore``: a store that can read only what changed implements this."""
 
-    async def snapshot_since(self, ref: HubRef, cursor: str | None) -> Changes:
+    async def snapshot_since(self, ref: HubRef, cursor: str | None, stale_after: float | None = None) -> Changes:
         """Members, controls, the clock and the ownership records of ``ref`` written after ``cursor``
         (from an earlier read of the same store); every record (``full``) when ``cursor`` is None or
-        cannot be trusted: a store restarted or flushed, a counter reset, records deleted since."""
+        cannot be trusted: a store restarted or flushed, a counter reset, records deleted since.
+
+        ``stale_after`` (seconds): the reader does not need renewals (writes that keep a record's
+        owner and owner level) as long as it gets every record that may be near its expiry. A store
+        that can may then leave renewals out of a delta, provided it lists every record last written
+        more than ``stale_after`` seconds ago on its clock (with its current ETag: the ones the reader
+        may claim by expiry) and sets ``fresh_after`` to that bound. Others ignore it."""
 
 
 class OwnershipTable:
@@ -74,6 +98,11 @@ class OwnershipTable:
         self._cursor: str | None = None
         self._full_at: float | None = None
         self._trusted = False  # the last read's feed sees every write
+        # After a delta that left renewals out (``Changes.fresh_after``): the bound, and the records the
+        # delta listed, as the store holds them now. Every other record was written at or after the
+        # bound, whatever older time the copy shows (``View.fresh_after``). None: the copy is exact.
+        self.fresh_after: float | None = None
+        self.exact: frozenset[str] = frozenset()
         self.full_reads = 0
         self.delta_reads = 0
 
@@ -91,6 +120,7 @@ class OwnershipTable:
     def merge(self, changes: Changes, at: float) -> list[OwnershipRecord] | None:
         """The whole table after ``changes`` (read at local monotonic time ``at``), in the order a full
         listing gives; None when the result cannot be trusted (the caller reads again in full)."""
+        self.fresh_after, self.exact = None, frozenset()
         if changes.full:
             self._records = {r.partition_id: r for r in changes.ownership}
             self._full_at = at
@@ -99,6 +129,9 @@ class OwnershipTable:
             return None  # a delta the copy was not ready for: a store answering a None cursor with one
         else:
             self.delta_reads += 1
+            if changes.fresh_after is not None:
+                self.fresh_after = changes.fresh_after
+                self.exact = frozenset(r.partition_id for r in changes.ownership)
             new = [r for r in changes.ownership if r.partition_id not in self._records]
             self._records.update((r.partition_id, r) for r in changes.ownership)
             if new and changes.in_partition_order:
@@ -127,15 +160,19 @@ class Read:
     rows: int
 
 
-async def read(feed: ChangeFeed, ref: HubRef, table: OwnershipTable, monotonic: Callable[[], float]) -> Read:
+async def read(
+    feed: ChangeFeed, ref: HubRef, table: OwnershipTable, monotonic: Callable[[], float],
+    stale_after: float | None = None,
+) -> Read:  # fmt: skip
     """Bring ``table`` up to date from ``feed``: what changed since its cursor, or everything when it
     cannot be trusted; a read that leaves it disagreeing with the store's count is done again in full
     (records were deleted past the feed). ``ownership`` None: even that one disagreed (records deleted
-    while being read): the caller plans on a plain listing this once."""
+    while being read): the caller plans on a plain listing this once. ``stale_after``: see
+    ``ChangeFeed.snapshot_since`` (the table then knows which of its records are exact)."""
     rows = requests = 0
     while True:
         at = monotonic()
-        changes = await feed.snapshot_since(ref, table.cursor(at))
+        changes = await feed.snapshot_since(ref, table.cursor(at), stale_after)
         requests += 1
         rows += len(changes.ownership)
         ownership = table.merge(changes, at)

@@ -59,6 +59,11 @@ EARLY = 1e-3  # seconds: a renewal step woken this much early (timer resolution)
 # (RETRY_CYCLES late cycles, timer jitter included) could let it lapse. At the defaults (10 s interval,
 # 30 s expiry) that is every cycle; at 2 s and 10 s every third. With no interval known, every cycle.
 RETRY_CYCLES, LATE = 2, 1.1
+# Reading what changed (``balancer.changes``) without other workers' renewals: a store that can leaves
+# them out, and lists instead every record not written for STALE_SHARE of the expiry (at least 0.1
+# more than the renewal share, at most 0.9), so a record a live worker renews is never read again
+# while one whose owner stopped is read, with its current ETag, before it can be judged expired.
+STALE_SHARE, STALE_MAX = 0.85, 0.9
 
 
 @dataclass
@@ -127,6 +132,9 @@ class Coordinator:
     # This worker's copy of the ownership table, kept current from what changed (``balancer.changes``)
     # on a store that can say; read in full at least once an expiry, as a safety net.
     _table: OwnershipTable = field(default_factory=lambda: OwnershipTable(60.0), init=False)
+    # This cycle's read left renewals out (``View.fresh_after``, ``View.exact``); None: it did not.
+    _fresh_after: float | None = field(default=None, init=False)
+    _exact: frozenset[str] = field(default=frozenset(), init=False)
     _rows: int = field(default=0, init=False)  # ownership records read in this cycle
     _meter: load.RateMeter = field(default_factory=load.RateMeter, init=False)
     _published: dict[str, float] = field(default_factory=dict, init=False)  # rates in this worker's member info
@@ -416,7 +424,7 @@ class Coordinator:
             known = {m.owner_id for m in snap.members}
             holders = {
                 r.owner_id for r in listed.values()
-                if r.owner_id in known and age(r.last_modified, now, dark, self.expiry) <= self.expiry
+                if r.owner_id in known and age(self._modified(r), now, dark, self.expiry) <= self.expiry
             }  # fmt: skip
             members = frozenset(heartbeats) | holders | {self.owner_id}
             controls = Controls.of(snap.controls)
@@ -454,7 +462,16 @@ class Coordinator:
             interval=self.interval,
             previous=self._previous,
             loads=load.published(listed_members, listed.values()) if self.strategy.uses_load else {},
+            fresh_after=self._fresh_after,
+            exact=self._exact,
         )
+
+    def _modified(self, record: OwnershipRecord) -> float | None:
+        """``View.modified`` for this cycle's read (a record a quiet delta left out: at least its bound)."""
+        at, floor = record.last_modified, self._fresh_after
+        if floor is None or at is None or not math.isfinite(at) or record.partition_id in self._exact:
+            return at
+        return max(at, floor)
 
     async def _measure(self, snap: Snapshot, now: float) -> list[Member]:
         """Read the checkpoints into this worker's rate meter; publish the rates of the partitions it
@@ -478,16 +495,22 @@ class Coordinator:
         be trusted: ``OwnershipTable``), else the whole snapshot."""
         store: object = self.store
         requests = 0
+        self._fresh_after, self._exact = None, frozenset()
         if store is controls and isinstance(store, ChangeFeed):
-            done = await changes.read(store, self.ref, self._table, self.monotonic)
+            done = await changes.read(store, self.ref, self._table, self.monotonic, self._stale_after())
             self._rows += done.rows
             requests = done.requests
             if done.ownership is not None:
                 found = done.changes
+                self._fresh_after, self._exact = self._table.fresh_after, self._table.exact
                 return Snapshot(done.ownership, found.members, found.controls, found.now), requests
         snap, listed = await snapshot(self.store, controls, self.ref)
         self._rows += len(snap.ownership)
         return snap, requests + listed
+
+    def _stale_after(self) -> float:
+        """Seconds without a write after which the change feed lists a record (see STALE_SHARE)."""
+        return self.expiry * min(STALE_MAX, max(STALE_SHARE, self.renew_share + 0.1))
 
     def _still_held_by(self, partition_id: str, listed: dict[str, OwnershipRecord]) -> bool:
         """Whether ``partition_id`` is still held by the worker this one started waiting for."""
@@ -592,7 +615,8 @@ class Coordinator:
         for pid, lease in list(self._leases.items()):
             current = listed.get(pid)
             if current is not None and current.owner_id == self.owner_id:
-                lease.record = current
+                if self._fresh_after is None or pid in self._exact:  # else: its renewals were not read
+                    lease.record = current
                 continue
             holder = current.owner_id if current is not None and current.owner_id else None
             why = f"now held by {holder}" if holder else "record released or removed by another party"

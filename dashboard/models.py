@@ -43,6 +43,9 @@ class Ownership(Scoped):
     # The change number of this row's latest write through the store (``OwnershipClock``); 0 for a
     # row written by hand, which a trigger answers by changing the hub's epoch (migration 0005).
     changed = models.BigIntegerField(default=0, db_default=0)
+    # The change number of its latest write through the store that was no renewal (it changed the
+    # owner or the owner level): a reader that leaves renewals out reads by it (migration 0006).
+    owner_changed = models.BigIntegerField(default=0, db_default=0)
 
     class Meta:
         constraints = [

@@ -37,7 +37,7 @@ class Listing:
         self.model, self.columns, self.order = model, columns, order
         self.table: str = model._meta.db_table
         self.row: Any = namedtuple(f"{model.__name__}Read", ("pk", *columns))  # type: ignore[misc]
-        self._sql: dict[tuple[str, bool], str] = {}
+        self._sql: dict[tuple[str, str], str] = {}
 
     def _field(self, name: str) -> Field[Any, Any]:
         field = self.model._meta.get_field(name)
@@ -50,29 +50,44 @@ class Listing:
     def __repr__(self) -> str:
         return f"Listing({self.table})"
 
-    def sql(self, connection: BaseDatabaseWrapper, since: bool) -> str:
-        """The ``SELECT`` of one hub's rows (``since``: only those whose change number is at least a
-        parameter's), its parameters the hub's scope (then the change number)."""
-        key = (connection.vendor, since)
+    def sql(self, connection: BaseDatabaseWrapper, rows: str = "all") -> str:
+        """The ``SELECT`` of one hub's rows, its parameters the hub's scope, then for ``rows``
+        "changed": a change number (the rows whose number is at least that), "quiet": a change number
+        and a time (the rows whose owner changed at that number or later, or last written before
+        that time; a time that is no number is never before any)."""
+        key = (connection.vendor, rows)
         if key not in self._sql:
             quote = connection.ops.quote_name
             columns = [self._column(self.model._meta.pk.name), *map(self._column, self.columns)]
             where = [f"{quote(self._column(c))} = %s" for c in SCOPE]
-            if since:
+            if rows == "changed":
                 where.append(f"{quote(self._column('changed'))} >= %s")
+            elif rows == "quiet":
+                owner_changed, written = quote(self._column("owner_changed")), quote(self._column("last_modified"))
+                where.append(f"({owner_changed} >= %s OR {written} < %s)")
             sql = f"SELECT {', '.join(map(quote, columns))} FROM {quote(self.table)} WHERE {' AND '.join(where)}"
             if self.order:
                 sql += f" ORDER BY {', '.join(quote(self._column(c)) for c in self.order)}"
             self._sql[key] = sql
         return self._sql[key]
 
-    def read(self, connection: BaseDatabaseWrapper, ref: HubRef, since: int | None = None) -> list[Any]:
-        """The rows of ``ref`` (with a change number of at least ``since``, when given), in order."""
+    def read(
+        self, connection: BaseDatabaseWrapper, ref: HubRef, since: int | None = None,
+        written_before: float | None = None,
+    ) -> list[Any]:  # fmt: skip
+        """The rows of ``ref``, in order: with ``since``, those with a change number of at least that;
+        with ``written_before`` too, those whose owner changed at ``since`` or later (renewals left
+        out) or that were last written before ``written_before``."""
         params: list[Any] = [ref.namespace, ref.hub, ref.consumer_group]
+        which = "all"
         if since is not None:
             params.append(since)
+            which = "changed"
+            if written_before is not None:
+                params.append(written_before)
+                which = "quiet"
         with connection.cursor() as cursor:
-            cursor.execute(self.sql(connection, since is not None), params)
+            cursor.execute(self.sql(connection, which), params)
             found = cursor.fetchall()
         convert = self._converters(connection)
         if not convert:

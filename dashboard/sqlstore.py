@@ -44,10 +44,10 @@ from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, Own
 from balancer.protocol import Snapshot
 from balancer.stores.flaws import CorruptLog
 
-from . import sqlrows
+from . import sqlclock, sqlrows
 from .dbthread import DatabaseThread
 from .models import CheckpointRow, ControlRow, MemberRow, Ownership, OwnershipClock
-from .sqlclock import StoreClock, read_clock
+from .sqlclock import PG_CLOCK, StoreClock, read_clock
 from .sqlrows import CHECKPOINTS, CONTROLS, MEMBERS, OWNERSHIP, Listing
 
 if TYPE_CHECKING:
@@ -233,33 +233,44 @@ class SqlStore:
             read_clock(connection),
         )
 
-    async def snapshot_since(self, ref: HubRef, cursor: str | None) -> Changes:
-        """``snapshot`` with only the ownership rows written after ``cursor`` (``balancer.changes``)."""
-        return await self._run(LEASE, self._snapshot_since, ref, cursor)
+    async def snapshot_since(self, ref: HubRef, cursor: str | None, stale_after: float | None = None) -> Changes:
+        """``snapshot`` with only the ownership rows written after ``cursor`` (``balancer.changes``);
+        with ``stale_after``, renewals left out and every row not written for that long read."""
+        return await self._run(LEASE, self._snapshot_since, ref, cursor, stale_after)
 
-    def _snapshot_since(self, connection: BaseDatabaseWrapper, ref: HubRef, cursor: str | None) -> Changes:
+    def _snapshot_since(
+        self, connection: BaseDatabaseWrapper, ref: HubRef, cursor: str | None, stale_after: float | None = None
+    ) -> Changes:
         # A cursor is "<epoch>:<n>": every row whose change number is below n was read (n is the
         # first number a writer may still hold uncommitted). The bound is read before the rows, so
         # the rows read next include every row below it; rows at or past it may come again next
-        # time (they cost the reading, nothing more).
-        epoch, bound = self._epoch_and_bound(connection, ref)
+        # time (they cost the reading, nothing more). Leaving renewals out, the rows are those whose
+        # owner changed (``owner_changed``, numbered as ``changed``) and those last written before
+        # ``fresh_after``, the store's clock as the bound was read less ``stale_after``.
+        epoch, bound, clock = self._epoch_and_bound(connection, ref)
         since = _since(cursor, epoch, bound)
+        fresh_after = None
         if since is None:
             ownership = self._list_ownership(connection, ref)
         else:
-            rows = OWNERSHIP.read(connection, ref, since)
+            if stale_after is None:
+                rows = OWNERSHIP.read(connection, ref, since)
+            else:
+                fresh_after = clock - stale_after
+                rows = OWNERSHIP.read(connection, ref, since, written_before=fresh_after)
             ownership = sorted(self._valid(OWNERSHIP, rows, ref, sqlrows.ownership, whole=False), key=_partition)
         return Changes(
             ownership, self._list_members(connection, ref), self._list_controls(connection, ref),
-            read_clock(connection), f"{epoch}:{bound}", since is None,
+            clock, f"{epoch}:{bound}", since is None,  # the clock as the bound was read: no statement more
             sees_every_write=True,  # a row written by hand changes the epoch (migration 0005's triggers)
+            fresh_after=fresh_after,
         )  # fmt: skip
 
-    def _epoch_and_bound(self, connection: BaseDatabaseWrapper, ref: HubRef) -> tuple[str, int]:
-        """The epoch of ``ref``'s change numbers and the first number a writer may still hold
-        uncommitted: on PostgreSQL the oldest transaction id still running (``_transaction_id``),
-        elsewhere the hub's counter plus one. One statement; the hub's clock row is made (with a fresh
-        epoch) if it is missing."""
+    def _epoch_and_bound(self, connection: BaseDatabaseWrapper, ref: HubRef) -> tuple[str, int, float]:
+        """The epoch of ``ref``'s change numbers, the first number a writer may still hold
+        uncommitted (on PostgreSQL the oldest transaction id still running: ``_transaction_id``;
+        elsewhere the hub's counter plus one) and the store's clock as they were read. One statement;
+        the hub's clock row is made (with a fresh epoch) if it is missing."""
         pg = connection.vendor == "postgresql"
         with connection.cursor() as cursor:
             cursor.execute(_clock_sql(connection), [ref.namespace, ref.hub, ref.consumer_group])
@@ -270,8 +281,11 @@ class SqlStore:
                 ignore_conflicts=True,
             )
             return self._epoch_and_bound(connection, ref)
+        if pg:
+            epoch, number, clock = found
+            return str(epoch), int(number), float(clock)
         epoch, number = found
-        return str(epoch), int(number) if pg else int(number) + 1
+        return str(epoch), int(number) + 1, sqlclock.local_clock()  # a module attribute: tests skew it
 
     def _list_ownership(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[OwnershipRecord]:
         records = self._valid(OWNERSHIP, OWNERSHIP.read(connection, ref), ref, sqlrows.ownership)
@@ -365,6 +379,7 @@ class SqlStore:
                     etag=Concat(Value(f"{token}-"), "partition_id"),
                     last_modified=now,
                     changed=serial,
+                    owner_changed=_unless_renewed(updates, serial),
                 )
             )
         if inserts:
@@ -380,6 +395,7 @@ class SqlStore:
                         etag=etags[r.partition_id],
                         last_modified=now,
                         changed=serial,
+                        owner_changed=serial,
                     )
                     for r in inserts
                 ],
@@ -531,6 +547,24 @@ def _seen(connection: BaseDatabaseWrapper, records: list[OwnershipRecord]) -> Ra
     return RawSQL("(" + " OR ".join([pair] * len(records)) + ")", params, output_field=BooleanField())
 
 
+def _unless_renewed(records: list[OwnershipRecord], serial: int) -> Any:
+    """``owner_changed`` of an UPDATE writing ``records``: kept where the row already had the owner and
+    owner level written (a renewal: the row's old values, as every expression of an UPDATE reads
+    them), else ``serial``. One condition per owner and level written (one for a renewal cycle)."""
+    groups: dict[tuple[str, int], list[str]] = {}
+    for r in records:
+        groups.setdefault((r.owner_id, r.owner_level), []).append(r.partition_id)
+    if len(groups) == 1:
+        [(owner, level)] = groups
+        renewed = [When(owner_id=owner, owner_level=level, then=F("owner_changed"))]
+    else:
+        renewed = [
+            When(owner_id=owner, owner_level=level, partition_id__in=pids, then=F("owner_changed"))
+            for (owner, level), pids in groups.items()
+        ]
+    return Case(*renewed, default=Value(serial))
+
+
 def _per_partition(field: str, records: list[OwnershipRecord], value: Callable[[OwnershipRecord], Any]) -> Any:
     """An UPDATE value per partition: a constant when all agree (the common renewal), else a CASE."""
     values = {value(r) for r in records}
@@ -546,7 +580,10 @@ def _clock_sql(connection: BaseDatabaseWrapper) -> str:
     """The hub's change-number epoch and bound (``_epoch_and_bound``), written once per vendor."""
     vendor, quote = connection.vendor, connection.ops.quote_name
     if vendor not in _CLOCK_SQL:
-        number = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint" if vendor == "postgresql" else quote("serial")
+        if vendor == "postgresql":  # the bound, and the clock as it is read
+            number = f"pg_snapshot_xmin(pg_current_snapshot())::text::bigint, {PG_CLOCK}"
+        else:
+            number = quote("serial")
         scope = " AND ".join(f"{quote(column)} = %s" for column in ("namespace", "hub", "consumer_group"))
         table = quote(OwnershipClock._meta.db_table)
         _CLOCK_SQL[vendor] = f"SELECT {quote('epoch')}, {number} FROM {table} WHERE {scope}"

@@ -284,8 +284,8 @@ class CountedSnapshots(InstrumentedStore[SnapshotStore]):
 class CountedChanges(InstrumentedStore[ChangeFeed]):
     __slots__ = ()
 
-    async def snapshot_since(self, ref: HubRef, cursor: str | None) -> Changes:
-        return await _count("snapshot_since", self._store.snapshot_since, ref, cursor)
+    async def snapshot_since(self, ref: HubRef, cursor: str | None, stale_after: float | None = None) -> Changes:
+        return await _count("snapshot_since", self._store.snapshot_since, ref, cursor, stale_after)
 
 
 class CountedCheckpoints(InstrumentedStore[CheckpointStore]):

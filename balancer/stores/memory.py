@@ -66,6 +66,9 @@ class MemoryStore:
         self._epoch = secrets.token_hex(4)
         self._serial: dict[HubRef, int] = {}
         self._changed: dict[tuple[HubRef, str], int] = {}
+        # The change number of each record's latest write that was no renewal (it changed the owner or
+        # the owner level): what a reader that leaves renewals out reads by (``stale_after``).
+        self._owner_changed: dict[tuple[HubRef, str], int] = {}
         self._checkpoints: dict[tuple[HubRef, str], Checkpoint] = {}
         self._members: dict[tuple[HubRef, str], Member] = {}
         self._controls: dict[tuple[HubRef, ControlKind, str], Control] = {}
@@ -97,23 +100,32 @@ class MemoryStore:
             self._enter()
             return Snapshot(self._listed(ref), self._listed_members(ref), self._listed_controls(ref), self._clock())
 
-    async def snapshot_since(self, ref: HubRef, cursor: str | None) -> Changes:
+    async def snapshot_since(self, ref: HubRef, cursor: str | None, stale_after: float | None = None) -> Changes:
         """``snapshot`` with only the ownership records written after ``cursor`` (every one when
-        ``cursor`` is None or is not one of this store's, or names a change it never made)."""
+        ``cursor`` is None or is not one of this store's, or names a change it never made). With
+        ``stale_after``, renewals are left out, and every record last written more than ``stale_after``
+        seconds ago is listed whatever its change (``balancer.changes``)."""
         with self._lock:
             self._enter()
-            serial = self._serial.get(ref, 0)
+            serial, now = self._serial.get(ref, 0), self._clock()
             since = _since(cursor, self._epoch, serial)
+            fresh_after = None
             if since is None:
                 ownership = self._listed(ref)
-            else:
+            elif stale_after is None:
                 changed = [stored for key, stored in self._ownership.items()
                            if key[0] == ref and self._changed.get(key, 0) > since]  # fmt: skip
                 ownership = [_as_listed(stored)[0] for stored in changed]
+            else:
+                fresh_after = now - stale_after
+                changed = [stored for key, stored in self._ownership.items()
+                           if key[0] == ref and (self._owner_changed.get(key, 0) > since
+                                                 or _written_before(stored, fresh_after))]  # fmt: skip
+                ownership = [_as_listed(stored)[0] for stored in changed]
             count = None if since is None else sum(1 for k in self._ownership if k[0] == ref)
             return Changes(
-                ownership, self._listed_members(ref), self._listed_controls(ref), self._clock(),
-                f"{self._epoch}:{serial}", since is None, count, in_partition_order=False,
+                ownership, self._listed_members(ref), self._listed_controls(ref), now,
+                f"{self._epoch}:{serial}", since is None, count, in_partition_order=False, fresh_after=fresh_after,
             )  # fmt: skip
 
     # ownership -----------------------------------------------------------------------------
@@ -149,6 +161,11 @@ class MemoryStore:
                 stored = replace(record, etag=f"m{next(self._etags)}", last_modified=now)
                 self._ownership[key] = stored
                 self._serial[record.ref] = self._changed[key] = self._serial.get(record.ref, 0) + 1
+                renewal = current is not None and (current.owner_id, current.owner_level) == (
+                    record.owner_id, record.owner_level,
+                )  # fmt: skip
+                if not renewal:
+                    self._owner_changed[key] = self._changed[key]
                 won.append(stored)
         return won
 
@@ -239,6 +256,13 @@ class MemoryStore:
         with self._lock:
             self._enter()
             self._controls.pop((ref, ControlKind(kind), target), None)
+
+
+def _written_before(record: OwnershipRecord, at: float) -> bool:
+    """Whether ``record`` was last written before ``at``: a time that is no number never was (a reader
+    reads it as expired, as the listing showed it)."""
+    modified = finite_time(record.last_modified)
+    return modified is not None and modified < at
 
 
 def _since(cursor: str | None, epoch: str, serial: int) -> int | None:

@@ -274,13 +274,14 @@ class RedisStore:
             server_time(seconds, micros),
         )  # fmt: skip
 
-    async def snapshot_since(self, ref: HubRef, cursor: str | None) -> Changes:
+    async def snapshot_since(self, ref: HubRef, cursor: str | None, stale_after: float | None = None) -> Changes:
         """``snapshot`` with only the ownership records written after ``cursor`` (``balancer.changes``),
         in one round trip (a script: atomic, so the records and the counter read agree). Each write
         takes its change number from the hub's counter in the claim script, so the numbers are in the
         order of the writes; the script reads everything when the cursor is of another epoch (a
         FLUSHALL, a restart) or past the counter. ``count`` is ``HLEN``: a record deleted by hand
-        shows as a copy larger than the store's."""
+        shows as a copy larger than the store's. ``stale_after`` is not used: renewals are read like any
+        write (no separate numbering of owner changes here yet)."""
         keys = Keys.of(ref)
         epoch, _, serial = (cursor or "").partition(":")
 

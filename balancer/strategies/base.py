@@ -47,6 +47,18 @@ class View:
     # partition id -> measured events per second, as the owners published them (``balancer.load``):
     # the same for every worker that read the same store state. Filled for strategies that use load.
     loads: Mapping[str, float] = field(default_factory=dict)
+    # From a change feed that leaves renewals out (``balancer.changes``): every record of ``ownership``
+    # but those in ``exact`` was written at or after ``fresh_after`` (the store's clock), whatever
+    # older time it shows, so it is judged by that time. None: every record shows its last write.
+    fresh_after: float | None = None
+    exact: frozenset[str] = frozenset()
+
+    def modified(self, record: OwnershipRecord) -> float | None:
+        """When ``record`` was last written, as far as this view can tell (see ``fresh_after``)."""
+        at, floor = record.last_modified, self.fresh_after
+        if floor is None or at is None or not math.isfinite(at) or record.partition_id in self.exact:
+            return at  # a time that is no number stays what it is: never alive
+        return max(at, floor)
 
     def age(self, at: float | None) -> float:
         """Seconds since ``at`` on the clock of ``now``, not counting dark time (see ``age``)."""
@@ -67,13 +79,21 @@ class View:
             return {
                 p: r
                 for p, r in self.ownership.items()
-                if p in known and r.owner_id and self.age(r.last_modified) <= self.expiry
+                if p in known and r.owner_id and self.age(self.modified(r)) <= self.expiry
             }
         # ``age`` inlined for the usual case, no dark time (every record, every cycle): alive while its
         # age is at most the expiry; never for a time that is None or not a number, nor on the store's
         # clock for one ahead of it by more than the expiry.
         now, expiry = self.now, self.expiry
         ahead = expiry if self.clock_is_store else sys.float_info.max
+        floor, exact, inf = self.fresh_after, self.exact, math.inf
+        if floor is not None:  # ``modified`` inlined too
+            return {
+                p: r
+                for p, r in self.ownership.items()
+                if p in known and r.owner_id and (at := r.last_modified) is not None
+                and -ahead <= now - (max(at, floor) if -inf < at < inf and p not in exact else at) <= expiry
+            }  # fmt: skip
         return {
             p: r
             for p, r in self.ownership.items()

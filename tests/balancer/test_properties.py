@@ -11,6 +11,7 @@ Pins and drains are drawn in ``test_properties_controls.py`` for the strategies 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections import Counter
 from dataclasses import dataclass
@@ -171,19 +172,30 @@ _TIMES = st.one_of(
 
 
 @given(
-    times=st.lists(st.tuples(st.booleans(), _TIMES), max_size=12),
+    times=st.lists(st.tuples(st.booleans(), _TIMES, st.booleans()), max_size=12),
     clock_is_store=st.booleans(),
     dark=st.lists(st.tuples(st.floats(960.0, 1_000.0), st.floats(0.0, 20.0)), max_size=2),
+    fresh_after=st.one_of(st.none(), st.floats(985.0, 1_000.0)),
 )
 def test_active_is_every_held_record_no_older_than_the_expiry(
-    times: list[tuple[bool, float | None]], clock_is_store: bool, dark: list[tuple[float, float]]
-) -> None:
-    """``View.active`` (inlined for speed when nothing is dark) agrees with ``View.age`` record by record."""
+    times: list[tuple[bool, float | None, bool]], clock_is_store: bool, dark: list[tuple[float, float]],
+    fresh_after: float | None,
+) -> None:  # fmt: skip
+    """``View.active`` (inlined for speed when nothing is dark) agrees with ``View.age`` of
+    ``View.modified`` record by record, with records a quiet delta left out (``fresh_after``) or not."""
     records = {
         str(i): OwnershipRecord(REF, str(i), "w" if held else "", last_modified=at, etag=str(i))
-        for i, (held, at) in enumerate(times)
+        for i, (held, at, _) in enumerate(times)
     }
+    exact = frozenset(str(i) for i, (_, _, listed) in enumerate(times) if listed)
     view = View("w", tuple(records), records, 1_000.0, 10.0, clock_is_store=clock_is_store,
-                dark=tuple((start, start + length) for start, length in dark))  # fmt: skip
-    expected = {p for p, r in records.items() if r.owner_id and view.age(r.last_modified) <= view.expiry}
+                dark=tuple((start, start + length) for start, length in dark),
+                fresh_after=fresh_after, exact=exact)  # fmt: skip
+    expected = {p for p, r in records.items() if r.owner_id and view.age(view.modified(r)) <= view.expiry}
     assert set(view.active()) == expected
+    for p, r in records.items():  # a record left out is never older than the bound, and never younger than shown
+        at, seen = r.last_modified, view.modified(r)
+        if fresh_after is not None and p not in exact and at is not None and math.isfinite(at):
+            assert seen == max(at, fresh_after)
+        else:
+            assert seen is at

@@ -37,11 +37,30 @@ def ticking() -> Any:
     return lambda: 0.0
 
 
-async def brought_up_to_date(store: Store, table: OwnershipTable) -> tuple[list[OwnershipRecord], bool]:
+async def brought_up_to_date(
+    store: Store, table: OwnershipTable, stale_after: float | None = None
+) -> tuple[list[OwnershipRecord], bool]:
     """``table`` after reading ``store``'s changes, and whether that read was a delta (not full)."""
-    done = await read(store, REF, table, ticking())
+    done = await read(store, REF, table, ticking(), stale_after)
     assert done.ownership is not None, "the copy disagreed with the store even after a full read"
     return done.ownership, not done.changes.full
+
+
+def assert_agrees(copy: list[OwnershipRecord], table: OwnershipTable, listed: list[OwnershipRecord]) -> None:
+    """The copy is the listing, record for record and in its order; after a delta that left renewals out
+    (``table.fresh_after``), every record has the listing's owner and level, those the delta brought
+    are the listing's own, and every other one was last written at or after the bound in the store."""
+    if table.fresh_after is None:
+        assert as_listed(copy) == as_listed(listed)
+        return
+    assert [(r.partition_id, r.owner_id, r.owner_level) for r in copy] == [
+        (r.partition_id, r.owner_id, r.owner_level) for r in listed
+    ]
+    for mine, theirs in zip(copy, listed, strict=True):
+        if mine.partition_id in table.exact:
+            assert as_listed([mine]) == as_listed([theirs])
+        else:
+            assert theirs.last_modified is not None and theirs.last_modified >= table.fresh_after, (mine, theirs)
 
 
 def as_listed(records: list[OwnershipRecord]) -> list[tuple[str, str, str | None, float | None, int]]:
@@ -86,13 +105,16 @@ class ChangeFeedContract:
         quiet = await store.snapshot_since(REF, changed.cursor)
         assert not quiet.full and quiet.ownership == [] and quiet.now >= changed.now
 
+    @pytest.mark.parametrize("stale_after", [None, 3600.0, 0.05])
     async def test_the_copy_kept_from_changes_is_the_full_listing_after_random_interleavings_of_writers(
-        self, store: Store
+        self, store: Store, stale_after: float | None
     ) -> None:
         # Three writers (each its own connection) claim free partitions, steal with the ETag they last
         # saw (often stale: it loses), renew and release what they hold, one at a time and in bursts
         # sent together; three readers keep copies, read at random moments. After every read, each
-        # copy is the full listing, record for record and in its order.
+        # copy is the full listing, record for record and in its order; a reader that leaves renewals
+        # out (``stale_after``: an hour, so none is listed for its age, or 50 ms, so some are) has
+        # a copy that agrees with it (``assert_agrees``).
         deltas = 0
         for seed in range(3):
             rng = random.Random(seed)
@@ -119,14 +141,41 @@ class ChangeFeedContract:
                         seen = {r.partition_id: r for r in await store.list_ownership(REF)}
                     else:
                         table = rng.choice(tables)
-                        copy, delta = await brought_up_to_date(store, table)
+                        copy, delta = await brought_up_to_date(store, table, stale_after)
                         deltas += delta
-                        assert as_listed(copy) == as_listed(await store.list_ownership(REF))
+                        assert_agrees(copy, table, await store.list_ownership(REF))
                 for table in tables:
-                    copy, delta = await brought_up_to_date(store, table)
+                    copy, delta = await brought_up_to_date(store, table, stale_after)
                     deltas += delta
-                    assert as_listed(copy) == as_listed(await store.list_ownership(REF))
+                    assert_agrees(copy, table, await store.list_ownership(REF))
         assert deltas >= 20, "the readers hardly ever read a delta: the test proves nothing"
+
+    async def test_a_reader_that_leaves_renewals_out_reads_owner_changes_and_what_nobody_wrote_lately(
+        self, store: Store
+    ) -> None:
+        # With ``stale_after`` a store that can leaves renewals out of a delta: it lists the records
+        # whose owner or owner level changed, and every record last written more than ``stale_after``
+        # ago, with its current ETag; ``fresh_after`` bounds the others. One that cannot reads every
+        # write and says nothing was left out.
+        first = await store.snapshot_since(REF, None, 3600.0)
+        won = await store.claim_ownership([OwnershipRecord(REF, p, "a") for p in partition_ids(6)])
+        base = await store.snapshot_since(REF, first.cursor, 3600.0)
+        await store.claim_ownership([won[1], won[2]])  # renewals
+        await store.claim_ownership([replace(won[3], owner_id="")])  # a release
+        await store.claim_ownership([replace(won[4], owner_level=2)])  # the same owner, another level
+        await store.claim_ownership([won[5].claimed_by("b")])  # a steal
+        quiet = await store.snapshot_since(REF, base.cursor, 3600.0)
+        listed = {r.partition_id: r for r in await store.list_ownership(REF)}
+        assert not quiet.full
+        if quiet.fresh_after is None:
+            assert {r.partition_id for r in quiet.ownership} == {"1", "2", "3", "4", "5"}
+        else:
+            assert as_listed(quiet.ownership) == as_listed([listed[p] for p in ("3", "4", "5")])
+            assert all(listed[p].last_modified >= quiet.fresh_after for p in ("0", "1", "2"))  # type: ignore[operator]
+        # A bound past every write: every record is listed, as the store holds it.
+        aged = await store.snapshot_since(REF, quiet.cursor, -60.0)
+        if aged.fresh_after is not None:
+            assert as_listed(aged.ownership) == as_listed(list(listed.values()))
 
     async def test_expired_records_nobody_writes_stay_in_the_copy_as_they_are_in_the_store(self, store: Store) -> None:
         table = OwnershipTable(math.inf)
