@@ -280,22 +280,27 @@ class RedisStore:
         takes its change number from the hub's counter in the claim script, so the numbers are in the
         order of the writes; the script reads everything when the cursor is of another epoch (a
         FLUSHALL, a restart) or past the counter. ``count`` is ``HLEN``: a record deleted by hand
-        shows as a copy larger than the store's. ``stale_after`` is not used: renewals are read like any
-        write (no separate numbering of owner changes here yet)."""
+        shows as a copy larger than the store's. With ``stale_after`` renewals are left out (the claim
+        script numbers owner changes apart and keeps each record's time in a sorted set)."""
         keys = Keys.of(ref)
         epoch, _, serial = (cursor or "").partition(":")
+        stale = "" if stale_after is None else repr(float(stale_after))
 
         async def read(c: Connection) -> list[Any]:
-            keys_ = [keys.ownership, keys.changes, keys.etags, keys.epoch, keys.members, keys.controls]
-            return list(await c.script(CHANGES)(keys=keys_, args=[epoch, serial]))
+            keys_ = [keys.ownership, keys.changes, keys.etags, keys.epoch, keys.members, keys.controls,
+                     keys.owner_changes, keys.modified]  # fmt: skip
+            return list(await c.script(CHANGES)(keys=keys_, args=[epoch, serial, stale]))
 
-        seconds, micros, epoch, counter, full, count, flat, members, controls = await self.run("reading changes", read)
+        seconds, micros, epoch, counter, full, count, flat, members, controls, fresh = await self.run(
+            "reading changes", read
+        )
         raw = _pairs(flat)
         ownership = self._ownership(ref, raw, whole=bool(int(full)))
+        fresh_after = float(text(fresh)) if text(fresh) else None
         if not int(full) and len(ownership) < len(raw):
             # A record written lately that cannot be read (a hand edit over it): a full listing would
             # leave it out, a copy would keep its older version. Read all, as a listing would.
-            ownership, full = await self.list_ownership(ref), 1
+            ownership, full, fresh_after = await self.list_ownership(ref), 1, None
         epoch = text(epoch)
         # A whole listing is the table; after a delta, the store's count of the records a listing shows
         # (the unreadable ones it skips left out) checks the copy's size.
@@ -303,6 +308,7 @@ class RedisStore:
         return Changes(
             ownership, self._members(ref, _pairs(members)), self._controls(ref, _pairs(controls)),
             server_time(seconds, micros), f"{epoch}:{text(counter)}" if epoch else None, bool(int(full)), shown,
+            fresh_after=fresh_after,
         )  # fmt: skip
 
     # ownership -----------------------------------------------------------------------------
@@ -327,7 +333,10 @@ class RedisStore:
                 args += [r.partition_id, r.owner_id, etag, str(int(r.owner_level))]
 
             async def claim(c: Connection, keys: Keys = keys, args: list[str] = args) -> Any:
-                return await c.claim(keys=[keys.ownership, keys.etags, keys.changes, keys.epoch], args=args)
+                return await c.claim(
+                    keys=[keys.ownership, keys.etags, keys.changes, keys.epoch, keys.owner_changes, keys.modified],
+                    args=args,
+                )
 
             now_text, wins = await self.run("a claim", claim)
             now = float(now_text)

@@ -34,11 +34,16 @@ class Keys:
     etags: str  # the hub's write counter: part of every ETag, and the change number of every write
     changes: str  # sorted set: partition -> the change number of its record's latest write
     epoch: str  # when the counter started: a cursor of another epoch reads everything again
+    # Sorted set: partition -> the change number of its record's latest write that was no renewal
+    # (it changed the owner or the owner level): what a reader that leaves renewals out reads by.
+    owner_changes: str
+    modified: str  # sorted set: partition -> its record's "modified" (the server's clock, seconds)
 
     @classmethod
     def of(cls, ref: HubRef) -> Keys:
         prefix = scope(ref)
-        names = ("ownership", "checkpoints", "members", "controls", "etags", "changes", "epoch")
+        names = ("ownership", "checkpoints", "members", "controls", "etags", "changes", "epoch", "owner_changes",
+                 "modified")  # fmt: skip
         return cls(*(f"{prefix}:{name}" for name in names))
 
 
@@ -64,11 +69,13 @@ local function read(value)
 end
 """
 
-# KEYS: ownership, etags, changes, epoch. ARGV: (partition, owner, ETag expected or '', owner level) per
-# record. Returns {now, {{n, new ETag}, ...}} for the records won, n counting records from 1.
-# Every record won takes the next number of the hub's counter as its change number (scripts run one
-# at a time, so the numbers are in the order of the writes); the counter's epoch is set whenever the
-# counter starts again (a FLUSHALL, a restart without persistence) or has none.
+# KEYS: ownership, etags, changes, epoch, owner_changes, modified. ARGV: (partition, owner, ETag expected
+# or '', owner level) per record. Returns {now, {{n, new ETag}, ...}} for the records won, n counting
+# records from 1. Every record won takes the next number of the hub's counter as its change number
+# (scripts run one at a time, so the numbers are in the order of the writes), and as its owner-change
+# number unless it is a renewal (the stored record has the owner and level written); its time goes to
+# ``modified``. The counter's epoch is set whenever the counter starts again (a FLUSHALL, a restart
+# without persistence) or has none.
 CLAIM = (
     _NOW
     + _READ
@@ -96,6 +103,10 @@ for i = 1, #ARGV, 4 do
     redis.call('HSET', KEYS[1], pid,
       cjson.encode({owner = owner, etag = etag, modified = now, level = tonumber(level)}))
     redis.call('ZADD', KEYS[3], serial, pid)
+    if not (record ~= nil and record.owner == owner and tonumber(record.level or 0) == tonumber(level)) then
+      redis.call('ZADD', KEYS[5], serial, pid)
+    end
+    redis.call('ZADD', KEYS[6], now, pid)
     won[#won + 1] = {(i + 3) / 4, etag}
   end
 end
@@ -103,19 +114,38 @@ return {now, won}
 """
 )
 
-# KEYS: ownership, changes, etags, epoch, members, controls. ARGV: the epoch and change number a cursor
-# read up to ('' and '': none). Returns {seconds, microseconds, epoch, counter, full (1/0), records in the
-# ownership hash, ownership (flat field/value pairs), members (flat), controls (flat)}: the ownership
-# records written after the cursor, or all of them (full) when the cursor is of another epoch, or past
-# the counter (it went back), or names a record that is gone (deleted by hand).
+# KEYS: ownership, changes, etags, epoch, members, controls, owner_changes, modified. ARGV: the epoch and
+# change number a cursor read up to ('' and '': none), and '' or ``stale_after`` (seconds). Returns
+# {seconds, microseconds, epoch, counter, full (1/0), records in the ownership hash, ownership (flat
+# field/value pairs), members (flat), controls (flat), fresh after ('' or the server's clock less
+# ``stale_after``)}: the ownership records written after the cursor, or all of them (full) when the
+# cursor is of another epoch, or past the counter (it went back), or names a record that is gone
+# (deleted by hand). With ``stale_after`` renewals are left out: the records whose owner changed after
+# the cursor, and those last modified before "fresh after". A hub written before ``owner_changes`` and
+# ``modified`` were kept (their sizes differ from the hash's) is read with every write (fresh after
+# ''); the next full read fills them from the records.
 CHANGES = """
 local t = redis.call('TIME')
 local epoch = redis.call('GET', KEYS[4]) or ''
 local counter = tonumber(redis.call('GET', KEYS[3]) or '0')
 local full = ARGV[1] == '' or ARGV[1] ~= epoch or tonumber(ARGV[2]) == nil or tonumber(ARGV[2]) > counter
 local ownership = {}
+local size = redis.call('HLEN', KEYS[1])
+local quiet = ARGV[3] ~= '' and redis.call('ZCARD', KEYS[7]) == size and redis.call('ZCARD', KEYS[8]) == size
+local fresh_after = ''
 if not full then
-  local pids = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[2], '+inf')
+  local pids
+  if quiet then
+    fresh_after = string.format('%.6f', tonumber(t[1]) + tonumber(t[2]) / 1000000 - tonumber(ARGV[3]))
+    pids = redis.call('ZRANGEBYSCORE', KEYS[7], '(' .. ARGV[2], '+inf')
+    local listed = {}
+    for _, pid in ipairs(pids) do listed[pid] = true end
+    for _, pid in ipairs(redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', '(' .. fresh_after)) do
+      if not listed[pid] then pids[#pids + 1] = pid end
+    end
+  else
+    pids = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. ARGV[2], '+inf')
+  end
   for start = 1, #pids, 500 do
     local batch = {unpack(pids, start, math.min(start + 499, #pids))}
     local values = redis.call('HMGET', KEYS[1], unpack(batch))
@@ -127,9 +157,23 @@ if not full then
     if full then break end
   end
 end
-if full then ownership = redis.call('HGETALL', KEYS[1]) end
-return {t[1], t[2], epoch, tostring(counter), full and 1 or 0, redis.call('HLEN', KEYS[1]), ownership,
-  redis.call('HGETALL', KEYS[5]), redis.call('HGETALL', KEYS[6])}
+if full then
+  ownership = redis.call('HGETALL', KEYS[1])
+  if ARGV[3] ~= '' and not quiet then
+    -- kept since the hub was first written by an older version: fill from the records, whose owner
+    -- changes count as made at this counter (the next reads list each once more, no harm)
+    redis.call('DEL', KEYS[7], KEYS[8])
+    for i = 1, #ownership, 2 do
+      local ok, record = pcall(cjson.decode, ownership[i + 1])
+      local modified = ok and type(record) == 'table' and tonumber(record.modified) or 0
+      redis.call('ZADD', KEYS[7], counter, ownership[i])
+      redis.call('ZADD', KEYS[8], modified, ownership[i])
+    end
+  end
+end
+if full then fresh_after = '' end
+return {t[1], t[2], epoch, tostring(counter), full and 1 or 0, size, ownership,
+  redis.call('HGETALL', KEYS[5]), redis.call('HGETALL', KEYS[6]), fresh_after}
 """
 
 # KEYS: ownership, checkpoints. ARGV: partition, owner, checkpoint JSON without "modified", "1" when

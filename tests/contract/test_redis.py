@@ -137,7 +137,8 @@ class TestRedisStore(ChangeFeedContract, StoreContract):
         for ref in (REF, tricky):
             keys = Keys.of(ref)
             fields = (
-                keys.ownership, keys.checkpoints, keys.members, keys.controls, keys.etags, keys.changes, keys.epoch
+                keys.ownership, keys.checkpoints, keys.members, keys.controls, keys.etags, keys.changes, keys.epoch,
+                keys.owner_changes, keys.modified,
             )  # fmt: skip
             assert len({key_slot(k.encode()) for k in fields}) == 1
             assert scope(ref).count("{") == 1 and scope(ref).count("}") == 1
@@ -146,8 +147,31 @@ class TestRedisStore(ChangeFeedContract, StoreContract):
         async with Redis.from_url(redis_server.url, decode_responses=True) as raw:
             written = sorted(await raw.keys("*"))
         keys = Keys.of(tricky)
-        assert written == sorted([keys.ownership, keys.etags, keys.changes, keys.epoch, keys.checkpoints])
+        assert written == sorted([keys.ownership, keys.etags, keys.changes, keys.epoch, keys.checkpoints,
+                                  keys.owner_changes, keys.modified])  # fmt: skip
         assert all(k.startswith(scope(tricky) + ":") for k in written)
+
+    async def test_a_hub_written_before_owner_changes_were_kept_reads_every_write_until_a_full_read(
+        self, store: RedisStore, redis_server: RedisServer
+    ) -> None:
+        # Records claimed by an older version have no place in ``owner_changes`` and ``modified``: a
+        # reader that leaves renewals out gets them all (nothing may be missed), until a full read
+        # fills both sets from the records; from then on renewals are left out.
+        won = await store.claim_ownership([OwnershipRecord(REF, p, "a") for p in "0123"])
+        first = await store.snapshot_since(REF, None, 3600.0)
+        keys = Keys.of(REF)
+        async with Redis.from_url(redis_server.url) as raw:
+            await raw.delete(keys.owner_changes, keys.modified)
+        [renewed] = await store.claim_ownership([won[0]])
+        delta = await store.snapshot_since(REF, first.cursor, 3600.0)
+        assert not delta.full and delta.fresh_after is None and delta.ownership == [renewed]
+        whole = await store.snapshot_since(REF, None, 3600.0)
+        assert whole.full and len(whole.ownership) == 4
+        await store.claim_ownership([renewed, *won[1:]])
+        quiet = await store.snapshot_since(REF, whole.cursor, 3600.0)
+        assert not quiet.full and quiet.fresh_after is not None and quiet.ownership == []
+        aged = await store.snapshot_since(REF, quiet.cursor, -60.0)  # every record written before the bound
+        assert [r.partition_id for r in aged.ownership] == ["0", "1", "2", "3"]
 
     async def test_the_scripts_touch_only_keys_of_their_scope(
         self, store: RedisStore, redis_server: RedisServer
