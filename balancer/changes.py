@@ -61,8 +61,9 @@ class Changes:
     # A full listing lists records in partition id order (True), or in the order they were first
     # written (False: the in-memory store): where a record new to the copy goes.
     in_partition_order: bool = True
-    # The feed sees every write, those made behind the store's back included (SQL: triggers), so the
-    # safety-net full read can be rare (``OwnershipTable.TRUSTED``); else it comes once an expiry.
+    # The feed sees every write, those made behind the store's back included (SQL: triggers; Redis
+    # leaving renewals out: a record no script wrote lately is listed as stored), so the safety-net
+    # full read can be rare (``OwnershipTable.TRUSTED``); else it comes once an expiry.
     sees_every_write: bool = False
     # A delta read with ``stale_after`` from a store that leaves renewals out (see ``ChangeFeed``):
     # every record it did not list was last written at or after this time (the store's clock), so

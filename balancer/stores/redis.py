@@ -309,6 +309,10 @@ class RedisStore:
             ownership, self._members(ref, _pairs(members)), self._controls(ref, _pairs(controls)),
             server_time(seconds, micros), f"{epoch}:{text(counter)}" if epoch else None, bool(int(full)), shown,
             fresh_after=fresh_after,
+            # Leaving renewals out, every record no script wrote for ``stale_after`` is listed as stored,
+            # so a hand edit (redis-cli) shows within that, unless a script writes the record first;
+            # a record added or deleted by hand shows at once in the count.
+            sees_every_write=fresh_after is not None,
         )  # fmt: skip
 
     # ownership -----------------------------------------------------------------------------

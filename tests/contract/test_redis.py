@@ -173,6 +173,24 @@ class TestRedisStore(ChangeFeedContract, StoreContract):
         aged = await store.snapshot_since(REF, quiet.cursor, -60.0)  # every record written before the bound
         assert [r.partition_id for r in aged.ownership] == ["0", "1", "2", "3"]
 
+    async def test_a_hand_edit_reaches_a_reader_that_leaves_renewals_out_once_no_script_wrote_it_lately(
+        self, store: RedisStore, redis_server: RedisServer
+    ) -> None:
+        # Why such a feed counts as seeing every write (``sees_every_write``, a rare safety-net read):
+        # the record's time in ``modified`` is the last script's, so the edited record is listed as
+        # stored once that time is older than ``stale_after``.
+        await store.claim_ownership([OwnershipRecord(REF, p, "a") for p in "012"])
+        first = await store.snapshot_since(REF, None, 3600.0)
+        edited = json.dumps({"owner": "ghost", "etag": "by-hand", "modified": "1.0", "level": 0})
+        async with Redis.from_url(redis_server.url) as raw:
+            await raw.hset(Keys.of(REF).ownership, "1", edited)
+        recent = await store.snapshot_since(REF, first.cursor, 3600.0)
+        assert recent.ownership == [] and recent.sees_every_write
+        aged = await store.snapshot_since(REF, recent.cursor, -60.0)
+        assert [(r.partition_id, r.owner_id, r.etag) for r in aged.ownership if r.partition_id == "1"] == [
+            ("1", "ghost", "by-hand")
+        ]
+
     async def test_the_scripts_touch_only_keys_of_their_scope(
         self, store: RedisStore, redis_server: RedisServer
     ) -> None:
