@@ -39,7 +39,7 @@ from .errors import StoreUnavailable
 from .model import BalancerEvent, ControlKind, Controls, EventKind, HubRef, Member, OwnershipRecord, pid_key
 from .notices import Released
 from .strategies import Claim, Strategy, View
-from .strategies.base import age
+from .strategies.base import age, modified
 
 T = TypeVar("T")
 log = logging.getLogger("leaseboard.balancer")
@@ -468,10 +468,7 @@ class Coordinator:
 
     def _modified(self, record: OwnershipRecord) -> float | None:
         """``View.modified`` for this cycle's read (a record a quiet delta left out: at least its bound)."""
-        at, floor = record.last_modified, self._fresh_after
-        if floor is None or at is None or not math.isfinite(at) or record.partition_id in self._exact:
-            return at
-        return max(at, floor)
+        return modified(record, self._fresh_after, self._exact)
 
     async def _measure(self, snap: Snapshot, now: float) -> list[Member]:
         """Read the checkpoints into this worker's rate meter; publish the rates of the partitions it

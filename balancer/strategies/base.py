@@ -55,10 +55,7 @@ class View:
 
     def modified(self, record: OwnershipRecord) -> float | None:
         """When ``record`` was last written, as far as this view can tell (see ``fresh_after``)."""
-        at, floor = record.last_modified, self.fresh_after
-        if floor is None or at is None or not math.isfinite(at) or record.partition_id in self.exact:
-            return at  # a time that is no number stays what it is: never alive
-        return max(at, floor)
+        return modified(record, self.fresh_after, self.exact)
 
     def age(self, at: float | None) -> float:
         """Seconds since ``at`` on the clock of ``now``, not counting dark time (see ``age``)."""
@@ -109,6 +106,15 @@ class View:
     def unclaimed(self, active: Mapping[str, OwnershipRecord]) -> list[str]:
         """Partitions nobody actively holds, in id order."""
         return [p for p in self.partition_ids if p not in active]
+
+
+def modified(record: OwnershipRecord, fresh_after: float | None, exact: frozenset[str]) -> float | None:
+    """When ``record`` was last written, as far as a read that left renewals out can tell: its own
+    time, or for a record the read did not list (not in ``exact``) at least ``fresh_after``."""
+    at = record.last_modified
+    if fresh_after is None or at is None or not math.isfinite(at) or record.partition_id in exact:
+        return at  # a time that is no number stays what it is: never alive
+    return max(at, fresh_after)
 
 
 def age(at: float | None, now: float, dark: Sequence[tuple[float, float]] = (), future: float | None = None) -> float:
