@@ -15,7 +15,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -36,9 +36,9 @@ from balancer.protocol import (
 from . import changes, load
 from .changes import ChangeFeed, OwnershipTable
 from .errors import StoreUnavailable
-from .model import BalancerEvent, ControlKind, Controls, EventKind, HubRef, Member, OwnershipRecord, pid_key
+from .model import BalancerEvent, Control, ControlKind, Controls, EventKind, HubRef, Member, OwnershipRecord, pid_key
 from .notices import Released
-from .strategies import Claim, Strategy, View
+from .strategies import Claim, Plan, Strategy, View
 from .strategies.base import age, modified
 
 T = TypeVar("T")
@@ -70,6 +70,21 @@ STALE_SHARE, STALE_MAX = 0.85, 0.9
 class _Lease:
     record: OwnershipRecord
     renewed_at: float  # local monotonic time the winning request was *sent*
+
+
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    """What a cycle read when its plan came out empty with every partition held (``Strategy.settles``):
+    the next cycle skips its plan if it reads the same and nothing else changed (``steady_cycles``)."""
+
+    partition_ids: tuple[str, ...]
+    members: tuple[Member, ...]
+    controls: tuple[Control, ...]
+    holders: frozenset[str]  # the members that held a live lease
+    leases: frozenset[str]  # what this worker held
+
+
+_NOTHING = Plan()
 
 
 @dataclass
@@ -104,6 +119,14 @@ class Coordinator:
     # finds one due. False: cycles alone renew, each lease in the last cycle that is safely early.
     renewal_steps: bool = False
     renew_share: float = RENEW_SHARE
+    # A steady cycle skips the plan: with a strategy whose plan ``settles``, when the last plan was
+    # empty with every partition held, and this cycle's read (a quiet delta: ``STALE_SHARE``) listed
+    # no ownership record and the same members, controls and partitions, while this worker holds
+    # what it held, waits for nothing and hands nothing off, and no cycle failed within the expiry.
+    # Nothing the plan reads then changed but the clock, and no age crossed the expiry: every record
+    # the delta left out was written within ``stale_after``. At 1024 partitions the plan and the
+    # view's judgement of every record were most of an idle worker's CPU. False: plan every cycle.
+    steady_cycles: bool = True
     _leases: dict[str, _Lease] = field(default_factory=dict, init=False)
     _requests: int = field(default=0, init=False)
     _announced: bool = field(default=False, init=False)
@@ -140,6 +163,10 @@ class Coordinator:
     _published: dict[str, float] = field(default_factory=dict, init=False)  # rates in this worker's member info
     _retry_at: float | None = field(default=None, init=False)  # local monotonic time to retry a failed renewal
     _renew_failures: int = field(default=0, init=False)  # failed renewals in a row
+    _settled: _Settled | None = field(default=None, init=False)
+    _quiet_empty: bool = field(default=False, init=False)  # this cycle's read: a quiet delta that listed nothing
+    _read: tuple[tuple[Member, ...], tuple[Control, ...], frozenset[str]] | None = field(default=None, init=False)
+    _steady: bool = field(default=False, init=False)  # this cycle skips its plan
 
     def __post_init__(self) -> None:
         if not 0 < self.renew_share < 1:  # also refuses NaN
@@ -205,9 +232,14 @@ class Coordinator:
         self._requests = self._rows = 0
         pids = tuple(await self.partitions())
         view = await self._view(pids)
-        listed, now = dict(view.ownership), view.now
-        plan = self.strategy.plan(view, self.rng)
-        self._previous.update((p, r.owner_id) for p, r in view.active().items())
+        listed, now = view.ownership, view.now
+        if self._steady:
+            plan = _NOTHING  # what the plan would say (``steady_cycles``); the last active owners stand
+        else:
+            plan = self.strategy.plan(view, self.rng)
+            active = view.active()
+            self._previous.update((p, r.owner_id) for p, r in active.items())
+            self._settled = self._settles(view, plan, active)
         first, self._announced = not self._announced, True
         # The handoff timeout runs per holder: a partition that changed hands meanwhile (its holder's
         # lease ran out and a third worker took it) is waited for afresh, not taken from the new
@@ -248,6 +280,7 @@ class Coordinator:
             announced=first,
             waiting=tuple(p for p in plan.waiting if p not in self._leases),
             rows=self._rows,
+            planned=not self._steady,
         )
         for event in report.gained + report.lost:
             self._emit(event)
@@ -406,6 +439,7 @@ class Coordinator:
         heartbeats: dict[str, float] = {}
         drained: frozenset[str] = frozenset()
         pins: dict[str, str] = {}
+        self._steady, self._read = False, None
         if self.controls is not None and self.strategy.uses_members:
             snap, requests = await self._snapshot(self.controls)
             self._requests += requests
@@ -421,11 +455,18 @@ class Coordinator:
             # A worker that has announced itself and holds a live lease is a member, heartbeat or not
             # (it renews its leases instead); an owner that never announced itself (a phantom or
             # hand-edited record) is none: its partitions go to the members.
-            known = {m.owner_id for m in snap.members}
-            holders = {
-                r.owner_id for r in listed.values()
-                if r.owner_id in known and age(self._modified(r), now, dark, self.expiry) <= self.expiry
-            }  # fmt: skip
+            read = (tuple(snap.members), tuple(snap.controls))
+            self._steady = self._steady_read(pids, read, dark)
+            if self._steady:
+                assert self._settled is not None
+                holders = self._settled.holders  # the same records, all still live
+            else:
+                known = {m.owner_id for m in snap.members}
+                holders = frozenset(
+                    r.owner_id for r in listed.values()
+                    if r.owner_id in known and age(self._modified(r), now, dark, self.expiry) <= self.expiry
+                )  # fmt: skip
+            self._read = (*read, holders)
             members = frozenset(heartbeats) | holders | {self.owner_id}
             controls = Controls.of(snap.controls)
             drained, pins = controls.drained, dict(controls.pins)
@@ -466,6 +507,34 @@ class Coordinator:
             exact=self._exact,
         )
 
+    def _steady_read(
+        self, pids: tuple[str, ...], read: tuple[tuple[Member, ...], tuple[Control, ...]], dark: tuple[object, ...]
+    ) -> bool:
+        """Whether this cycle may skip its plan (``steady_cycles``), given what it read."""
+        settled = self._settled
+        return (
+            settled is not None and self._quiet_empty and not dark and not self._waiting and not self._handing_off
+            and pids == settled.partition_ids and read == (settled.members, settled.controls)
+            and settled.leases == self._leases.keys()
+        )  # fmt: skip
+
+    def _settles(self, view: View, plan: Plan, active: Mapping[str, OwnershipRecord]) -> _Settled | None:
+        """What the next cycle compares its read with to skip its plan, when this one may be the last
+        to plan for a while: an empty plan, every partition held by a live worker, and every other
+        member holding some or drained (a member that holds nothing drops out when its heartbeat ages,
+        which changes the plan without a write). None: the next cycle plans."""
+        if not (self.steady_cycles and self.strategy.settles and not self.strategy.uses_load) or self._read is None:
+            return None
+        if plan != _NOTHING or view.first_cycle or self._rebalance or view.dark:
+            return None
+        if len(active) != len(view.partition_ids):
+            return None
+        members, controls, holders = self._read
+        idle = {m.owner_id for m in members} - holders - view.drained - {self.owner_id}
+        if idle:
+            return None
+        return _Settled(view.partition_ids, members, controls, holders, frozenset(self._leases))
+
     def _modified(self, record: OwnershipRecord) -> float | None:
         """``View.modified`` for this cycle's read (a record a quiet delta left out: at least its bound)."""
         return modified(record, self._fresh_after, self._exact)
@@ -492,7 +561,7 @@ class Coordinator:
         be trusted: ``OwnershipTable``), else the whole snapshot."""
         store: object = self.store
         requests = 0
-        self._fresh_after, self._exact = None, frozenset()
+        self._fresh_after, self._exact, self._quiet_empty = None, frozenset(), False
         if store is controls and isinstance(store, ChangeFeed):
             done = await changes.read(store, self.ref, self._table, self.monotonic, self._stale_after())
             self._rows += done.rows
@@ -500,6 +569,7 @@ class Coordinator:
             if done.ownership is not None:
                 found = done.changes
                 self._fresh_after, self._exact = self._table.fresh_after, self._table.exact
+                self._quiet_empty = not found.full and not found.ownership and self._fresh_after is not None
                 return Snapshot(done.ownership, found.members, found.controls, found.now), requests
         snap, listed = await snapshot(self.store, controls, self.ref)
         self._rows += len(snap.ownership)
@@ -606,7 +676,7 @@ class Coordinator:
             return OwnershipRecord(self.ref, claim.partition_id, self.owner_id)
         return claim.seen.claimed_by(self.owner_id)
 
-    def _drop_taken(self, listed: dict[str, OwnershipRecord]) -> list[BalancerEvent]:
+    def _drop_taken(self, listed: Mapping[str, OwnershipRecord]) -> list[BalancerEvent]:
         """Forget leases the listing shows in someone else's hands; refresh our own ETags."""
         events = []
         for pid, lease in list(self._leases.items()):

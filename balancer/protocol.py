@@ -127,6 +127,7 @@ class CycleReport:
     announced: bool = False
     waiting: tuple[str, ...] = ()  # partitions assigned to this worker that another still holds
     rows: int = 0  # ownership records read from the store (what changed, on a store with a change feed)
+    planned: bool = True  # False: a steady cycle, which skipped its plan (``Coordinator.steady_cycles``)
 
 
 SOON_SHARE, SOON_MAX = 0.25, 1.0  # "soon": a quarter interval, at most a second

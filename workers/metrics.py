@@ -66,6 +66,11 @@ OWNERSHIP_ROWS_READ = Counter(
     "Ownership records this process's workers read from the store in their cycles (on a store with a change "
     "feed, what changed since each worker's last read; else every record, every cycle).",
 )
+STEADY_CYCLES = Counter(
+    "leaseboard_steady_cycles",
+    "Cycles of this process's workers that skipped their plan: nothing they read had changed since an "
+    "empty plan with every partition held (the default strategy on PostgreSQL, Redis and the memory store).",
+)
 CYCLE_DURATION = Histogram(
     "leaseboard_cycle_duration_seconds",
     "Duration of one load-balancing cycle (list, plan, claim and renew).",

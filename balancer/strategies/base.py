@@ -170,6 +170,12 @@ class Strategy:
     summary: str
     uses_members: bool = False  # needs heartbeats and control records (drain, pin) in the view
     uses_load: bool = False  # needs the published rates (``View.loads``): reads checkpoints, publishes its own
+    # Its plan reads time only through the ages of records and heartbeats, and stays empty while
+    # nothing it reads changes but the clock, every partition is held by a live worker, and every
+    # other member either holds some or is drained. The coordinator then skips it in a steady cycle
+    # (``Coordinator.steady_cycles``): a quiet read that brought nothing new changes no such age
+    # across the expiry, so the plan would come out empty again.
+    settles: bool = False
 
 
 def claim_for(view: View, partition_id: str, active: Mapping[str, OwnershipRecord]) -> Claim:

@@ -197,5 +197,6 @@ STRATEGY = Strategy(
     plan=plan,
     store_clock=True,
     uses_members=True,
+    settles=True,
     summary="default: shared deterministic assignment, heartbeats, store clock, cooperative handoff",
 )

@@ -31,8 +31,10 @@ class Cluster:
         interval: float = 10.0,
         seed: int = 0,
         renewal_steps: bool = False,
+        steady_cycles: bool = True,
     ) -> None:
         self.renewal_steps = renewal_steps
+        self.steady_cycles = steady_cycles
         self.renewed: list[tuple[float, str, int]] = []  # (time, worker, requests) of each renewal step
         self.now = 1_700_000_000.0
         self.store = MemoryStore(clock=lambda: self.now)
@@ -62,6 +64,7 @@ class Cluster:
             clock=lambda: self.now + self.skew.get(owner_id, 0.0),
             monotonic=lambda: self.now,
             renewal_steps=self.renewal_steps,
+            steady_cycles=self.steady_cycles,
         )
         self.workers[owner_id] = coordinator
         return coordinator

@@ -361,3 +361,19 @@ async def test_a_wake_message_on_the_channel_layer_wakes_the_workers() -> None:
             assert asyncio.get_running_loop().time() < deadline, "no wake-up"
     finally:
         listener.cancel()
+
+
+async def test_a_steady_cycle_is_counted_in_the_metrics(rig: Rig) -> None:
+    # cooperative on a store whose change feed leaves renewals out: once the plan is empty with every
+    # partition held, a cycle that reads nothing new skips it and says so.
+    a = rig.worker("a", Recorder(), strategy="cooperative", expiry=10.0, interval=2.0)
+    steady = metric("leaseboard_steady_cycles_total")
+    reports = []
+    for _ in range(6):
+        reports.append(await a.step())
+        rig.clock.advance(2.0)
+    assert a.coordinator.owned == {"0", "1", "2", "3"}
+    skipped = [r for r in reports if r is not None and not r.planned]
+    assert skipped and all(r.rows == 0 for r in skipped)
+    assert metric("leaseboard_steady_cycles_total") == steady + len(skipped)
+    await a.shutdown()

@@ -106,6 +106,7 @@ class EmbeddedHub:
         self._readers: dict[str, LogFile] = {}
         self._meta_key: tuple[int, int, int] | None = None
         self._count = 0
+        self._ids: tuple[str, ...] = ()  # partition_ids() of the last count: the same tuple while it holds
         self._next_round_robin = 0
         self.path.mkdir(parents=True, exist_ok=True)
         if not (self.path / _META).exists():
@@ -122,7 +123,10 @@ class EmbeddedHub:
 
     def partition_ids(self) -> tuple[str, ...]:
         """The partition ids now, "0".."P-1"; re-read when another process added partitions."""
-        return tuple(str(i) for i in range(self.partition_count))
+        count = self.partition_count
+        if len(self._ids) != count:  # every cycle of every worker asks: the same tuple, built once
+            self._ids = tuple(str(i) for i in range(count))
+        return self._ids
 
     @property
     def partition_count(self) -> int:

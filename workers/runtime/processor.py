@@ -228,6 +228,8 @@ class EventProcessor:
             self.cycles += 1
             metrics.CYCLE_DURATION.observe(report.seconds)
             metrics.OWNERSHIP_ROWS_READ.inc(report.rows)
+            if not report.planned:
+                metrics.STEADY_CYCLES.inc()
             self._watch.judge(report)
             if report.rebalance and self.on_rebalance is not None:
                 self.on_rebalance()
