@@ -34,7 +34,7 @@ A store without a feed keeps working through full listings (``balancer.protocol.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -148,6 +148,12 @@ class OwnershipTable:
     @property
     def records(self) -> Sequence[OwnershipRecord]:
         return list(self._records.values())
+
+    @property
+    def by_partition(self) -> Mapping[str, OwnershipRecord]:
+        """The copy itself, by partition id, in the order ``merge`` lists it: read it, never change it,
+        and not past the next ``merge``."""
+        return self._records
 
 
 @dataclass(frozen=True, slots=True)

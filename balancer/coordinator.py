@@ -441,9 +441,9 @@ class Coordinator:
         pins: dict[str, str] = {}
         self._steady, self._read = False, None
         if self.controls is not None and self.strategy.uses_members:
-            snap, requests = await self._snapshot(self.controls)
+            snap, requests, copy = await self._snapshot(self.controls)
             self._requests += requests
-            listed, now = by_partition(snap.ownership), snap.now
+            listed, now = copy if copy is not None else by_partition(snap.ownership), snap.now
             self._seen_store_time(now)
             dark = self._darkness(now)
             listed_members = snap.members
@@ -555,10 +555,10 @@ class Coordinator:
         await self._heartbeat(now)
         return [m for m in snap.members if m.owner_id != self.owner_id] + [self._member(now)]
 
-    async def _snapshot(self, controls: ControlStore) -> tuple[Snapshot, int]:
+    async def _snapshot(self, controls: ControlStore) -> tuple[Snapshot, int, Mapping[str, OwnershipRecord] | None]:
         """This cycle's snapshot and the store requests it took: on a store with a change feed, what
         changed since the last read merged into this worker's copy (read in full when the copy cannot
-        be trusted: ``OwnershipTable``), else the whole snapshot."""
+        be trusted: ``OwnershipTable``), and the copy by partition; else the whole snapshot, and None."""
         store: object = self.store
         requests = 0
         self._fresh_after, self._exact, self._quiet_empty = None, frozenset(), False
@@ -570,16 +570,17 @@ class Coordinator:
                 found = done.changes
                 self._fresh_after, self._exact = self._table.fresh_after, self._table.exact
                 self._quiet_empty = not found.full and not found.ownership and self._fresh_after is not None
-                return Snapshot(done.ownership, found.members, found.controls, found.now), requests
+                snap = Snapshot(done.ownership, found.members, found.controls, found.now)
+                return snap, requests, self._table.by_partition
         snap, listed = await snapshot(self.store, controls, self.ref)
         self._rows += len(snap.ownership)
-        return snap, requests + listed
+        return snap, requests + listed, None
 
     def _stale_after(self) -> float:
         """Seconds without a write after which the change feed lists a record (see STALE_SHARE)."""
         return self.expiry * min(STALE_MAX, max(STALE_SHARE, self.renew_share + 0.1))
 
-    def _still_held_by(self, partition_id: str, listed: dict[str, OwnershipRecord]) -> bool:
+    def _still_held_by(self, partition_id: str, listed: Mapping[str, OwnershipRecord]) -> bool:
         """Whether ``partition_id`` is still held by the worker this one started waiting for."""
         record = listed.get(partition_id)
         return record is not None and record.owner_id == self._waiting_on.get(partition_id)

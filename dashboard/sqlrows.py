@@ -78,6 +78,13 @@ class Listing:
         """The rows of ``ref``, in order: with ``since``, those with a change number of at least that;
         with ``written_before`` too, those whose owner changed at ``since`` or later (renewals left
         out) or that were last written before ``written_before``."""
+        return self.rows(connection, self.fetch(connection, ref, since, written_before))
+
+    def fetch(
+        self, connection: BaseDatabaseWrapper, ref: HubRef, since: int | None = None,
+        written_before: float | None = None,
+    ) -> list[tuple[Any, ...]]:  # fmt: skip
+        """``read``'s rows as the database driver gives them, before the converters."""
         params: list[Any] = [ref.namespace, ref.hub, ref.consumer_group]
         which = "all"
         if since is not None:
@@ -88,7 +95,10 @@ class Listing:
                 which = "quiet"
         with connection.cursor() as cursor:
             cursor.execute(self.sql(connection, which), params)
-            found = cursor.fetchall()
+            return list(cursor.fetchall())
+
+    def rows(self, connection: BaseDatabaseWrapper, found: list[tuple[Any, ...]]) -> list[Any]:
+        """Rows as ``fetch`` gave them, converted as the ORM converts them, as named tuples."""
         convert = self._converters(connection)
         if not convert:
             return list(map(self.row._make, found))

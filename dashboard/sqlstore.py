@@ -93,6 +93,10 @@ class SqlStore:
         }
         self._finalizer = weakref.finalize(self, _shut_lanes, list(self._lanes.values()))
         self._corrupt = CorruptLog(log, f" (database {using!r})")
+        # (table, hub) -> the rows of the last whole listing of a small table (members, controls) as
+        # fetched, and the records they gave: every cycle of every worker lists them, and they rarely
+        # change, so rows that did not change are not converted (JSON and all) again.
+        self._unchanged: dict[tuple[str, HubRef], tuple[list[tuple[Any, ...]], list[Any]]] = {}
 
     @property
     def corrupt(self) -> list[CorruptRecord]:
@@ -482,7 +486,7 @@ class SqlStore:
         return await self._run(LEASE, self._list_members, ref)
 
     def _list_members(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[Member]:
-        return self._valid(MEMBERS, MEMBERS.read(connection, ref), ref, sqlrows.member)
+        return self._small(MEMBERS, connection, ref, sqlrows.member)
 
     async def remove_member(self, ref: HubRef, owner_id: str) -> None:
         await self._run(LEASE, self._remove_member, ref, owner_id)
@@ -496,7 +500,22 @@ class SqlStore:
         return await self._run(LEASE, self._list_controls, ref)
 
     def _list_controls(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[Control]:
-        return self._valid(CONTROLS, CONTROLS.read(connection, ref), ref, sqlrows.control)
+        return self._small(CONTROLS, connection, ref, sqlrows.control)
+
+    def _small(
+        self, listing: Listing, connection: BaseDatabaseWrapper, ref: HubRef,
+        convert: Callable[[Any, HubRef, list[str]], T],
+    ) -> list[T]:  # fmt: skip
+        """A whole listing of a small table (``_unchanged``): the records of the last one again (a new
+        list of the same immutable records) when its rows came back exactly as they were."""
+        found = listing.fetch(connection, ref)
+        key = (listing.table, ref)
+        last = self._unchanged.get(key)
+        if last is not None and last[0] == found:
+            return list(last[1])
+        records = self._valid(listing, listing.rows(connection, found), ref, convert)
+        self._unchanged[key] = (found, records)
+        return list(records)
 
     async def put_control(self, control: Control) -> None:
         await self._run(LEASE, self._put_control, control)

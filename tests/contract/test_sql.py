@@ -252,6 +252,24 @@ class SqlContract(ChangeFeedContract, StoreContract):
         assert requests == 2
         assert statements <= requests + 2
 
+    async def test_small_listings_unchanged_are_not_converted_again_and_a_change_shows(self, store: SqlStore) -> None:
+        await store.heartbeat(Member(REF, "a", 0.0, {"strategy": "cooperative"}))
+        await store.put_control(Control(REF, ControlKind.DRAIN, "a"))
+        first, controls = await store.list_members(REF), await store.list_controls(REF)
+        again = await store.list_members(REF)
+        assert again == first and again is not first
+        assert again[0] is first[0]  # the same record: its row came back as it was, nothing converted again
+        assert (await store.list_controls(REF))[0] is controls[0]
+        # A change the records' equality does not see (Member.info does not count in it) still shows.
+        await self._execute('UPDATE dashboard_memberrow SET info = \'{"strategy": "eph"}\' WHERE owner_id = %s', ["a"])
+        [edited] = await store.list_members(REF)
+        assert edited.info == {"strategy": "eph"}
+        await store.heartbeat(Member(REF, "a", 0.0, {"strategy": "cooperative"}))
+        [beat] = await store.list_members(REF)
+        assert beat.info == {"strategy": "cooperative"} and beat.last_seen > first[0].last_seen
+        await store.delete_control(REF, ControlKind.DRAIN, "a")
+        assert await store.list_controls(REF) == []
+
 
 @pytest.mark.django_db(transaction=True)
 class TestSqlStoreOnSqlite(SqlContract):
