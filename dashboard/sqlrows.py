@@ -44,7 +44,8 @@ class Listing:
         assert isinstance(field, Field), field  # a column of the model, not a relation
         return field
 
-    def _column(self, name: str) -> str:
+    def column(self, name: str) -> str:
+        """The database column of the model's field ``name``."""
         return str(self._field(name).column)
 
     def __repr__(self) -> str:
@@ -58,16 +59,16 @@ class Listing:
         key = (connection.vendor, rows)
         if key not in self._sql:
             quote = connection.ops.quote_name
-            columns = [self._column(self.model._meta.pk.name), *map(self._column, self.columns)]
-            where = [f"{quote(self._column(c))} = %s" for c in SCOPE]
+            columns = [self.column(self.model._meta.pk.name), *map(self.column, self.columns)]
+            where = [f"{quote(self.column(c))} = %s" for c in SCOPE]
             if rows == "changed":
-                where.append(f"{quote(self._column('changed'))} >= %s")
+                where.append(f"{quote(self.column('changed'))} >= %s")
             elif rows == "quiet":
-                owner_changed, written = quote(self._column("owner_changed")), quote(self._column("last_modified"))
+                owner_changed, written = quote(self.column("owner_changed")), quote(self.column("last_modified"))
                 where.append(f"({owner_changed} >= %s OR {written} < %s)")
             sql = f"SELECT {', '.join(map(quote, columns))} FROM {quote(self.table)} WHERE {' AND '.join(where)}"
             if self.order:
-                sql += f" ORDER BY {', '.join(quote(self._column(c)) for c in self.order)}"
+                sql += f" ORDER BY {', '.join(quote(self.column(c)) for c in self.order)}"
             self._sql[key] = sql
         return self._sql[key]
 

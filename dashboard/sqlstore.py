@@ -34,9 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import BooleanField, Case, F, QuerySet, Value, When
-from django.db.models.expressions import RawSQL
-from django.db.models.functions import Concat
+from django.db.models import QuerySet
 
 from balancer.changes import Changes
 from balancer.errors import CorruptRecord, OwnershipLost, StoreError, StoreUnavailable
@@ -374,18 +372,9 @@ class SqlStore:
         changed = 0
         if updates:
             # Compare-and-set: a row changes only if it still carries the ETag the claimer saw.
-            changed = (
-                self._rows(Ownership, ref)
-                .filter(_seen(connection, updates))
-                .update(
-                    owner_id=_per_partition("owner_id", updates, lambda r: r.owner_id),
-                    owner_level=_per_partition("owner_level", updates, lambda r: r.owner_level),
-                    etag=Concat(Value(f"{token}-"), "partition_id"),
-                    last_modified=now,
-                    changed=serial,
-                    owner_changed=_unless_renewed(updates, serial),
-                )
-            )
+            with connection.cursor() as cursor:
+                cursor.execute(*_update(connection, ref, updates, f"{token}-", now, serial))
+                changed = cursor.rowcount
         if inserts:
             # First claims: the unique (scope, partition) key lets one insert through; the others
             # hit the conflict and are skipped, which is how they lose.
@@ -553,43 +542,71 @@ def _since(cursor: str | None, epoch: str, bound: int) -> int | None:
     return int(seen)
 
 
-def _seen(connection: BaseDatabaseWrapper, records: list[OwnershipRecord]) -> RawSQL:
-    """``(partition_id, etag)`` is one of the records' pairs. Raw SQL: as Q objects, building the
-    lookups cost more than the statement itself once a worker holds dozens of partitions."""
+def _update(
+    connection: BaseDatabaseWrapper, ref: HubRef, records: list[OwnershipRecord], etag_prefix: str, now: float,
+    serial: int,
+) -> tuple[str, list[Any]]:  # fmt: skip
+    """The compare-and-set ``UPDATE`` of ``records`` (each with the ETag its writer saw) and its
+    parameters: the owner and owner level written, a fresh ETag (``etag_prefix`` and the partition
+    id), ``now``, the change number ``serial``, and ``owner_changed`` kept where the row already had
+    the owner and owner level written (a renewal), else ``serial``. Raw SQL, as every cycle writes
+    renewals: the ORM's compiling of the same statement cost more than running it. Every expression
+    reads the row's old values (SQL's ``UPDATE``), so the order of the assignments does not matter."""
     quote = connection.ops.quote_name
-    table = quote(Ownership._meta.db_table)
-    etag = f"{table}.{quote('etag')}"
-    if connection.vendor == "sqlite":  # an ETag a hand edit left as a BLOB is listed, and so compared, as text
-        etag = f"CAST({etag} AS TEXT)"
-    pair = f"({table}.{quote('partition_id')} = %s AND {etag} = %s)"
-    params = [value for r in records for value in (r.partition_id, r.etag)]
-    return RawSQL("(" + " OR ".join([pair] * len(records)) + ")", params, output_field=BooleanField())
+    column = {name: quote(OWNERSHIP.column(name)) for name in _OWNERSHIP_COLUMNS}
+    params: list[Any] = []
 
+    def per_partition(name: str, values: dict[str, Any]) -> str:
+        """One value for every row (the common renewal), else a CASE by partition."""
+        if len(set(values.values())) == 1:
+            params.append(next(iter(values.values())))
+            return "%s"
+        for pid, value in values.items():
+            params.extend((pid, value))
+        return f"CASE {column['partition_id']} {' '.join(['WHEN %s THEN %s'] * len(values))} ELSE {column[name]} END"
 
-def _unless_renewed(records: list[OwnershipRecord], serial: int) -> Any:
-    """``owner_changed`` of an UPDATE writing ``records``: kept where the row already had the owner and
-    owner level written (a renewal: the row's old values, as every expression of an UPDATE reads
-    them), else ``serial``. One condition per owner and level written (one for a renewal cycle)."""
+    owner = per_partition("owner_id", {r.partition_id: r.owner_id for r in records})
+    level = per_partition("owner_level", {r.partition_id: r.owner_level for r in records})
     groups: dict[tuple[str, int], list[str]] = {}
     for r in records:
         groups.setdefault((r.owner_id, r.owner_level), []).append(r.partition_id)
-    if len(groups) == 1:
-        [(owner, level)] = groups
-        renewed = [When(owner_id=owner, owner_level=level, then=F("owner_changed"))]
-    else:
-        renewed = [
-            When(owner_id=owner, owner_level=level, partition_id__in=pids, then=F("owner_changed"))
-            for (owner, level), pids in groups.items()
-        ]
-    return Case(*renewed, default=Value(serial))
+    same = f"{column['owner_id']} = %s AND {column['owner_level']} = %s"
+    renewed = []
+    for (owner_id, owner_level), pids in groups.items():
+        params.extend((owner_id, owner_level))
+        if len(groups) == 1:
+            renewed.append(f"WHEN {same} THEN {column['owner_changed']}")
+        else:
+            params.extend(pids)
+            inside = ", ".join(["%s"] * len(pids))
+            renewed.append(f"WHEN {same} AND {column['partition_id']} IN ({inside}) THEN {column['owner_changed']}")
+    params.extend((serial, etag_prefix, now, serial))
+    assignments = [
+        f"{column['owner_id']} = {owner}",
+        f"{column['owner_level']} = {level}",
+        f"{column['owner_changed']} = CASE {' '.join(renewed)} ELSE %s END",
+        f"{column['etag']} = %s || {column['partition_id']}",
+        f"{column['last_modified']} = %s",
+        f"{column['changed']} = %s",
+    ]
+    etag = column["etag"]
+    if connection.vendor == "sqlite":  # an ETag a hand edit left as a BLOB is listed, and so compared, as text
+        etag = f"CAST({etag} AS TEXT)"
+    pair = f"({column['partition_id']} = %s AND {etag} = %s)"
+    params.extend((ref.namespace, ref.hub, ref.consumer_group))
+    params.extend(value for r in records for value in (r.partition_id, r.etag))
+    scope = " AND ".join(f"{column[name]} = %s" for name in ("namespace", "hub", "consumer_group"))
+    sql = (
+        f"UPDATE {quote(Ownership._meta.db_table)} SET {', '.join(assignments)} "
+        f"WHERE {scope} AND ({' OR '.join([pair] * len(records))})"
+    )
+    return sql, params
 
 
-def _per_partition(field: str, records: list[OwnershipRecord], value: Callable[[OwnershipRecord], Any]) -> Any:
-    """An UPDATE value per partition: a constant when all agree (the common renewal), else a CASE."""
-    values = {value(r) for r in records}
-    if len(values) == 1:
-        return Value(values.pop())
-    return Case(*[When(partition_id=r.partition_id, then=Value(value(r))) for r in records], default=F(field))
+_OWNERSHIP_COLUMNS = (
+    "namespace", "hub", "consumer_group", "partition_id", "owner_id", "owner_level", "etag", "last_modified",
+    "changed", "owner_changed",
+)  # fmt: skip
 
 
 _CLOCK_SQL: dict[str, str] = {}
