@@ -149,6 +149,10 @@ class RedisStore:
             weakref.WeakKeyDictionary()
         )
         self._skipped = Skipped()
+        # hash key -> the last whole members or controls hash read and the records it gave: every
+        # cycle of every worker lists them, and they rarely change, so an unchanged one is not parsed
+        # again (its records are immutable).
+        self._unchanged: dict[str, tuple[dict[Any, Any], list[Any]]] = {}
         self.requests = 0
 
     def __repr__(self) -> str:
@@ -407,8 +411,19 @@ class RedisStore:
 
     def _members(self, ref: HubRef, raw: Mapping[Any, Any]) -> list[Member]:
         key = Keys.of(ref).members
-        members = self._skipped.parsed(key, texts(raw), partial(parse_member, ref))
-        return sorted(members, key=lambda m: m.owner_id)
+        return self._unless_unchanged(
+            key, raw, lambda: sorted(self._skipped.parsed(key, texts(raw), partial(parse_member, ref)), key=_owner)
+        )
+
+    def _unless_unchanged(self, key: str, raw: Mapping[Any, Any], parse: Callable[[], list[T]]) -> list[T]:
+        """``parse()`` of the whole hash ``key`` read as ``raw``; the same records again, in a new list,
+        when ``raw`` is what the last read of it gave (``_unchanged``)."""
+        last = self._unchanged.get(key)
+        if last is not None and last[0] == raw:
+            return list(last[1])
+        records = parse()
+        self._unchanged[key] = (dict(raw), records)
+        return list(records)
 
     async def remove_member(self, ref: HubRef, owner_id: str) -> None:
         key = Keys.of(ref).members
@@ -423,7 +438,8 @@ class RedisStore:
 
     def _controls(self, ref: HubRef, raw: Mapping[Any, Any]) -> list[Control]:
         key = Keys.of(ref).controls
-        return self._skipped.parsed(key, texts(raw), partial(parse_control, ref))
+        parse = partial(parse_control, ref)
+        return self._unless_unchanged(key, raw, lambda: self._skipped.parsed(key, texts(raw), parse))
 
     async def put_control(self, control: Control) -> None:
         if not control.target:
@@ -445,6 +461,10 @@ class RedisStore:
 def _pairs(flat: Sequence[Any]) -> dict[str, str]:
     """A hash as a script returns it (field, value, field, value, ...) as a dict of text."""
     return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+
+
+def _owner(member: Member) -> str:
+    return member.owner_id
 
 
 def _by_pid(record: OwnershipRecord | Checkpoint) -> int:

@@ -191,6 +191,24 @@ class TestRedisStore(ChangeFeedContract, StoreContract):
             ("1", "ghost", "by-hand")
         ]
 
+    async def test_small_hashes_unchanged_are_not_parsed_again_and_a_change_shows(self, store: RedisStore) -> None:
+        await store.heartbeat(Member(REF, "a", 0.0, {"strategy": "cooperative"}))
+        await store.put_control(Control(REF, ControlKind.DRAIN, "a"))
+        first = await store.snapshot_since(REF, None, 3600.0)
+        again = await store.snapshot_since(REF, first.cursor, 3600.0)
+        assert again.members == first.members and again.members is not first.members
+        assert again.members[0] is first.members[0]  # its field came back as it was: not parsed again
+        assert again.controls[0] is first.controls[0]
+        assert (await store.list_members(REF))[0] is first.members[0]
+        # A change the records' equality does not see (Member.info does not count in it) still shows.
+        async with Redis.from_url(store.url) as raw:
+            stored = json.loads(await raw.hget(Keys.of(REF).members, "a"))
+            await raw.hset(Keys.of(REF).members, "a", json.dumps({**stored, "info": {"strategy": "eph"}}))
+        [edited] = (await store.snapshot_since(REF, again.cursor, 3600.0)).members
+        assert edited.info == {"strategy": "eph"}
+        await store.delete_control(REF, ControlKind.DRAIN, "a")
+        assert await store.list_controls(REF) == []
+
     async def test_the_scripts_touch_only_keys_of_their_scope(
         self, store: RedisStore, redis_server: RedisServer
     ) -> None:
