@@ -11,7 +11,9 @@ of the store (every 50 ms), so the figure it reports is good to a sample. The bo
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from tests.chaos.evidence import Evidence, OwnershipSample
 from tests.netsplit.cluster import NetFleet
@@ -143,3 +145,26 @@ def recovery_problems(fleet: NetFleet, found: list[Recovery]) -> list[str]:
         for r in found
         if r.seconds is None or r.seconds > bound
     ]
+
+
+def worker_lines(root: Path, violations: list[str], limit: int = 40) -> list[str]:
+    """What the workers named in ``violations`` logged about the partitions named there, for the report
+    of a failed run: a run under ``ci-under-load`` leaves nothing else behind (its clone is deleted).
+    Per worker (``w24-0`` logs to ``root/w24.log``), its last ``limit`` lines that name one of those
+    partitions as a word, or warn."""
+    text = " ".join(violations)
+    owners = sorted(set(re.findall(r"\b(w\d+)-\d+\b", text)))
+    pids = sorted(set(re.findall(r"\bpartition (\d+)\b", text)))
+    named = re.compile(r"(?<![\d.:,])(" + "|".join(pids) + r")(?![\d.,])") if pids else None
+    out: list[str] = []
+    for owner in owners:
+        path = root / f"{owner}.log"
+        if not path.exists():
+            continue
+        lines = [
+            line for line in path.read_text(errors="replace").splitlines()
+            if " WARNING " in line or (named is not None and named.search(line))
+        ]  # fmt: skip
+        out.append(f"--- {path.name}: {len(lines)} lines about partitions {', '.join(pids) or '-'} or warnings")
+        out.extend(f"    {line}" for line in lines[-limit:])
+    return out

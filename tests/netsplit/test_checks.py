@@ -10,7 +10,7 @@ import pytest
 
 from balancer.model import HubRef
 from tests.chaos.evidence import Evidence, Fault, Handling, Phase
-from tests.netsplit.checks import overlaps
+from tests.netsplit.checks import overlaps, worker_lines
 from tests.netsplit.eventlog import expected_events, taken_after_expiry, unlogged
 from tests.netsplit.history import (
     CheckpointWrite,
@@ -492,3 +492,21 @@ def test_a_cut_off_workers_partitions_show_expired_and_claimed_elsewhere() -> No
     ]
     reclaimed = [log[0], event("expire", "3", "w1", "w1", "lease of w1 not renewed for 9.0s (expiry 3s)", 209.0)]
     assert taken_after_expiry(reclaimed, "w1", {"2", "3"})[0].startswith("console: partition 3 of w1, cut off")
+
+
+def test_a_failed_run_reports_what_the_workers_involved_logged_about_the_partitions_involved(tmp_path: Path) -> None:
+    (tmp_path / "w24.log").write_text(
+        "2026-11-26 22:14:06,547 INFO workers.runtime.pump: w24-0/6: resuming after checkpoint 16\n"
+        "2026-11-26 22:14:06,548 INFO workers.runtime.pump: w24-0/16: resuming after checkpoint 6\n"
+        "2026-11-26 22:14:07,000 WARNING workers.runtime.processor: worker w24-0: a cycle took 2.51s\n"
+        "2026-11-26 22:14:08,000 INFO workers.runtime.pump: w24-0/7: no checkpoint\n"
+    )
+    (tmp_path / "w26.log").write_text("2026-11-26 22:14:06,000 INFO w26-0/6: not named in the violation\n")
+    violation = "one owner at a time: partition 6: w25-0 and w24-0 handled it at the same time for 0.02s"
+    lines = worker_lines(tmp_path, [violation])
+    assert lines[0].startswith("--- w24.log: 3 lines")  # w25 has no log here; w26 is not named
+    assert [line.strip().split(" ", 3)[3] for line in lines[1:]] == [
+        "workers.runtime.pump: w24-0/6: resuming after checkpoint 16",
+        "workers.runtime.pump: w24-0/16: resuming after checkpoint 6",
+        "workers.runtime.processor: worker w24-0: a cycle took 2.51s",
+    ]

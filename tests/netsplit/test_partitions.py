@@ -54,7 +54,7 @@ from tests.chaos.faults import PostCheck, new_name
 from tests.chaos.invariants import check
 from tests.chaos.stores import DASHBOARD_ALIAS, migrated_database
 from tests.chaos.test_chaos import finish, print_report
-from tests.netsplit.checks import OVERLAP_SLACK, crash_loops, overlaps, recovery, recovery_problems
+from tests.netsplit.checks import OVERLAP_SLACK, crash_loops, overlaps, recovery, recovery_problems, worker_lines
 from tests.netsplit.cluster import HOSTS, HostedConsole, NetFleet, make_kit, start_hub, start_store
 from tests.netsplit.deadlines import within
 from tests.netsplit.eventlog import unlogged
@@ -237,6 +237,9 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
         print(f"  per nemesis [{store}]:")
         for line in figures:
             print(f"    {line.line()}")
+        if report.violations:  # what the workers involved logged: the run's files go with its clone
+            for line in worker_lines(fleet.root, report.violations):
+                print(line)
     # All on the first line too: a run that keeps only pytest's summary line (CI) still says what broke.
     headline = f"{len(report.violations)} broken invariants (CHAOS_SEED={seed}): " + " | ".join(report.violations)
     assert not report.violations, headline + "\n" + "\n".join(report.violations)
