@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from pathlib import Path
 
 import pytest
 
+from workers.hub.embedded import EmbeddedHub
 from workers.sources.partitions import PartitionList
 
 
@@ -43,3 +45,21 @@ async def test_a_hanging_hub_costs_a_cycle_the_bound_not_the_sdks_retries(caplog
 async def test_the_first_list_is_waited_for() -> None:
     partitions = PartitionList(lambda: ("0",), bound=0.0)
     assert await partitions() == ("0",)
+
+
+async def test_a_source_that_lists_its_partitions_locally_is_asked_in_the_cycle_without_a_thread(
+    tmp_path: Path,
+) -> None:
+    hub = EmbeddedHub(tmp_path, "h", partitions=2)
+    asked: list[int] = []
+
+    def fetch() -> tuple[str, ...]:
+        asked.append(threading.get_ident())
+        return hub.partition_ids()
+
+    partitions = PartitionList(fetch, bound=0.05, local=getattr(hub, "lists_partitions_locally", False))
+    assert await partitions() == ("0", "1")
+    hub.add_partitions(3)
+    assert await partitions() == ("0", "1", "2")  # asked every cycle still: added partitions show at once
+    assert asked == [threading.get_ident()] * 2
+    hub.close()

@@ -90,6 +90,10 @@ class EmbeddedHub:
 
     Raises ValueError for a bad name or count, TypeError for arguments of the wrong type."""
 
+    # Its partition ids come from a file on this machine: a cycle asks in its own thread
+    # (``workers.sources.partitions.PartitionList``).
+    lists_partitions_locally = True
+
     def __init__(
         self, root: Path | str, name: str, *, partitions: int = 16, clock: Callable[[], float] = time.time
     ) -> None:

@@ -8,6 +8,10 @@ most ``bound`` seconds for an answer; past that it returns the last ids it had (
 never removed, so they are a true subset) and lets the request finish in the background. At most
 one request is in flight, however many cycles ask meanwhile. Before the first answer there is
 nothing to fall back on, and the wait is the caller's to bound.
+
+A source that lists its partitions from this machine (the embedded hub: a file's ``stat``) says so
+(``lists_partitions_locally``) and is asked in the cycle itself: a thread for it cost every idle
+worker more than the question.
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ class PartitionList:
 
     def __init__(
         self, fetch: Callable[[], tuple[str, ...]], bound: float, name: str = "the event source",
-        warn_after: float = 5.0,
+        warn_after: float = 5.0, local: bool = False,
     ) -> None:  # fmt: skip
         self._fetch = fetch
+        self.local = local  # ``fetch`` never waits on a network: called in the event loop, no thread
         self.bound = bound
         self.warn_after = warn_after
         self.name = name
@@ -38,6 +43,9 @@ class PartitionList:
         self._slow = False
 
     async def __call__(self) -> tuple[str, ...]:
+        if self.local:
+            self.known = self._fetch()
+            return self.known
         loop = asyncio.get_running_loop()
         if self._pending is None or self._pending.done():
             self._pending = asyncio.ensure_future(asyncio.to_thread(self._fetch))

@@ -161,7 +161,10 @@ class Command(BaseCommand):
         sink = build_sink()
         dead_letters = DeadLetters(config.dead_letter_dir)
         # A cycle waits at most a quarter interval for the hub's partition list, then balances the last one.
-        partitions = PartitionList(source.partition_ids, max(0.2, interval / 4), f"event hub {ref.hub}", expiry)
+        partitions = PartitionList(
+            source.partition_ids, max(0.2, interval / 4), f"event hub {ref.hub}", expiry,
+            local=getattr(source, "lists_partitions_locally", False),
+        )  # fmt: skip
 
         wanted = options.get("release_notices")
         across = settings.LEASEBOARD_RELEASE_NOTICES if wanted is None else wanted
