@@ -41,6 +41,7 @@ from balancer.errors import CorruptRecord, OwnershipLost, StoreError, StoreUnava
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.protocol import Snapshot
 from balancer.stores.flaws import CorruptLog
+from balancer.stores.unchanged import LastReads
 
 from . import sqlclock, sqlrows
 from .dbthread import DatabaseThread
@@ -91,10 +92,7 @@ class SqlStore:
         }
         self._finalizer = weakref.finalize(self, _shut_lanes, list(self._lanes.values()))
         self._corrupt = CorruptLog(log, f" (database {using!r})")
-        # (table, hub) -> the rows of the last whole listing of a small table (members, controls) as
-        # fetched, and the records they gave: every cycle of every worker lists them, and they rarely
-        # change, so rows that did not change are not converted (JSON and all) again.
-        self._unchanged: dict[tuple[str, HubRef], tuple[list[tuple[Any, ...]], list[Any]]] = {}
+        self._unchanged = LastReads()  # the members and controls listings, by (table, hub)
 
     @property
     def corrupt(self) -> list[CorruptRecord]:
@@ -495,16 +493,12 @@ class SqlStore:
         self, listing: Listing, connection: BaseDatabaseWrapper, ref: HubRef,
         convert: Callable[[Any, HubRef, list[str]], T],
     ) -> list[T]:  # fmt: skip
-        """A whole listing of a small table (``_unchanged``): the records of the last one again (a new
-        list of the same immutable records) when its rows came back exactly as they were."""
+        """A whole listing of a small table, not converted again when its rows came back as they were
+        (``balancer.stores.unchanged``)."""
         found = listing.fetch(connection, ref)
-        key = (listing.table, ref)
-        last = self._unchanged.get(key)
-        if last is not None and last[0] == found:
-            return list(last[1])
-        records = self._valid(listing, listing.rows(connection, found), ref, convert)
-        self._unchanged[key] = (found, records)
-        return list(records)
+        return self._unchanged.records(
+            (listing.table, ref), found, lambda: self._valid(listing, listing.rows(connection, found), ref, convert)
+        )
 
     async def put_control(self, control: Control) -> None:
         await self._run(LEASE, self._put_control, control)
@@ -552,8 +546,7 @@ def _update(
     the owner and owner level written (a renewal), else ``serial``. Raw SQL, as every cycle writes
     renewals: the ORM's compiling of the same statement cost more than running it. Every expression
     reads the row's old values (SQL's ``UPDATE``), so the order of the assignments does not matter."""
-    quote = connection.ops.quote_name
-    column = {name: quote(OWNERSHIP.column(name)) for name in _OWNERSHIP_COLUMNS}
+    table, column = _ownership_columns(connection)
     params: list[Any] = []
 
     def per_partition(name: str, values: dict[str, Any]) -> str:
@@ -597,7 +590,7 @@ def _update(
     params.extend(value for r in records for value in (r.partition_id, r.etag))
     scope = " AND ".join(f"{column[name]} = %s" for name in ("namespace", "hub", "consumer_group"))
     sql = (
-        f"UPDATE {quote(Ownership._meta.db_table)} SET {', '.join(assignments)} "
+        f"UPDATE {table} SET {', '.join(assignments)} "
         f"WHERE {scope} AND ({' OR '.join([pair] * len(records))})"
     )
     return sql, params
@@ -607,6 +600,17 @@ _OWNERSHIP_COLUMNS = (
     "namespace", "hub", "consumer_group", "partition_id", "owner_id", "owner_level", "etag", "last_modified",
     "changed", "owner_changed",
 )  # fmt: skip
+_QUOTED: dict[str, tuple[str, dict[str, str]]] = {}
+
+
+def _ownership_columns(connection: BaseDatabaseWrapper) -> tuple[str, dict[str, str]]:
+    """The ownership table and its columns by field name, quoted for the connection's vendor: looked
+    up once, not at every write."""
+    if connection.vendor not in _QUOTED:
+        quote = connection.ops.quote_name
+        columns = {name: quote(OWNERSHIP.column(name)) for name in _OWNERSHIP_COLUMNS}
+        _QUOTED[connection.vendor] = (quote(Ownership._meta.db_table), columns)
+    return _QUOTED[connection.vendor]
 
 
 _CLOCK_SQL: dict[str, str] = {}

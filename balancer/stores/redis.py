@@ -79,6 +79,7 @@ from balancer.stores.redis_records import (
     text,
     texts,
 )
+from balancer.stores.unchanged import LastReads
 
 __all__ = ["URL_ENV", "Connection", "Keys", "RedisStore", "describe_url", "scope"]
 
@@ -149,10 +150,7 @@ class RedisStore:
             weakref.WeakKeyDictionary()
         )
         self._skipped = Skipped()
-        # hash key -> the last whole members or controls hash read and the records it gave: every
-        # cycle of every worker lists them, and they rarely change, so an unchanged one is not parsed
-        # again (its records are immutable).
-        self._unchanged: dict[str, tuple[dict[Any, Any], list[Any]]] = {}
+        self._unchanged = LastReads()  # the members and controls hashes, by key
         self.requests = 0
 
     def __repr__(self) -> str:
@@ -411,19 +409,10 @@ class RedisStore:
 
     def _members(self, ref: HubRef, raw: Mapping[Any, Any]) -> list[Member]:
         key = Keys.of(ref).members
-        return self._unless_unchanged(
-            key, raw, lambda: sorted(self._skipped.parsed(key, texts(raw), partial(parse_member, ref)), key=_owner)
+        parse = partial(parse_member, ref)
+        return self._unchanged.records(
+            key, dict(raw), lambda: sorted(self._skipped.parsed(key, texts(raw), parse), key=_owner)
         )
-
-    def _unless_unchanged(self, key: str, raw: Mapping[Any, Any], parse: Callable[[], list[T]]) -> list[T]:
-        """``parse()`` of the whole hash ``key`` read as ``raw``; the same records again, in a new list,
-        when ``raw`` is what the last read of it gave (``_unchanged``)."""
-        last = self._unchanged.get(key)
-        if last is not None and last[0] == raw:
-            return list(last[1])
-        records = parse()
-        self._unchanged[key] = (dict(raw), records)
-        return list(records)
 
     async def remove_member(self, ref: HubRef, owner_id: str) -> None:
         key = Keys.of(ref).members
@@ -439,7 +428,7 @@ class RedisStore:
     def _controls(self, ref: HubRef, raw: Mapping[Any, Any]) -> list[Control]:
         key = Keys.of(ref).controls
         parse = partial(parse_control, ref)
-        return self._unless_unchanged(key, raw, lambda: self._skipped.parsed(key, texts(raw), parse))
+        return self._unchanged.records(key, dict(raw), lambda: self._skipped.parsed(key, texts(raw), parse))
 
     async def put_control(self, control: Control) -> None:
         if not control.target:

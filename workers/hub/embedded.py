@@ -90,8 +90,8 @@ class EmbeddedHub:
 
     Raises ValueError for a bad name or count, TypeError for arguments of the wrong type."""
 
-    # Its partition ids come from a file on this machine: a cycle asks in its own thread
-    # (``workers.sources.partitions.PartitionList``).
+    # Its partition ids come from a file on this machine: a cycle asks in the event loop, without a
+    # thread (``workers.sources.partitions.PartitionList``).
     lists_partitions_locally = True
 
     def __init__(
