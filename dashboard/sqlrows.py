@@ -16,9 +16,10 @@ by hand reads as) take the hub ``ref`` the listing was scoped to, which every ro
 from __future__ import annotations
 
 from collections import namedtuple
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 
@@ -26,6 +27,7 @@ from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, Own
 from balancer.stores.flaws import finite_time, time_flaw
 
 from .models import CheckpointRow, ControlRow, MemberRow, Ownership, Scoped
+from .sqlclock import PG_CLOCK
 
 SCOPE = ("namespace", "hub", "consumer_group")
 
@@ -55,7 +57,9 @@ class Listing:
         """The ``SELECT`` of one hub's rows, its parameters the hub's scope, then for ``rows``
         "changed": a change number (the rows whose number is at least that), "quiet": a change number
         and a time (the rows whose owner changed at that number or later, or last written before
-        that time; a time that is no number is never before any)."""
+        that time; a time that is no number is never before any), "stale": a change number and
+        seconds (as "quiet", the time being the server's clock in the statement, ``PG_CLOCK``, less
+        those seconds: PostgreSQL only)."""
         key = (connection.vendor, rows)
         if key not in self._sql:
             quote = connection.ops.quote_name
@@ -63,9 +67,10 @@ class Listing:
             where = [f"{quote(self.column(c))} = %s" for c in SCOPE]
             if rows == "changed":
                 where.append(f"{quote(self.column('changed'))} >= %s")
-            elif rows == "quiet":
+            elif rows in ("quiet", "stale"):
                 owner_changed, written = quote(self.column("owner_changed")), quote(self.column("last_modified"))
-                where.append(f"({owner_changed} >= %s OR {written} < %s)")
+                before = "%s" if rows == "quiet" else f"{PG_CLOCK} - CAST(%s AS DOUBLE PRECISION)"
+                where.append(f"({owner_changed} >= %s OR {written} < {before})")
             sql = f"SELECT {', '.join(map(quote, columns))} FROM {quote(self.table)} WHERE {' AND '.join(where)}"
             if self.order:
                 sql += f" ORDER BY {', '.join(quote(self.column(c)) for c in self.order)}"
@@ -86,6 +91,16 @@ class Listing:
         written_before: float | None = None,
     ) -> list[tuple[Any, ...]]:  # fmt: skip
         """``read``'s rows as the database driver gives them, before the converters."""
+        (found,) = fetch_together(connection, [self.statement(connection, ref, since, written_before)])
+        return found
+
+    def statement(
+        self, connection: BaseDatabaseWrapper, ref: HubRef, since: int | None = None,
+        written_before: float | None = None, stale_after: float | None = None,
+    ) -> tuple[str, list[Any]]:  # fmt: skip
+        """``fetch``'s ``SELECT`` and its parameters, to be sent with others (``fetch_together``).
+        ``stale_after`` instead of ``written_before`` (on PostgreSQL): the rows last written more than
+        that many seconds before the statement's clock, the one every statement sent with it reads."""
         params: list[Any] = [ref.namespace, ref.hub, ref.consumer_group]
         which = "all"
         if since is not None:
@@ -94,9 +109,10 @@ class Listing:
             if written_before is not None:
                 params.append(written_before)
                 which = "quiet"
-        with connection.cursor() as cursor:
-            cursor.execute(self.sql(connection, which), params)
-            return list(cursor.fetchall())
+            elif stale_after is not None:
+                params.append(stale_after)
+                which = "stale"
+        return self.sql(connection, which), params
 
     def rows(self, connection: BaseDatabaseWrapper, found: list[tuple[Any, ...]]) -> list[Any]:
         """Rows as ``fetch`` gave them, converted as the ORM converts them, as named tuples."""
@@ -126,6 +142,32 @@ class Listing:
         """``row`` as its model names it (``str()``), for a warning about it."""
         values = {name: getattr(row, name) for name in self.columns}
         return str(self.model(**{"pk": row.pk, **self.model.scope(ref), **values}))
+
+
+def fetch_together(
+    connection: BaseDatabaseWrapper, statements: Sequence[tuple[str, Sequence[Any]]]
+) -> list[list[tuple[Any, ...]]]:
+    """The rows of each ``SELECT`` (with its parameters), in order. On PostgreSQL they go in one
+    message: one round trip, run one after another in one implicit transaction (each statement
+    still sees what was committed before it began), and ``STATEMENT_TIMESTAMP()`` is the same in
+    all of them. Elsewhere (SQLite) one after another."""
+    if connection.vendor != "postgresql" or len(statements) == 1:
+        found = []
+        for sql, params in statements:
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                found.append(list(cursor.fetchall()))
+        return found
+    # psycopg's client-side binding cursor (Django's default) sends a query of several statements
+    # as PostgreSQL's simple query; ``nextset()`` steps from one statement's rows to the next's.
+    with connection.cursor() as cursor:
+        cursor.execute("; ".join(sql for sql, _ in statements), [p for _, params in statements for p in params])
+        found = [list(cursor.fetchall())]
+        while cursor.nextset():
+            found.append(list(cursor.fetchall()))
+    if len(found) != len(statements):  # a driver that ran only some of them: never read a short answer
+        raise DatabaseError(f"{len(statements)} statements sent together, {len(found)} answered")
+    return found
 
 
 OWNERSHIP = Listing(Ownership, ("partition_id", "owner_id", "etag", "last_modified", "owner_level"))

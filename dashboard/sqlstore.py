@@ -247,45 +247,59 @@ class SqlStore:
         # time (they cost the reading, nothing more). Leaving renewals out, the rows are those whose
         # owner changed (``owner_changed``, numbered as ``changed``) and those last written before
         # ``fresh_after``, the store's clock as the bound was read less ``stale_after``.
-        epoch, bound, clock = self._epoch_and_bound(connection, ref)
+        #
+        # The bound, the rows changed since the cursor's number, the members and the controls are
+        # asked for together (``fetch_together``: on PostgreSQL one round trip, every statement on the
+        # clock the bound is read with), or every row when there is no cursor. The cursor's number is
+        # checked against the bound afterwards: a cursor of another epoch, or past the bound, throws
+        # the rows away and reads every row.
+        # Off PostgreSQL the store's clock is this machine's, read now (a module attribute: tests skew it).
+        local = None if connection.vendor == "postgresql" else sqlclock.local_clock()
+        seen = _seen(cursor)
+        statements = [(_clock_sql(connection), [ref.namespace, ref.hub, ref.consumer_group])]
+        if seen is None:
+            statements.append(OWNERSHIP.statement(connection, ref))  # every row
+        else:
+            if stale_after is None:
+                statements.append(OWNERSHIP.statement(connection, ref, seen))
+            elif local is None:
+                statements.append(OWNERSHIP.statement(connection, ref, seen, stale_after=stale_after))
+            else:
+                statements.append(OWNERSHIP.statement(connection, ref, seen, written_before=local - stale_after))
+        statements += [MEMBERS.statement(connection, ref), CONTROLS.statement(connection, ref)]
+        found, *rest = sqlrows.fetch_together(connection, statements)
+        if not found:  # the hub's clock row is missing: made (with a fresh epoch), then read again
+            self._make_clock(ref)
+            return self._snapshot_since(connection, ref, cursor, stale_after)
+        epoch, bound, clock = _epoch_and_bound(found[0], local)
+        listed, members, controls = rest
         since = _since(cursor, epoch, bound)
         fresh_after = None
         if since is None:
-            ownership = self._list_ownership(connection, ref)
+            if seen is not None:  # the rows since the cursor's number are of no use: every row, read now
+                listed = OWNERSHIP.fetch(connection, ref)
+            rows = OWNERSHIP.rows(connection, listed)
+            ownership = sorted(self._valid(OWNERSHIP, rows, ref, sqlrows.ownership), key=_partition)
         else:
-            if stale_after is None:
-                rows = OWNERSHIP.read(connection, ref, since)
-            else:
+            if stale_after is not None:
                 fresh_after = clock - stale_after
-                rows = OWNERSHIP.read(connection, ref, since, written_before=fresh_after)
+            rows = OWNERSHIP.rows(connection, listed)
             ownership = sorted(self._valid(OWNERSHIP, rows, ref, sqlrows.ownership, whole=False), key=_partition)
         return Changes(
-            ownership, self._list_members(connection, ref), self._list_controls(connection, ref),
+            ownership,
+            self._small(MEMBERS, connection, ref, sqlrows.member, members),
+            self._small(CONTROLS, connection, ref, sqlrows.control, controls),
             clock, f"{epoch}:{bound}", since is None,  # the clock as the bound was read: no statement more
             sees_every_write=True,  # a row written by hand changes the epoch (migration 0005's triggers)
             fresh_after=fresh_after,
         )  # fmt: skip
 
-    def _epoch_and_bound(self, connection: BaseDatabaseWrapper, ref: HubRef) -> tuple[str, int, float]:
-        """The epoch of ``ref``'s change numbers, the first number a writer may still hold
-        uncommitted (on PostgreSQL the oldest transaction id still running: ``_transaction_id``;
-        elsewhere the hub's counter plus one) and the store's clock as they were read. One statement;
-        the hub's clock row is made (with a fresh epoch) if it is missing."""
-        pg = connection.vendor == "postgresql"
-        with connection.cursor() as cursor:
-            cursor.execute(_clock_sql(connection), [ref.namespace, ref.hub, ref.consumer_group])
-            found = cursor.fetchone()  # the hub's one row (a unique constraint), or None
-        if found is None:
-            OwnershipClock.objects.using(self.using).bulk_create(
-                [OwnershipClock(**OwnershipClock.scope(ref), serial=0, epoch=secrets.token_hex(8))],
-                ignore_conflicts=True,
-            )
-            return self._epoch_and_bound(connection, ref)
-        if pg:
-            epoch, number, clock = found
-            return str(epoch), int(number), float(clock)
-        epoch, number = found
-        return str(epoch), int(number) + 1, sqlclock.local_clock()  # a module attribute: tests skew it
+    def _make_clock(self, ref: HubRef) -> None:
+        """The hub's clock row, with a fresh epoch (a no-op if another writer made it meanwhile)."""
+        OwnershipClock.objects.using(self.using).bulk_create(
+            [OwnershipClock(**OwnershipClock.scope(ref), serial=0, epoch=secrets.token_hex(8))],
+            ignore_conflicts=True,
+        )
 
     def _list_ownership(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[OwnershipRecord]:
         records = self._valid(OWNERSHIP, OWNERSHIP.read(connection, ref), ref, sqlrows.ownership)
@@ -303,9 +317,12 @@ class SqlStore:
         for record in records:
             groups.setdefault(record.ref, {}).setdefault(record.partition_id, record)
         won: list[OwnershipRecord] = []
+        if connection.vendor == "postgresql" and len(groups) == 1:
+            (ref, wanted), = groups.items()
+            if len(wanted) <= CHUNK and all(r.etag is not None for r in wanted.values()):
+                return self._update_at_once(connection, ref, list(wanted.values()), records)
         with transaction.atomic(using=self.using):
-            now = read_clock(connection)
-            xid = self._transaction_id(connection)
+            now, xid = self._clock_and_transaction_id(connection)
             # Every transaction locks rows in the same order (hub by hub, partition by partition),
             # so two claimers of overlapping sets wait for each other instead of deadlocking.
             for ref in sorted(groups, key=lambda r: (r.namespace, r.hub, r.consumer_group)):
@@ -316,8 +333,36 @@ class SqlStore:
         order = {(r.ref, r.partition_id): i for i, r in enumerate(records)}
         return sorted(won, key=lambda r: order[(r.ref, r.partition_id)])
 
-    def _transaction_id(self, connection: BaseDatabaseWrapper) -> int | None:
-        """On PostgreSQL, the writing transaction's id: the change number of every row it writes.
+    def _update_at_once(
+        self, connection: BaseDatabaseWrapper, ref: HubRef, batch: list[OwnershipRecord],
+        records: list[OwnershipRecord],
+    ) -> list[OwnershipRecord]:  # fmt: skip
+        """On PostgreSQL, compare-and-set writes of rows that exist (every renewal, most steals) in one
+        round trip: the ``UPDATE`` takes its time and change number from its own statement (the
+        server's clock, its transaction's id) and a ``SELECT`` sent with it reads that time back (the
+        same ``STATEMENT_TIMESTAMP()``). One statement is atomic without ``BEGIN`` and ``COMMIT``."""
+        token = secrets.token_hex(12)
+        batch = sorted(batch, key=lambda r: int(r.partition_id))  # rows locked in the order every writer uses
+        sql, params = _update(connection, ref, batch, f"{token}-", None, None)
+        with connection.cursor() as cursor:
+            cursor.execute(f"{sql}; SELECT {PG_CLOCK}", params)
+            changed = cursor.rowcount
+            if not cursor.nextset():
+                raise StoreError(f"database {self.using!r}: the clock read with an ownership write did not answer")
+            (now,) = cursor.fetchone()
+        wanted = {r.partition_id: replace(r, etag=f"{token}-{r.partition_id}", last_modified=float(now)) for r in batch}
+        if changed != len(batch):
+            # Some rows did not change (another worker wrote them first, so the ETag moved). The rows
+            # carrying the fresh ETags written above are exactly the ones won (nobody else writes them).
+            etags = [r.etag for r in wanted.values()]
+            mine = set(self._rows(Ownership, ref).filter(etag__in=etags).values_list("partition_id", flat=True))
+            wanted = {p: r for p, r in wanted.items() if p in mine}
+        order = {r.partition_id: i for i, r in enumerate(records)}
+        return sorted(wanted.values(), key=lambda r: order[r.partition_id])
+
+    def _clock_and_transaction_id(self, connection: BaseDatabaseWrapper) -> tuple[float, int | None]:
+        """The store's clock (``read_clock``) and, on PostgreSQL, the writing transaction's id (in one
+        statement): the change number of every row it writes.
 
         Why not a number from a sequence or a counter: a number taken inside a transaction becomes
         visible only at commit, so a writer that took 7 can commit after one that took 8 was read,
@@ -333,10 +378,11 @@ class SqlStore:
         rows written since it began, never misses one. ``xid8`` never wraps around.
         """
         if connection.vendor != "postgresql":
-            return None
+            return read_clock(connection), None
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_current_xact_id()::text::bigint")
-            return int(cursor.fetchone()[0])
+            cursor.execute(f"SELECT {PG_CLOCK}, pg_current_xact_id()::text::bigint")
+            now, xid = cursor.fetchone()
+            return float(now), int(xid)
 
     def _tick(self, connection: BaseDatabaseWrapper, ref: HubRef) -> int:
         """Elsewhere (SQLite, which runs one writer at a time anyway): the hub's next change number,
@@ -491,11 +537,12 @@ class SqlStore:
 
     def _small(
         self, listing: Listing, connection: BaseDatabaseWrapper, ref: HubRef,
-        convert: Callable[[Any, HubRef, list[str]], T],
+        convert: Callable[[Any, HubRef, list[str]], T], found: list[tuple[Any, ...]] | None = None,
     ) -> list[T]:  # fmt: skip
-        """A whole listing of a small table, not converted again when its rows came back as they were
-        (``balancer.stores.unchanged``)."""
-        found = listing.fetch(connection, ref)
+        """A whole listing of a small table (read now, or ``found``: as ``Listing.fetch`` gave it), not
+        converted again when its rows came back as they were (``balancer.stores.unchanged``)."""
+        if found is None:
+            found = listing.fetch(connection, ref)
         return self._unchanged.records(
             (listing.table, ref), found, lambda: self._valid(listing, listing.rows(connection, found), ref, convert)
         )
@@ -526,6 +573,24 @@ class SqlStore:
         self._rows(ControlRow, ref).filter(kind=kind, target=target).delete()
 
 
+def _seen(cursor: str | None) -> int | None:
+    """The change number a cursor names, whatever its epoch (``_since`` judges it)."""
+    _, _, seen = (cursor or "").partition(":")
+    return int(seen) if seen.isdigit() else None
+
+
+def _epoch_and_bound(found: tuple[Any, ...], clock: float | None) -> tuple[str, int, float]:
+    """The epoch of a hub's change numbers, the first number a writer may still hold uncommitted
+    (on PostgreSQL the oldest transaction id still running: ``SqlStore._clock_and_transaction_id``; elsewhere
+    the hub's counter plus one) and the store's clock, from the hub's row as ``_clock_sql`` reads
+    it (on PostgreSQL with the clock; elsewhere ``clock`` is the local clock, read before)."""
+    if clock is None:
+        epoch, number, now = found
+        return str(epoch), int(number), float(now)
+    epoch, number = found
+    return str(epoch), int(number) + 1, clock
+
+
 def _since(cursor: str | None, epoch: str, bound: int) -> int | None:
     """The change number a delta read from ``cursor`` starts at, if the cursor is of the hub's current
     ``epoch`` and not past ``bound`` (None, read all: a clock row made again, rows deleted or edited by
@@ -537,17 +602,20 @@ def _since(cursor: str | None, epoch: str, bound: int) -> int | None:
 
 
 def _update(
-    connection: BaseDatabaseWrapper, ref: HubRef, records: list[OwnershipRecord], etag_prefix: str, now: float,
-    serial: int,
+    connection: BaseDatabaseWrapper, ref: HubRef, records: list[OwnershipRecord], etag_prefix: str,
+    now: float | None, serial: int | None,
 ) -> tuple[str, list[Any]]:  # fmt: skip
     """The compare-and-set ``UPDATE`` of ``records`` (each with the ETag its writer saw) and its
     parameters: the owner and owner level written, a fresh ETag (``etag_prefix`` and the partition
     id), ``now``, the change number ``serial``, and ``owner_changed`` kept where the row already had
-    the owner and owner level written (a renewal), else ``serial``. Raw SQL, as every cycle writes
+    the owner and owner level written (a renewal), else ``serial``. ``now`` and ``serial`` None (on
+    PostgreSQL): the statement's own clock and its transaction's id. Raw SQL, as every cycle writes
     renewals: the ORM's compiling of the same statement cost more than running it. Every expression
     reads the row's old values (SQL's ``UPDATE``), so the order of the assignments does not matter."""
     table, column = _ownership_columns(connection)
     params: list[Any] = []
+    number = "%s" if serial is not None else "pg_current_xact_id()::text::bigint"
+    written = "%s" if now is not None else PG_CLOCK
 
     def per_partition(name: str, values: dict[str, Any]) -> str:
         """One value for every row (the common renewal), else a CASE by partition."""
@@ -573,14 +641,14 @@ def _update(
             params.extend(pids)
             inside = ", ".join(["%s"] * len(pids))
             renewed.append(f"WHEN {same} AND {column['partition_id']} IN ({inside}) THEN {column['owner_changed']}")
-    params.extend((serial, etag_prefix, now, serial))
+    params.extend(value for value in (serial, etag_prefix, now, serial) if value is not None)
     assignments = [
         f"{column['owner_id']} = {owner}",
         f"{column['owner_level']} = {level}",
-        f"{column['owner_changed']} = CASE {' '.join(renewed)} ELSE %s END",
+        f"{column['owner_changed']} = CASE {' '.join(renewed)} ELSE {number} END",
         f"{column['etag']} = %s || {column['partition_id']}",
-        f"{column['last_modified']} = %s",
-        f"{column['changed']} = %s",
+        f"{column['last_modified']} = {written}",
+        f"{column['changed']} = {number}",
     ]
     etag = column["etag"]
     if connection.vendor == "sqlite":  # an ETag a hand edit left as a BLOB is listed, and so compared, as text

@@ -244,6 +244,9 @@ class Fleet:
         env["PROMETHEUS_MULTIPROC_DIR"] = str(self.metrics_dir)
         env.pop("LEASEBOARD_CLOCK_SKEW", None)
         env["PYTHONPATH"] = str(self.repo)
+        # Workers as deployed: the dev settings' DEBUG keeps and formats every SQL statement a worker
+        # sends (Django's query log), work a fleet on dashboard.production does not do.
+        env["DJANGO_DEBUG"] = "0"
         for i in range(self.workers):
             name = f"w{i:03d}"
             command = manage(

@@ -9,6 +9,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, aclosing
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import pytest
@@ -20,8 +21,9 @@ from balancer.errors import StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord, partition_ids
 from balancer.notices import Released
 from balancer.strategies import get_strategy
-from dashboard import sqlclock
+from dashboard import sqlclock, sqlrows
 from dashboard.models import CheckpointRow, ControlRow, MemberRow, Ownership
+from dashboard.sqlclock import PG_CLOCK
 from dashboard.sqlrows import CHECKPOINTS, CONTROLS, MEMBERS, OWNERSHIP
 from dashboard.sqlstore import SqlStore
 from tests.support.databases import add_django_database, remove_django_database
@@ -246,11 +248,15 @@ class SqlContract(ChangeFeedContract, StoreContract):
             assert [r.owner_id for r in await store.list_ownership(ref)] == ["w"] * count
         assert per_cycle[2] == per_cycle[24]
         statements, requests = per_cycle[24]
-        # List (SELECT), claim (one UPDATE for every renewal, after SQLite's BEGIN IMMEDIATE or
-        # PostgreSQL's SELECT of the server clock, and the UPDATE of the hub's change counter that
-        # serializes its writers): 2 calls (issue 15's bar on SQL), 4 statements.
+        # List and claim: 2 calls (issue 15's bar on SQL). On PostgreSQL each is one message, so one
+        # round trip: the clock row, the rows changed, the members and the controls asked for
+        # together; one UPDATE for every renewal, on the statement's own clock and transaction id,
+        # with the SELECT that reads that clock back. On SQLite statements go one by one.
         assert requests == 2
-        assert statements <= requests + 2
+        if connections[self.alias].vendor == "postgresql":
+            assert statements == 2
+        else:
+            assert statements <= requests + 2
 
     async def test_small_listings_unchanged_are_not_converted_again_and_a_change_shows(self, store: SqlStore) -> None:
         await store.heartbeat(Member(REF, "a", 0.0, {"strategy": "cooperative"}))
@@ -308,6 +314,37 @@ class TestSqlStoreOnPostgres(SqlContract):
         [member] = await store.list_members(REF)
         for written in (held.last_modified, checkpoint.last_modified, member.last_seen):
             assert written is not None and now <= written < real + 30
+
+    async def test_statements_sent_together_answer_in_order_on_one_clock(self) -> None:
+        # The steady read's statements go in one message (sqlrows.fetch_together): each answers its
+        # own rows, and all of them read the one clock, so a bound computed from the first one's
+        # clock is the bound the others used.
+        slow = "SELECT pg_sleep(0.05), CAST(EXTRACT(EPOCH FROM STATEMENT_TIMESTAMP()) AS DOUBLE PRECISION)"
+
+        def run() -> list[list[tuple[Any, ...]]]:
+            connection = connections[self.alias]
+            return sqlrows.fetch_together(
+                connection, [(f"SELECT {PG_CLOCK}, %s", [1]), (slow, []), ("SELECT 1 WHERE %s", [False]),
+                             (f"SELECT {PG_CLOCK}, %s", ["x"])],
+            )  # fmt: skip
+
+        first, slept, empty, last = await in_thread(run)
+        assert [first[0][1], empty, last[0][1]] == [1, [], "x"]
+        assert first[0][0] == slept[0][1] == last[0][0]
+
+    async def test_a_renewal_is_one_statement_and_its_time_is_the_one_written(self, store: SqlStore) -> None:
+        held = await store.claim_ownership([OwnershipRecord(REF, p, "a") for p in "012"])
+        statements = store.statements
+        renewed = await store.claim_ownership(held[::-1])  # every row exists: the one-message write
+        assert store.statements == statements + 1
+        assert [r.partition_id for r in renewed] == ["2", "1", "0"]  # in the order asked
+        listed = {r.partition_id: r for r in await store.list_ownership(REF)}
+        times = {r.last_modified for r in renewed}
+        assert [listed[r.partition_id] for r in renewed] == renewed  # the time and ETag written, read back
+        assert len(times) == 1 and min(r.last_modified or 0 for r in held) <= times.pop()  # one statement's clock
+        # A stale ETag loses only its own partition.
+        won = await store.claim_ownership([replace(held[0], owner_id="b"), replace(renewed[1], owner_id="b")])
+        assert [(r.partition_id, r.owner_id) for r in won] == [("1", "b")]
 
     async def test_a_release_listener_whose_connection_the_server_kills_listens_again(self, store: SqlStore) -> None:
         channel, heard = store.release_channel(REF), []
