@@ -178,10 +178,11 @@ async def test_before_its_first_cycle_a_worker_backs_off_and_once_it_holds_lease
     processor: EventProcessor
 
     def sleep(seconds: float) -> Coroutine[Any, Any, None]:
-        # The processor hands this sleep to its pumps too; only its own cycle waits are counted. A
-        # pump's waits (a poll, a paused lease's check, an idle wait up to the lease's deadline) are
-        # told by their caller and made short.
-        if sys._getframe(1).f_locals.get("self") is not processor:
+        # The processor hands this sleep to its pumps too; only its own cycle waits (``_wait``) are
+        # counted. A pump's waits (a poll, a paused lease's check, an idle wait) and the processor's
+        # timer for its pumps' lease deadlines are told by their caller and made short.
+        caller = sys._getframe(1)
+        if caller.f_locals.get("self") is not processor or caller.f_code.co_name != "_wait":
             return asyncio.sleep(0.001)
         return cycle_wait(seconds)
 

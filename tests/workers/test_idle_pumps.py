@@ -3,7 +3,8 @@
 The embedded hub's readers are woken by one ``FileWatch`` per process (inotify, else one stat
 poller) when their log is written, and only the readers of that log; the Event Hubs reader when the
 SDK hands it a batch. A pump reads once, finds nothing, and reads again only when woken, when a
-pending checkpoint is due, when its lease's deadline passes unrenewed, or after ``idle_seconds``.
+pending checkpoint is due, when told its lease's deadline passed unrenewed (the processor's one
+timer for all its pumps), or after ``idle_seconds``.
 Waiting is by polling with a deadline; "does not wake" is judged with a sleep that never ends (the
 pump's timers then never fire, so every read after the first is a wake-up).
 """
@@ -11,6 +12,7 @@ pump's timers then never fire, so every read after the first is a wake-up).
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from pathlib import Path
@@ -241,36 +243,30 @@ async def test_an_idle_pump_writes_its_pending_checkpoint_when_due(tmp_path: Pat
     hub.close()
 
 
-async def test_an_idle_pump_pauses_when_its_lease_runs_out_unrenewed(tmp_path: Path) -> None:
-    hub = EmbeddedHub(tmp_path, "hub", partitions=1)
-    lease = {"until": time.monotonic() + 0.3}
-    pump, task, _ = await start_pump(
-        CountingSource(hub), Handled(), Sleeps(real=True), deadline=lambda pid: lease["until"], idle_seconds=1000.0
-    )
-    await until(lambda: pump.paused, "the idle pump to pause at its lease's deadline")
-    lease["until"] = time.monotonic() + 60.0
-    pump.wake()  # the processor, after a cycle renewed the lease
-    await until(lambda: not pump.paused, "the pump to resume")
-    hub.send(b"x", partition_id="0")
-    await until(lambda: pump.stats.processed == 1, "the event after the pause")
-    await stop(pump, task)
-    hub.close()
-
-
-async def test_an_idle_pump_of_a_renewed_lease_does_not_read_at_the_old_deadline(tmp_path: Path) -> None:
+async def test_an_idle_pump_pauses_when_told_its_lease_ran_out_and_does_not_watch_the_deadline_itself(
+    tmp_path: Path,
+) -> None:
+    # The processor keeps one timer for all its pumps' deadlines (tests/workers/test_runtime.py): an
+    # idle pump does not wake at its own, so a renewal wakes no pump at the old deadline.
     hub = EmbeddedHub(tmp_path, "hub", partitions=1)
     source = CountingSource(hub)
-    lease = {"until": time.monotonic() + 0.3}
+    lease = {"until": math.inf}
     pump, task, _ = await start_pump(
         source, Handled(), Sleeps(real=True), deadline=lambda pid: lease["until"], idle_seconds=1000.0
     )
     await until(lambda: pump.stats.idle_waits == 1, "the pump to be idle")
-    lease["until"] = time.monotonic() + 0.6  # renewed before the first deadline
-    first = lease["until"]
-    await until(lambda: time.monotonic() > first and pump.paused, "the pump to pause at the renewed deadline")
-    assert source.readers[0].reads == 1  # the old deadline woke it, it waited on without reading
-    lease["until"] = time.monotonic() + 60.0
-    pump.wake()
+    lease["until"] = time.monotonic() - 1.0  # ran out unrenewed
+    for _ in range(200):
+        await asyncio.sleep(0)
+    assert not pump.paused and source.readers[0].reads == 1  # still waiting: nobody told it
+    pump.deadline_passed()  # the processor's timer
+    await until(lambda: pump.paused, "the idle pump to pause")
+    assert source.readers[0].reads == 1  # paused without reading
+    lease["until"] = math.inf
+    pump.wake()  # the processor, after a cycle renewed the lease
+    await until(lambda: not pump.paused, "the pump to resume")
+    hub.send(b"x", partition_id="0")
+    await until(lambda: pump.stats.processed == 1, "the event after the pause")
     await stop(pump, task)
     hub.close()
 

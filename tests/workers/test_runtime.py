@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,33 @@ async def test_past_the_lease_deadline_in_an_outage_pumps_pause_then_resume_afte
     pause_lines = [r.getMessage() for r in caplog.records if r.name == "leaseboard.pump" and "pause" in r.getMessage()]
     assert len(pause_lines) == 2, pause_lines  # one for the worker's pumps pausing, one for their resuming
     assert "its pump pauses" in pause_lines[0] and "4 resumed where they were" in pause_lines[1]
+    await a.shutdown()
+
+
+async def test_idle_pumps_do_not_wake_at_their_leases_old_deadlines_and_pause_when_one_passes_unrenewed(
+    rig: Rig,
+) -> None:
+    # Real time here: the processor's one timer for its pumps' deadlines sleeps for real. Nothing but
+    # that timer (no cycle, no event) can pause an idle pump in this test.
+    a = rig.worker("a", Recorder(), monotonic=time.monotonic, sleep=asyncio.sleep, expiry=1.0, interval=0.5)
+    await own_all(a, 4)
+    await until(lambda: len(a.stats()) == 4 and all(s.idle_waits == 1 for s in a.stats().values()), what="4 idle pumps")
+    for _ in range(2):  # renewed in time: no pump wakes at the deadline it had before
+        old = max(a.coordinator.deadline(p) for p in "0123")
+        due = a.coordinator.next_renewal()
+        assert due is not None
+        await until(lambda due=due: time.monotonic() >= due, what="the renewal to fall due")
+        report = await a.renew()
+        assert report is not None and not report.lost
+        assert min(a.coordinator.deadline(p) for p in "0123") > old
+        await until(lambda old=old: time.monotonic() > old + 0.05, what="the old deadlines to pass")
+        assert a.paused == frozenset() and all(s.idle_waits == 1 for s in a.stats().values())
+    rig.store.down = True  # renewals fail from now on: the deadlines pass unrenewed
+    deadline = max(a.coordinator.deadline(p) for p in "0123")
+    await until(lambda: a.paused == frozenset("0123"), what="every idle pump to pause at its lease's deadline")
+    assert time.monotonic() >= deadline
+    assert all(s.idle_waits == 1 and s.processed == 0 for s in a.stats().values())  # paused without reading
+    rig.store.down = False
     await a.shutdown()
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import signal
 import time
@@ -96,6 +97,8 @@ class EventProcessor:
         # to claim soon after the release; False where the store's release notices wake it instead.
         self.poll_waiting = True
         self._last: CycleReport | None = None  # the last cycle's report (None: it failed)
+        # One timer for every pump's lease deadline (``_watch_deadlines``): (the deadline, its task).
+        self._deadline_watch: tuple[float, asyncio.Task[None]] | None = None
         # cycle() and release() both rewrite the coordinator's lease table across awaits: never at once.
         self._lock = asyncio.Lock()
         self._handoffs: dict[str, asyncio.Task[None]] = {}
@@ -282,15 +285,48 @@ class EventProcessor:
                 pump.stop()  # the event in hand, then the final checkpoint
             else:
                 pump.wake()  # a paused pump whose lease this cycle renewed resumes now
-        if not start:
+        if start:
+            # Past its deadline a partition is not started: its pump would only pause.
+            held = {p for p in owned if coordinator.holds(p) and not coordinator.handing_off(p)}
+            for pid in sorted(held - self._pumps.keys()):
+                if self._lost_at.get(pid, -1) >= self.cycles:
+                    continue  # the store said someone else owns it: wait for a cycle to settle that
+                self._lost_at.pop(pid, None)
+                self._start(pid)
+        self._watch_deadlines()
+
+    def _watch_deadlines(self) -> None:
+        """Arm one timer at the earliest lease deadline of the running pumps: there, the pumps whose
+        deadline passed unrenewed are told (an idle pump then pauses, as a busy one does at its next
+        event). A renewal moves the deadlines on before they pass, so in steady state the timer is
+        re-armed at each renewal and never fires: one timer per worker, where each idle pump used to
+        wake at its lease's old deadline after every renewal."""
+        deadline = self.coordinator.deadline
+        times = [deadline(pid) for pid, (pump, task) in self._pumps.items() if not (task.done() or pump.stopping)]
+        at = min((t for t in times if math.isfinite(t)), default=None)
+        watch = self._deadline_watch
+        if watch is not None and watch[0] == at and not watch[1].done():
             return
-        # Past its deadline a partition is not started: its pump would only pause.
-        held = {p for p in owned if coordinator.holds(p) and not coordinator.handing_off(p)}
-        for pid in sorted(held - self._pumps.keys()):
-            if self._lost_at.get(pid, -1) >= self.cycles:
-                continue  # the store said someone else owns it: wait for a cycle to settle that
-            self._lost_at.pop(pid, None)
-            self._start(pid)
+        if watch is not None:
+            watch[1].cancel()
+        self._deadline_watch = None
+        if at is not None and not self._stop.is_set():
+            task = asyncio.get_running_loop().create_task(self._at_deadline(at), name=f"deadlines {self.owner_id}")
+            self._deadline_watch = (at, task)
+
+    async def _at_deadline(self, at: float) -> None:
+        clock = self.coordinator.monotonic
+        await self._sleep(max(0.0, at - clock()))
+        if clock() < at:
+            await self._sleep(max(0.0, at - clock()))  # a timer may fire a hair early: once more
+        now = clock()
+        if now < at:
+            return  # a test's sleep that only yields: the next cycle or renewal arms it again
+        for pid, (pump, task) in list(self._pumps.items()):
+            if not task.done() and now >= self.coordinator.deadline(pid):
+                pump.deadline_passed()
+        self._deadline_watch = None
+        self._watch_deadlines()  # the next deadline, if one is still ahead
 
     def _hand_off(self, pid: str) -> None:
         """The coordinator's ``on_handoff``: a planned move of ``pid`` starts (called inside cycle())."""
@@ -378,10 +414,16 @@ class EventProcessor:
 
     # stopping ------------------------------------------------------------------------------
 
+    def _unwatch_deadlines(self) -> None:
+        if self._deadline_watch is not None:
+            self._deadline_watch[1].cancel()
+            self._deadline_watch = None
+
     async def abort(self) -> None:
         """Drop every pump at once: no final checkpoint, no release. What a crash leaves behind
         (the store keeps the leases until they expire); for tests and the simulator."""
         self._stop.set()
+        self._unwatch_deadlines()
         tasks: list[asyncio.Task[Any]] = [task for _, task in self._pumps.values()]
         tasks += self._handoffs.values()
         for task in tasks:
@@ -393,6 +435,7 @@ class EventProcessor:
     async def shutdown(self) -> None:
         """Stop pumps (final checkpoints), then release every partition. Bounded in time."""
         self._stop.set()
+        self._unwatch_deadlines()
         running = {task: pid for pid, (_, task) in self._pumps.items() if not task.done()}
         for pump, _ in self._pumps.values():
             pump.stop()

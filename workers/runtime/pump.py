@@ -21,9 +21,9 @@ partition) ends the pump at once ("lost").
 Idle. A reader that offers ``notify(wake)`` (``workers.sources.arrivals``: the embedded hub's
 files through one watcher per process, Event Hubs through its long-polling receive) wakes the pump
 when new events may be there: an idle pump waits for that and costs nothing meanwhile, bounded only
-by a pending checkpoint's time, its lease's deadline (so it pauses when the lease may have run out)
-and a safety read every ``idle_seconds``. A reader without ``notify`` is polled every
-``poll_seconds``.
+by a pending checkpoint's time, its lease's deadline passing unrenewed (so it pauses when the lease
+may have run out: ``deadline_passed()``, from the processor's one timer for all its pumps) and a
+safety read every ``idle_seconds``. A reader without ``notify`` is polled every ``poll_seconds``.
 
 Checkpoints: ``checkpoints.py`` (every ``checkpoint_events`` events or ``checkpoint_seconds``
 seconds, and once more when the pump is stopped on purpose; delivery is at least once). Sequence
@@ -145,6 +145,11 @@ class PartitionPump:
     def wake(self) -> None:
         """Let a paused pump look at its lease now (the processor calls it after every cycle)."""
         self._wake.set()
+
+    def deadline_passed(self) -> None:
+        """The lease's deadline passed unrenewed (the processor keeps one timer for all its pumps'
+        deadlines): an idle pump stops waiting and pauses; a busy one pauses at its next event anyway."""
+        self._arrived.set()
 
     @property
     def stopping(self) -> bool:
@@ -433,7 +438,7 @@ class PartitionPump:
 
     async def _idle(self) -> None:
         """Nothing new to read: wait until the reader says events came (or ``stop()``), a pending
-        checkpoint is due, the lease's deadline passes unrenewed, or ``idle_seconds`` went by. A reader
+        checkpoint is due, ``deadline_passed()`` (the lease ran out unrenewed), or ``idle_seconds`` went by. A reader
         without ``notify`` is read again after ``poll_seconds``."""
         self.stats.idle_waits += 1
         if not self._notified:
@@ -442,13 +447,11 @@ class PartitionPump:
         until = self._monotonic() + self._config.idle_seconds
         while not self._arrived.is_set() and not self._stopping.is_set():
             now = self._monotonic()
-            deadline = self._deadline(self.partition_id)
-            bound = min(until, deadline, now + self._checkpoints.due_in(now))
+            bound = min(until, now + self._checkpoints.due_in(now))
             await self._await_arrival(max(bound - now, self._config.poll_seconds))
             now = self._monotonic()
-            if now >= until or self._checkpoints.due(now) or not self._deadline(self.partition_id) > deadline:
-                return  # the safety read, a checkpoint, or a lease not renewed (the pump pauses next)
-            # Woken by the lease's old deadline, but it was renewed since: wait on without reading.
+            if now >= until or self._checkpoints.due(now):
+                return  # the safety read, or a checkpoint
 
     async def _await_arrival(self, seconds: float) -> None:
         """Wait for the reader's wake-up, ``stop()`` or ``seconds``, whichever comes first."""
