@@ -97,6 +97,7 @@ class EventProcessor:
         # to claim soon after the release; False where the store's release notices wake it instead.
         self.poll_waiting = True
         self._last: CycleReport | None = None  # the last cycle's report (None: it failed)
+        self._waiting: asyncio.Future[None] | None = None  # what ``_wait`` waits on besides its sleep
         # One timer for every pump's lease deadline (``_watch_deadlines``): (the deadline, its task).
         self._deadline_watch: tuple[float, asyncio.Task[None]] | None = None
         # cycle() and release() both rewrite the coordinator's lease table across awaits: never at once.
@@ -150,6 +151,7 @@ class EventProcessor:
     def stop(self) -> None:
         """Ask ``run`` to stop gracefully (safe to call more than once)."""
         self._stop.set()
+        self._interrupt()
 
     @property
     def stopping(self) -> bool:
@@ -158,6 +160,12 @@ class EventProcessor:
     def wake(self) -> None:
         """Run the next cycle now instead of at the end of the interval (an operator's rebalance)."""
         self._wake.set()
+        self._interrupt()
+
+    def _interrupt(self) -> None:
+        """End ``_wait`` now (``stop()`` or ``wake()`` was called)."""
+        if self._waiting is not None and not self._waiting.done():
+            self._waiting.set_result(None)
 
     async def run(self) -> None:
         """Cycle every interval, renewing leases as they fall due in between, until ``stop()``; then stop
@@ -254,17 +262,21 @@ class EventProcessor:
         seconds = max(0.0, seconds)
         due = time.monotonic() + seconds
         sleeper = asyncio.ensure_future(self._sleep(seconds))
-        stopper = asyncio.ensure_future(self._stop.wait())
-        waker = asyncio.ensure_future(self._wake.wait())
+        # One future that stop() and wake() resolve, rather than a task waiting on each event: every
+        # wait of every worker (a cycle's, a renewal's) made and cancelled three tasks.
+        interrupted = self._waiting = asyncio.get_running_loop().create_future()
+        if self._stop.is_set() or self._wake.is_set():
+            interrupted.set_result(None)
         try:
-            await asyncio.wait([sleeper, stopper, waker], return_when=asyncio.FIRST_COMPLETED)
-            if sleeper.done() and not waker.done():
+            await asyncio.wait([sleeper, interrupted], return_when=asyncio.FIRST_COMPLETED)
+            woken = self._wake.is_set()
+            if sleeper.done() and not woken:
                 self._watch.waited(time.monotonic() - due)  # how late the loop ran this worker's timer
-            return waker.done() or stopper.done()
+            return woken or self._stop.is_set()
         finally:
+            self._waiting = None
             self._wake.clear()
-            for task in (sleeper, stopper, waker):
-                task.cancel()
+            sleeper.cancel()
 
     def _reconcile(self, lost: frozenset[str] = frozenset(), *, start: bool = True) -> None:
         """Stop the pumps of partitions no longer owned, being handed off, or ``lost`` in this cycle (even
@@ -423,6 +435,7 @@ class EventProcessor:
         """Drop every pump at once: no final checkpoint, no release. What a crash leaves behind
         (the store keeps the leases until they expire); for tests and the simulator."""
         self._stop.set()
+        self._interrupt()
         self._unwatch_deadlines()
         tasks: list[asyncio.Task[Any]] = [task for _, task in self._pumps.values()]
         tasks += self._handoffs.values()
@@ -435,6 +448,7 @@ class EventProcessor:
     async def shutdown(self) -> None:
         """Stop pumps (final checkpoints), then release every partition. Bounded in time."""
         self._stop.set()
+        self._interrupt()
         self._unwatch_deadlines()
         running = {task: pid for pid, (_, task) in self._pumps.items() if not task.done()}
         for pump, _ in self._pumps.values():
