@@ -144,14 +144,21 @@ class Listing:
         return str(self.model(**{"pk": row.pk, **self.model.scope(ref), **values}))
 
 
+def sends_together(connection: BaseDatabaseWrapper) -> bool:
+    """Whether several statements can go to the database in one message: on PostgreSQL with Django's
+    default client-side binding (``server_side_binding`` prepares each statement on its own)."""
+    options = connection.settings_dict.get("OPTIONS") or {}
+    return connection.vendor == "postgresql" and options.get("server_side_binding") is not True
+
+
 def fetch_together(
     connection: BaseDatabaseWrapper, statements: Sequence[tuple[str, Sequence[Any]]]
 ) -> list[list[tuple[Any, ...]]]:
     """The rows of each ``SELECT`` (with its parameters), in order. On PostgreSQL they go in one
-    message: one round trip, run one after another in one implicit transaction (each statement
-    still sees what was committed before it began), and ``STATEMENT_TIMESTAMP()`` is the same in
-    all of them. Elsewhere (SQLite) one after another."""
-    if connection.vendor != "postgresql" or len(statements) == 1:
+    message (``sends_together``): one round trip, run one after another in one implicit transaction
+    (each statement still sees what was committed before it began), and ``STATEMENT_TIMESTAMP()`` is
+    the same in all of them. Elsewhere one after another (a later statement's clock is then later)."""
+    if not sends_together(connection) or len(statements) == 1:
         found = []
         for sql, params in statements:
             with connection.cursor() as cursor:

@@ -317,7 +317,7 @@ class SqlStore:
         for record in records:
             groups.setdefault(record.ref, {}).setdefault(record.partition_id, record)
         won: list[OwnershipRecord] = []
-        if connection.vendor == "postgresql" and len(groups) == 1:
+        if sqlrows.sends_together(connection) and len(groups) == 1:
             (ref, wanted), = groups.items()
             if len(wanted) <= CHUNK and all(r.etag is not None for r in wanted.values()):
                 return self._update_at_once(connection, ref, list(wanted.values()), records)
@@ -397,10 +397,7 @@ class SqlStore:
             row = cursor.fetchone()
             if row is not None:
                 return int(row[0])
-        # The hub's first write: its counter row, made in this transaction.
-        OwnershipClock.objects.using(self.using).bulk_create(
-            [OwnershipClock(**OwnershipClock.scope(ref), serial=0, epoch=secrets.token_hex(8))], ignore_conflicts=True
-        )
+        self._make_clock(ref)  # the hub's first write: its counter row, made in this transaction
         return self._tick(connection, ref)
 
     def _claim_chunk(

@@ -332,6 +332,17 @@ class TestSqlStoreOnPostgres(SqlContract):
         assert [first[0][1], empty, last[0][1]] == [1, [], "x"]
         assert first[0][0] == slept[0][1] == last[0][0]
 
+        # With server-side binding (an option a deployment may set) each statement is prepared on its
+        # own: they go one after another, a later one on a later clock.
+        options = connections[self.alias].settings_dict.setdefault("OPTIONS", {})
+        options["server_side_binding"] = True
+        try:
+            first, slept, empty, last = await in_thread(run)
+        finally:
+            del options["server_side_binding"]
+        assert [first[0][1], empty, last[0][1]] == [1, [], "x"]
+        assert first[0][0] < last[0][0]
+
     async def test_a_renewal_is_one_statement_and_its_time_is_the_one_written(self, store: SqlStore) -> None:
         held = await store.claim_ownership([OwnershipRecord(REF, p, "a") for p in "012"])
         statements = store.statements
