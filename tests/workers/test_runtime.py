@@ -11,6 +11,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from balancer.strategies import get_strategy
 from tests.support.waiting import until
 from workers.handlers import PartitionContext
 from workers.hub.embedded import EmbeddedHub
+from workers.runtime.pump import PartitionPump
 from workers.sources.base import ReceivedEvent
 
 from .conftest import REF, FakeClock, Recorder, Rig, checkpoints, metric, own_all
@@ -129,11 +131,25 @@ async def test_idle_pumps_do_not_wake_at_their_leases_old_deadlines_and_pause_wh
         assert min(a.coordinator.deadline(p) for p in "0123") > old
         await until(lambda old=old: time.monotonic() > old + 0.05, what="the old deadlines to pass")
         assert a.paused == frozenset() and all(s.idle_waits == 1 for s in a.stats().values())
+    told: list[str] = []  # what the timer tells the pumps
+
+    def telling(pump: PartitionPump) -> Callable[[], None]:
+        def deadline_passed() -> None:
+            told.append(pump.partition_id)
+            PartitionPump.deadline_passed(pump)
+
+        return deadline_passed
+
+    for pump, _ in a._pumps.values():
+        pump.deadline_passed = telling(pump)  # type: ignore[method-assign]
     rig.store.down = True  # renewals fail from now on: the deadlines pass unrenewed
     deadline = max(a.coordinator.deadline(p) for p in "0123")
     await until(lambda: a.paused == frozenset("0123"), what="every idle pump to pause at its lease's deadline")
     assert time.monotonic() >= deadline
     assert all(s.idle_waits == 1 and s.processed == 0 for s in a.stats().values())  # paused without reading
+    for _ in range(200):
+        await asyncio.sleep(0)
+    assert sorted(told) == list("0123")  # each told once: a deadline that passed arms no timer again
     rig.store.down = False
     await a.shutdown()
 

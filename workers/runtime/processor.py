@@ -308,37 +308,43 @@ class EventProcessor:
         self._watch_deadlines()
 
     def _watch_deadlines(self) -> None:
-        """Arm one timer at the earliest lease deadline of the running pumps: there, the pumps whose
-        deadline passed unrenewed are told (an idle pump then pauses, as a busy one does at its next
-        event). A renewal moves the deadlines on before they pass, so in steady state the timer is
-        re-armed at each renewal and never fires: one timer per worker, where each idle pump used to
+        """Tell the running pumps whose lease deadline passed unrenewed (an idle pump then pauses, as a
+        busy one does at its next event), and arm one timer at the earliest deadline still ahead to do
+        the same there. A renewal moves the deadlines on before they pass, so in steady state the timer
+        is re-armed at each renewal and never fires: one timer per worker, where each idle pump used to
         wake at its lease's old deadline after every renewal."""
-        deadline = self.coordinator.deadline
-        times = [deadline(pid) for pid, (pump, task) in self._pumps.items() if not (task.done() or pump.stopping)]
-        at = min((t for t in times if math.isfinite(t)), default=None)
+        deadline, now = self.coordinator.deadline, self.coordinator.monotonic()
+        ahead = []
+        for pid, (pump, task) in self._pumps.items():
+            if task.done() or pump.stopping:
+                continue
+            at = deadline(pid)
+            if not math.isfinite(at):
+                continue  # not held: the processor stops this pump
+            if at > now:
+                ahead.append(at)
+            elif not pump.paused:
+                pump.deadline_passed()
+        first = min(ahead, default=None)
         watch = self._deadline_watch
-        if watch is not None and watch[0] == at and not watch[1].done():
+        if watch is not None and watch[0] == first and not watch[1].done():
             return
         if watch is not None:
             watch[1].cancel()
         self._deadline_watch = None
-        if at is not None and not self._stop.is_set():
-            task = asyncio.get_running_loop().create_task(self._at_deadline(at), name=f"deadlines {self.owner_id}")
-            self._deadline_watch = (at, task)
+        if first is not None and not self._stop.is_set():
+            timer = asyncio.get_running_loop().create_task(self._at_deadline(first), name=f"deadlines {self.owner_id}")
+            self._deadline_watch = (first, timer)
 
     async def _at_deadline(self, at: float) -> None:
         clock = self.coordinator.monotonic
         await self._sleep(max(0.0, at - clock()))
         if clock() < at:
             await self._sleep(max(0.0, at - clock()))  # a timer may fire a hair early: once more
-        now = clock()
-        if now < at:
+        if clock() < at:
             return  # a test's sleep that only yields: the next cycle or renewal arms it again
-        for pid, (pump, task) in list(self._pumps.items()):
-            if not task.done() and now >= self.coordinator.deadline(pid):
-                pump.deadline_passed()
         self._deadline_watch = None
-        self._watch_deadlines()  # the next deadline, if one is still ahead
+        self._watch_deadlines()  # tells the pumps whose deadline passed; arms the next one ahead
 
     def _hand_off(self, pid: str) -> None:
         """The coordinator's ``on_handoff``: a planned move of ``pid`` starts (called inside cycle())."""
