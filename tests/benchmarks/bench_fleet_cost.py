@@ -529,7 +529,7 @@ def chart(rows: list[Row], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = [
-        ("seconds to balance (from the last start: solid; after a SIGKILL: dashed; after all were up: dotted)",
+        ("seconds to balance\n(from the last start: solid; after a SIGKILL: dashed; after all were up: dotted)",
          ("balance_cold", "balance_kill", "balance_up")),
         ("store queries a second", ("queries",)),
         ("idle CPU, % of one core (fleet: solid, per worker: dashed)", ("cpu_fleet", "cpu_worker")),
