@@ -316,33 +316,31 @@ class SqlStore:
         groups: dict[HubRef, dict[str, OwnershipRecord]] = {}
         for record in records:
             groups.setdefault(record.ref, {}).setdefault(record.partition_id, record)
-        won: list[OwnershipRecord] = []
-        if sqlrows.sends_together(connection) and len(groups) == 1:
-            (ref, wanted), = groups.items()
-            if len(wanted) <= CHUNK and all(r.etag is not None for r in wanted.values()):
-                return self._update_at_once(connection, ref, list(wanted.values()), records)
-        with transaction.atomic(using=self.using):
-            now, xid = self._clock_and_transaction_id(connection)
-            # Every transaction locks rows in the same order (hub by hub, partition by partition),
-            # so two claimers of overlapping sets wait for each other instead of deadlocking.
-            for ref in sorted(groups, key=lambda r: (r.namespace, r.hub, r.consumer_group)):
-                serial = xid if xid is not None else self._tick(connection, ref)
-                batch = sorted(groups[ref].values(), key=lambda r: int(r.partition_id))
-                for start in range(0, len(batch), CHUNK):
-                    won += self._claim_chunk(connection, ref, batch[start : start + CHUNK], now, serial)
+        claims = [r for wanted in groups.values() for r in wanted.values()]
+        if len(groups) == 1 and len(claims) <= CHUNK and all(r.etag is not None for r in claims) and (
+            sqlrows.sends_together(connection)
+        ):
+            won = self._update_at_once(connection, claims)  # one hub, rows that exist: no transaction
+        else:
+            won = []
+            with transaction.atomic(using=self.using):
+                now, xid = self._clock_and_transaction_id(connection)
+                # Every transaction locks rows in the same order (hub by hub, partition by partition),
+                # so two claimers of overlapping sets wait for each other instead of deadlocking.
+                for ref in sorted(groups, key=lambda r: (r.namespace, r.hub, r.consumer_group)):
+                    serial = xid if xid is not None else self._tick(connection, ref)
+                    batch = sorted(groups[ref].values(), key=lambda r: int(r.partition_id))
+                    for start in range(0, len(batch), CHUNK):
+                        won += self._claim_chunk(connection, ref, batch[start : start + CHUNK], now, serial)
         order = {(r.ref, r.partition_id): i for i, r in enumerate(records)}
         return sorted(won, key=lambda r: order[(r.ref, r.partition_id)])
 
-    def _update_at_once(
-        self, connection: BaseDatabaseWrapper, ref: HubRef, batch: list[OwnershipRecord],
-        records: list[OwnershipRecord],
-    ) -> list[OwnershipRecord]:  # fmt: skip
+    def _update_at_once(self, connection: BaseDatabaseWrapper, batch: list[OwnershipRecord]) -> list[OwnershipRecord]:
         """On PostgreSQL, compare-and-set writes of rows that exist (every renewal, most steals) in one
         round trip: the ``UPDATE`` takes its time and change number from its own statement (the
         server's clock, its transaction's id) and a ``SELECT`` sent with it reads that time back (the
         same ``STATEMENT_TIMESTAMP()``). One statement is atomic without ``BEGIN`` and ``COMMIT``."""
-        token = secrets.token_hex(12)
-        batch = sorted(batch, key=lambda r: int(r.partition_id))  # rows locked in the order every writer uses
+        ref, token = batch[0].ref, secrets.token_hex(12)
         sql, params = _update(connection, ref, batch, f"{token}-", None, None)
         with connection.cursor() as cursor:
             cursor.execute(f"{sql}; SELECT {PG_CLOCK}", params)
@@ -350,15 +348,17 @@ class SqlStore:
             if not cursor.nextset():
                 raise StoreError(f"database {self.using!r}: the clock read with an ownership write did not answer")
             (now,) = cursor.fetchone()
-        wanted = {r.partition_id: replace(r, etag=f"{token}-{r.partition_id}", last_modified=float(now)) for r in batch}
-        if changed != len(batch):
-            # Some rows did not change (another worker wrote them first, so the ETag moved). The rows
-            # carrying the fresh ETags written above are exactly the ones won (nobody else writes them).
-            etags = [r.etag for r in wanted.values()]
-            mine = set(self._rows(Ownership, ref).filter(etag__in=etags).values_list("partition_id", flat=True))
-            wanted = {p: r for p, r in wanted.items() if p in mine}
-        order = {r.partition_id: i for i, r in enumerate(records)}
-        return sorted(wanted.values(), key=lambda r: order[r.partition_id])
+        wanted = [replace(r, etag=f"{token}-{r.partition_id}", last_modified=float(now)) for r in batch]
+        if changed == len(batch):
+            return wanted
+        # Some rows did not change (another worker wrote them first, so the ETag moved).
+        mine = self._carrying(ref, [r.etag for r in wanted])
+        return [r for r in wanted if r.partition_id in mine]
+
+    def _carrying(self, ref: HubRef, etags: list[str | None]) -> set[str]:
+        """The partitions whose rows carry one of ``etags``: the fresh ETags a claim wrote mark
+        exactly the rows it won (nobody else writes them)."""
+        return set(self._rows(Ownership, ref).filter(etag__in=etags).values_list("partition_id", flat=True))
 
     def _clock_and_transaction_id(self, connection: BaseDatabaseWrapper) -> tuple[float, int | None]:
         """The store's clock (``read_clock``) and, on PostgreSQL, the writing transaction's id (in one
@@ -440,7 +440,7 @@ class SqlStore:
         # Some rows did not change (nothing updated: another worker got there first, so the ETag
         # moved), or inserts were made whose outcome ON CONFLICT DO NOTHING does not report. The
         # rows carrying the fresh ETags written above are exactly the ones won.
-        mine = set(self._rows(Ownership, ref).filter(etag__in=etags.values()).values_list("partition_id", flat=True))
+        mine = self._carrying(ref, list(etags.values()))
         won_updates = sum(1 for r in updates if r.partition_id in mine)
         if won_updates != changed:  # cannot happen unless something rewrites ETags behind our back
             raise StoreError(f"database {self.using!r}: {changed} ownership rows updated, {won_updates} found")

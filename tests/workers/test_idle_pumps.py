@@ -250,15 +250,15 @@ async def test_an_idle_pump_pauses_when_told_its_lease_ran_out_and_does_not_watc
     # idle pump does not wake at its own, so a renewal wakes no pump at the old deadline.
     hub = EmbeddedHub(tmp_path, "hub", partitions=1)
     source = CountingSource(hub)
-    lease = {"until": math.inf}
+    lease = {"until": time.monotonic() + 0.3}
+    sleeps = Sleeps(real=True)
     pump, task, _ = await start_pump(
-        source, Handled(), Sleeps(real=True), deadline=lambda pid: lease["until"], idle_seconds=1000.0
+        source, Handled(), sleeps, deadline=lambda pid: lease["until"], idle_seconds=1000.0
     )
-    await until(lambda: pump.stats.idle_waits == 1, "the pump to be idle")
+    await until(lambda: pump.stats.idle_waits == 1 and sleeps.asked, "the pump to be idle")
+    assert min(sleeps.asked) > 999  # woken by its safety read at the latest, not at its lease's deadline
     lease["until"] = time.monotonic() - 1.0  # ran out unrenewed
-    for _ in range(200):
-        await asyncio.sleep(0)
-    assert not pump.paused and source.readers[0].reads == 1  # still waiting: nobody told it
+    assert not pump.paused and source.readers[0].reads == 1
     pump.deadline_passed()  # the processor's timer
     await until(lambda: pump.paused, "the idle pump to pause")
     assert source.readers[0].reads == 1  # paused without reading

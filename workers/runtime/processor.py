@@ -338,9 +338,7 @@ class EventProcessor:
 
     async def _at_deadline(self, at: float) -> None:
         clock = self.coordinator.monotonic
-        await self._sleep(max(0.0, at - clock()))
-        if clock() < at:
-            await self._sleep(max(0.0, at - clock()))  # a timer may fire a hair early: once more
+        await self._sleep(max(0.0, at - clock()) + EARLY)  # EARLY: a timer may fire a hair early
         if clock() < at:
             return  # a test's sleep that only yields: the next cycle or renewal arms it again
         self._deadline_watch = None
@@ -440,8 +438,7 @@ class EventProcessor:
     async def abort(self) -> None:
         """Drop every pump at once: no final checkpoint, no release. What a crash leaves behind
         (the store keeps the leases until they expire); for tests and the simulator."""
-        self._stop.set()
-        self._interrupt()
+        self.stop()
         self._unwatch_deadlines()
         tasks: list[asyncio.Task[Any]] = [task for _, task in self._pumps.values()]
         tasks += self._handoffs.values()
@@ -453,8 +450,7 @@ class EventProcessor:
 
     async def shutdown(self) -> None:
         """Stop pumps (final checkpoints), then release every partition. Bounded in time."""
-        self._stop.set()
-        self._interrupt()
+        self.stop()
         self._unwatch_deadlines()
         running = {task: pid for pid, (_, task) in self._pumps.items() if not task.done()}
         for pump, _ in self._pumps.values():
