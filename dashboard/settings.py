@@ -159,7 +159,8 @@ REDIS_URL = envstr("REDIS_URL", "")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels_redis's layer, an idle receiver waking every 12 s instead of 5 (dashboard.layers).
+            "BACKEND": "dashboard.layers.RedisChannelLayer",
             # redis-py 8 times reads out after 5 s by default: exactly channels_redis's 5 s BZPOPMIN,
             # so every idle websocket consumer died with "Timeout reading". Reads get more room.
             "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "prefix": "leaseboard"},

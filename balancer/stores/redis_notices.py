@@ -61,16 +61,17 @@ class RedisReleaseChannel:
                 if failing:
                     log.info("release notices: subscribed again to %s on %s", self.name, self.where)
                 wait, failing = BACKOFF[0], False
-                quiet = 0.0
+                clock = asyncio.get_running_loop().time
+                ping_at = clock() + QUIET
                 while True:
-                    message = await pubsub.get_message(timeout=1.0)
-                    if message is None:
-                        quiet += 1.0
-                        if quiet >= QUIET:
+                    # One wake per message, or per QUIET seconds on a quiet channel (a ping).
+                    message = await pubsub.get_message(timeout=max(ping_at - clock(), 0.0))
+                    if message is None:  # quiet so far (or a pong, which the subscription hides)
+                        if clock() >= ping_at:
                             await pubsub.ping()
-                            quiet = 0.0
+                            ping_at = clock() + QUIET
                         continue
-                    quiet = 0.0
+                    ping_at = clock() + QUIET
                     if message.get("type") == "message":
                         notice = Released.decode(message.get("data") or "")
                         if notice is not None:

@@ -8,19 +8,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, aclosing
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 from redis.crc import key_slot
 
 from balancer.errors import StoreError, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.notices import Released
+from balancer.stores import redis_notices
 from balancer.stores.redis import Keys, RedisStore, scope
+from balancer.stores.redis_notices import QUIET
 from tests.support.redis_server import RedisServer, start_redis
 from tests.support.servers import free_port
+from tests.support.waiting import until
 
 from .base import (
     DAMAGES,
@@ -41,6 +47,10 @@ def redis_server() -> Iterator[RedisServer]:
     server = start_redis()
     yield server
     server.stop()
+
+
+async def pings_seen(pings: Any, at_least: int) -> bool:
+    return bool(await pings() >= at_least)
 
 
 async def flush(url: str) -> None:
@@ -70,6 +80,48 @@ class TestRedisStore(ChangeFeedContract, StoreContract):
             async with Redis.from_url(redis_server.url) as raw:
                 assert await raw.client_kill_filter(_type="pubsub") >= 1
             await heard_after_publishing(channel, Released(REF, ("2",), "a"), heard, "a notice after the kill")
+        finally:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+
+    async def test_a_quiet_release_listener_wakes_only_to_ping_the_server(
+        self, store: RedisStore, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # Every worker process holds one listener: on a quiet channel it waits for a message until its
+        # ping is due (QUIET seconds), not a second at a time, and a pong (which the subscription
+        # hides) does not count as a message that resets nothing.
+        asked: list[float | None] = []
+        get_message = PubSub.get_message
+
+        async def counted(pubsub: PubSub, *args: Any, timeout: float | None = 0.0, **kwargs: Any) -> Any:
+            asked.append(timeout)
+            return await get_message(pubsub, *args, timeout=timeout, **kwargs)
+
+        monkeypatch.setattr(PubSub, "get_message", counted)
+        channel, heard = store.release_channel(REF), []
+        listener = listening(channel, heard)
+        try:
+            await until(lambda: asked, "the listener to wait for a message")
+            assert asked[0] is not None and asked[0] > QUIET - 1  # one wait until the ping is due
+            monkeypatch.setattr(redis_notices, "QUIET", 0.1)
+            # A message sets the next ping QUIET after it: the new QUIET from now on.
+            await heard_after_publishing(channel, Released(REF, ("1",), "a"), heard, "a notice")
+            async with Redis.from_url(redis_server.url, decode_responses=True) as raw:
+                await raw.config_resetstat()
+                before, started = len(asked), time.monotonic()
+
+                async def pings() -> int:
+                    stats = await raw.info("commandstats")
+                    return int(stats.get("cmdstat_ping", {}).get("calls", 0))
+
+                await until(lambda: pings_seen(pings, 3), "three pings on a quiet channel")
+                calls, pinged = len(asked) - before, await pings()
+                elapsed = time.monotonic() - started
+            # A ping per QUIET, each after the wait that ran out and before the pong's empty answer:
+            # no spinning on the pongs (a ping each), nor on the waits.
+            assert pinged <= elapsed / 0.1 + 2, (pinged, elapsed)
+            assert calls <= 2 * pinged + 4, (calls, pinged)
+            await heard_after_publishing(channel, Released(REF, ("2",), "a"), heard, "a notice between the pings")
         finally:
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 import websockets
-from channels_redis.core import RedisChannelLayer
 
 from dashboard.broadcast import GROUP, MESSAGE_TYPE
+from dashboard.layers import RedisChannelLayer
 from tests.support.redis_server import RedisServer
 from tests.support.servers import free_port
 from tests.support.waiting import until

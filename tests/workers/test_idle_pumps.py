@@ -115,6 +115,8 @@ class CountingReader:
         self.reads = 0
         if notifying:
             self.notify = inner.notify
+        if hasattr(inner, "nothing_new"):
+            self.nothing_new = inner.nothing_new
 
     def receive(self, max_events: int) -> list[ReceivedEvent]:
         self.reads += 1
@@ -284,6 +286,88 @@ async def test_an_event_hubs_reader_wakes_its_idle_pump_when_a_batch_arrives() -
         clients.last.feed([sdk_event(0, body=b"a"), sdk_event(1, body=b"b")])
         await until(lambda: len(handled.events) == 2, "the batch to be handled")
         await stop(pump, task)
+
+
+class Deaf:
+    """A notifying reader whose wake-ups are all lost (``notify`` accepts and never calls): only the
+    safety read finds new events. ``looks`` counts its ``nothing_new`` answers; ``broken`` makes it raise."""
+
+    def __init__(self, inner: HubReader, broken: bool = False) -> None:
+        self.inner, self.broken = inner, broken
+        self.reads = self.looks = 0
+
+    def notify(self, wake: Any) -> None:
+        pass
+
+    def nothing_new(self) -> bool:
+        self.looks += 1
+        if self.broken:
+            raise OSError(9, "Bad file descriptor")
+        return self.inner.nothing_new()
+
+    def receive(self, max_events: int) -> list[ReceivedEvent]:
+        self.reads += 1
+        return self.inner.receive(max_events)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class DeafSource:
+    def __init__(self, hub: EmbeddedHub, broken: bool = False) -> None:
+        self.hub, self.broken = hub, broken
+        self.readers: list[Deaf] = []
+
+    def reader(self, partition_id: str, position: Position) -> Deaf:
+        reader = Deaf(self.hub.reader(partition_id, position), self.broken)  # type: ignore[arg-type]
+        self.readers.append(reader)
+        return reader
+
+
+def test_a_hub_reader_says_whether_its_log_holds_anything_it_has_not_read(tmp_path: Path) -> None:
+    hub = EmbeddedHub(tmp_path, "hub", partitions=1)
+    reader = hub.reader("0", Position.earliest())
+    assert isinstance(reader, HubReader)
+    assert reader.nothing_new()  # an empty log
+    hub.send_batch([b"a", b"b", b"c"], partition_id="0")
+    assert not reader.nothing_new()
+    assert len(reader.receive(2)) == 2
+    assert not reader.nothing_new()  # one left
+    assert len(reader.receive(10)) == 1
+    assert reader.nothing_new()
+    with open(reader.watched_path, "ab") as log_file:
+        log_file.write(b"\x01\x02")  # the first bytes of a record still being written
+    assert not reader.nothing_new()  # something is there: a read finds out what
+    assert reader.receive(10) == []
+    reader.close()
+    assert not reader.nothing_new()  # closed: it cannot tell
+    hub.close()
+
+
+async def test_an_idle_pump_reads_at_its_safety_read_only_if_its_reader_says_something_came(tmp_path: Path) -> None:
+    # The safety read covers a lost wake-up. A reader that can tell from the log's size that nothing
+    # came is asked on the event loop instead of being read in the pump's thread.
+    hub = EmbeddedHub(tmp_path, "hub", partitions=1)
+    source = DeafSource(hub)
+    handled = Handled()
+    pump, task, _ = await start_pump(source, handled, Sleeps(real=True), idle_seconds=0.02)
+    await until(lambda: source.readers and source.readers[0].looks >= 5, "five safety reads")
+    reader = source.readers[0]
+    assert reader.reads == 1  # the first read only: each safety read was answered by the log's size
+    hub.send_batch([b"a", b"b"], partition_id="0")  # its wake-up is lost
+    await until(lambda: len(handled.events) == 2, "the events, found by the next safety read")
+    await stop(pump, task)
+    hub.close()
+
+
+async def test_a_reader_that_cannot_tell_whether_something_came_is_read_at_each_safety_read(tmp_path: Path) -> None:
+    hub = EmbeddedHub(tmp_path, "hub", partitions=1)
+    source = DeafSource(hub, broken=True)
+    pump, task, _ = await start_pump(source, Handled(), Sleeps(real=True), idle_seconds=0.02)
+    await until(lambda: source.readers and source.readers[0].reads >= 3, "the safety reads to read")
+    assert source.readers[0].looks >= 2  # asked, failed, read anyway
+    await stop(pump, task)
+    hub.close()
 
 
 def test_idle_seconds_must_be_positive() -> None:

@@ -22,7 +22,7 @@ from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy
 from tests.support.waiting import until
 from workers.handlers import PartitionContext
-from workers.hub.embedded import EmbeddedHub
+from workers.hub.embedded import EmbeddedHub, HubReader
 from workers.runtime.pump import PartitionPump
 from workers.sources.base import ReceivedEvent
 
@@ -151,6 +151,33 @@ async def test_idle_pumps_do_not_wake_at_their_leases_old_deadlines_and_pause_wh
     # arms no timer again.
     assert sorted(told) == list("0123")
     rig.store.down = False
+    await a.shutdown()
+
+
+async def test_the_processor_does_its_idle_pumps_safety_reads_after_a_cycle_so_no_pump_keeps_a_timer_for_it(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The safety read covers a lost wake-up from the hub's files: here every one is lost.
+    monkeypatch.setattr(HubReader, "notify", lambda self, wake: None)
+    asked: list[float] = []
+
+    async def sleep(seconds: float) -> None:  # what the processor and its pumps ask to sleep
+        asked.append(seconds)
+        await asyncio.sleep(0)
+
+    handled = Recorder()
+    a = rig.worker("a", handled, sleep=sleep, expiry=100.0, idle_seconds=30.0)
+    await own_all(a, 4)
+    await until(lambda: len(a.stats()) == 4 and all(s.idle_waits == 1 for s in a.stats().values()), what="4 idle pumps")
+    assert 30.0 not in asked  # no pump sleeps until its safety read
+    rig.send("2", 3)  # its wake-up is lost
+    rig.clock.advance(29.0)
+    await a.step()  # idle_seconds have not gone by: nobody looks
+    assert a.stats()["2"].idle_waits == 1 and handled.count() == 0
+    rig.clock.advance(2.0)
+    await a.step()  # they have: the processor looks at every idle pump, and pump 2 finds its events
+    await until(lambda: handled.sequences("2") == [0, 1, 2], what="the events found by the safety read")
+    assert all(a.stats()[p].idle_waits == 1 for p in "013")  # nothing came there: not read
     await a.shutdown()
 
 

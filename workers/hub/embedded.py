@@ -79,6 +79,11 @@ class HubReader(WatchedReader):
             # Hand over the intact events before the damage; the next call stops at it again.
         return out
 
+    def nothing_new(self) -> bool:
+        """True when the log holds no byte past the last event read (one ``fstat``: cheap enough for
+        the event loop). An idle pump asks this at its safety read instead of reading in its thread."""
+        return self._log.fd >= 0 and os.fstat(self._log.fd).st_size <= self._cursor.pos
+
     def close(self) -> None:
         self.unwatch()
         self._log.close()

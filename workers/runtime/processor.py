@@ -100,6 +100,8 @@ class EventProcessor:
         self._waiting: asyncio.Future[None] | None = None  # what ``_wait`` waits on besides its sleep
         # One timer for every pump's lease deadline (``_watch_deadlines``): (the deadline, its task).
         self._deadline_watch: tuple[float, asyncio.Task[None]] | None = None
+        # When the idle pumps are next looked at (``_safety_reads``).
+        self._next_look = coordinator.monotonic() + self._config.idle_seconds
         # cycle() and release() both rewrite the coordinator's lease table across awaits: never at once.
         self._lock = asyncio.Lock()
         self._handoffs: dict[str, asyncio.Task[None]] = {}
@@ -306,6 +308,19 @@ class EventProcessor:
                 self._lost_at.pop(pid, None)
                 self._start(pid)
         self._watch_deadlines()
+        self._safety_reads()
+
+    def _safety_reads(self) -> None:
+        """Every ``idle_seconds``, after a cycle or renewal step: the safety read of every idle pump
+        (``PartitionPump.look``: a pump whose reader says nothing came stays idle). One look for all
+        the pumps, on a wake the worker makes anyway, where each idle pump used to wake on a timer."""
+        now = self.coordinator.monotonic()
+        if now < self._next_look:
+            return
+        self._next_look = now + self._config.idle_seconds
+        for pump, task in self._pumps.values():
+            if not task.done() and not pump.stopping:
+                pump.look()
 
     def _watch_deadlines(self) -> None:
         """Tell the running pumps whose lease deadline passed unrenewed (an idle pump then pauses, as a
@@ -406,6 +421,7 @@ class EventProcessor:
             checkpoints=self._checkpoints, source=self._source, handler=self._handler, config=self._config,
             dead_letters=self.dead_letters, monotonic=self.coordinator.monotonic, sleep=self._sleep,
             deadline=self.coordinator.deadline, outage=self._checkpoint_outage, pauses=self._pauses,
+            looked_after=True,
         )  # fmt: skip
         task = asyncio.get_running_loop().create_task(pump.run(), name=f"pump {self.owner_id} {pid}")
         self._pumps[pid] = (pump, task)

@@ -23,7 +23,11 @@ files through one watcher per process, Event Hubs through its long-polling recei
 when new events may be there: an idle pump waits for that and costs nothing meanwhile, bounded only
 by a pending checkpoint's time, its lease's deadline passing unrenewed (so it pauses when the lease
 may have run out: ``deadline_passed()``, from the processor's one timer for all its pumps) and a
-safety read every ``idle_seconds``. A reader without ``notify`` is polled every ``poll_seconds``.
+safety read every ``idle_seconds``. A reader that can tell cheaply that nothing came (``nothing_new()``:
+the embedded hub's readers, from the log's size) is asked that on the event loop instead, and read
+only if something did; under a processor (``looked_after``) the processor asks for all its pumps at
+once after a cycle (``look()``), so such a pump keeps no timer of its own. A reader without
+``notify`` is polled every ``poll_seconds``.
 
 Checkpoints: ``checkpoints.py`` (every ``checkpoint_events`` events or ``checkpoint_seconds``
 seconds, and once more when the pump is stopped on purpose; delivery is at least once). Sequence
@@ -90,7 +94,10 @@ class PartitionPump:
         deadline: Callable[[str], float] | None = None,
         outage: CheckpointOutage | None = None,
         pauses: PauseLog | None = None,
+        looked_after: bool = False,
     ) -> None:
+        """``looked_after``: the caller does the safety read of this idle pump (``look()``) every
+        ``idle_seconds``; the pump then arms no timer for it where its reader answers ``nothing_new``."""
         self.ref = ref
         self.partition_id = partition_id
         self.owner_id = owner_id
@@ -112,6 +119,9 @@ class PartitionPump:
         self._wake = asyncio.Event()  # set by wake() and stop(): a paused pump looks again
         self._arrived = asyncio.Event()  # set by the reader's notify() and by stop(): an idle pump reads again
         self._notified = False  # the reader offers notify(): idle waits for it instead of polling
+        self._nothing_new: Callable[[], bool] | None = None  # the reader's cheap check at the safety read
+        self._looked_after = looked_after
+        self._idling = False  # waiting in _idle for an arrival: look() may find one
         self._lost = False  # stopped because the partition was lost: not one more checkpoint
         self.paused = False
         self._label = f"partition {partition_id} ({owner_id})"
@@ -150,6 +160,12 @@ class PartitionPump:
         """The lease's deadline passed unrenewed (the processor keeps one timer for all its pumps'
         deadlines): an idle pump stops waiting and pauses; a busy one pauses at its next event anyway."""
         self._arrived.set()
+
+    def look(self) -> None:
+        """The safety read of an idle pump, by the processor for all its pumps: if its reader cannot
+        say nothing came since the last read, the pump reads. Called on the event loop."""
+        if self._idling and self._nothing_new is not None and not self._nothing_left():
+            self._arrived.set()
 
     @property
     def stopping(self) -> bool:
@@ -226,6 +242,8 @@ class PartitionPump:
                 return self._end()
             reader = await lane.call(self._source.reader, self.partition_id, position)
             self._notified = self._listen(reader)
+            nothing_new = getattr(reader, "nothing_new", None)
+            self._nothing_new = nothing_new if callable(nothing_new) else None
             self._checkpoints.start()
             while await self._hold():
                 await self._step(lane, reader)
@@ -444,18 +462,41 @@ class PartitionPump:
         if not self._notified:
             await self._pause(self._config.poll_seconds)
             return
-        until = self._monotonic() + self._config.idle_seconds
-        while not self._arrived.is_set() and not self._stopping.is_set():
-            now = self._monotonic()
-            bound = min(until, now + self._checkpoints.due_in(now))
-            await self._await_arrival(max(bound - now, self._config.poll_seconds))
-            now = self._monotonic()
-            if now >= until or self._checkpoints.due(now):
-                return  # the safety read, or a checkpoint
+        # Looked after, a pump whose reader answers nothing_new waits with no timer of its own for it.
+        looked_after = self._looked_after and self._nothing_new is not None
+        until = math.inf if looked_after else self._monotonic() + self._config.idle_seconds
+        self._idling = True
+        try:
+            while not self._arrived.is_set() and not self._stopping.is_set():
+                now = self._monotonic()
+                bound = min(until, now + self._checkpoints.due_in(now))
+                await self._await_arrival(max(bound - now, self._config.poll_seconds))
+                now = self._monotonic()
+                if self._checkpoints.due(now):
+                    return  # a checkpoint
+                if now >= until:
+                    if not self._nothing_left():
+                        return  # the safety read
+                    until = now + self._config.idle_seconds
+        finally:
+            self._idling = False
+
+    def _nothing_left(self) -> bool:
+        """The reader says cheaply that nothing came since the last read (a safety read would find
+        nothing). False where it cannot tell, or fails to: the pump reads, and the read says why."""
+        if self._nothing_new is None:
+            return False
+        try:
+            return bool(self._nothing_new())
+        except Exception:  # e.g. a closed or vanished log: the read in the pump's thread reports it
+            return False
 
     async def _await_arrival(self, seconds: float) -> None:
         """Wait for the reader's wake-up, ``stop()`` or ``seconds``, whichever comes first."""
         if self._arrived.is_set():
+            return
+        if math.isinf(seconds):  # nothing to time: an arrival (or a look, a deadline, stop()) ends it
+            await self._arrived.wait()
             return
         sleeper = asyncio.ensure_future(self._sleep(seconds))
         waiter = asyncio.ensure_future(self._arrived.wait())
