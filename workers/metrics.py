@@ -222,8 +222,15 @@ def outcome_of(error: BaseException | None) -> str:
 # cycle's snapshot in four requests instead of one (``balancer.protocol.snapshot``).
 
 
+@functools.lru_cache(maxsize=64)
+def _request_series(operation: str) -> tuple[Any, Any]:
+    """The "ok" counter and the duration histogram of ``operation`` (looked up once: every cycle counts)."""
+    return STORE_REQUESTS.labels(operation=operation, outcome="ok"), STORE_REQUEST_DURATION.labels(operation=operation)
+
+
 async def _count(operation: str, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
     """``call(*args, **kwargs)`` awaited, counted by outcome and timed under ``operation``."""
+    ok, duration = _request_series(operation)
     started = time.perf_counter()
     try:
         result = await call(*args, **kwargs)
@@ -231,8 +238,8 @@ async def _count(operation: str, call: Callable[P, Awaitable[T]], *args: P.args,
         STORE_REQUESTS.labels(operation=operation, outcome=outcome_of(exc)).inc()
         raise
     finally:
-        STORE_REQUEST_DURATION.labels(operation=operation).observe(time.perf_counter() - started)
-    STORE_REQUESTS.labels(operation=operation, outcome="ok").inc()
+        duration.observe(time.perf_counter() - started)
+    ok.inc()
     return result
 
 

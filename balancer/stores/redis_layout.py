@@ -7,6 +7,7 @@ Pure text: the adapter (``balancer.stores.redis``) and the race's (``balancer.ra
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import quote
 
 from balancer.model import HubRef
@@ -17,6 +18,7 @@ _SAFE = "$.-_~"  # kept as they are in a scope; everything else (braces too) is 
 # keys ----------------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=1024)  # every command of every cycle names its keys: quoted once per hub and group
 def scope(ref: HubRef) -> str:
     """``leaseboard:{<namespace>/<hub>/<consumer group>}``: the prefix of every key of ``ref``."""
     parts = "/".join(quote(part, safe=_SAFE) for part in (ref.namespace, ref.hub, ref.consumer_group))
@@ -40,6 +42,7 @@ class Keys:
     modified: str  # sorted set: partition -> its record's "modified" (the server's clock, seconds)
 
     @classmethod
+    @lru_cache(maxsize=1024)  # a classmethod: the cache holds no instance alive
     def of(cls, ref: HubRef) -> Keys:
         prefix = scope(ref)
         names = ("ownership", "checkpoints", "members", "controls", "etags", "changes", "epoch", "owner_changes",

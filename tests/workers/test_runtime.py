@@ -23,6 +23,7 @@ from balancer.strategies import get_strategy
 from tests.support.waiting import until
 from workers.handlers import PartitionContext
 from workers.hub.embedded import EmbeddedHub, HubReader
+from workers.runtime.processor import _resolve
 from workers.runtime.pump import PartitionPump
 from workers.sources.base import ReceivedEvent
 
@@ -393,6 +394,23 @@ async def test_wake_runs_the_next_cycle_at_once_instead_of_after_the_interval(ri
     finally:
         worker.stop()
         await asyncio.wait_for(task, timeout=10)
+
+
+async def test_on_the_loops_own_sleep_a_wait_ends_at_its_time_or_at_once_on_wake_or_stop(rig: Rig) -> None:
+    # With asyncio.sleep (as deployed) a wait is one future that a timer, wake() or stop() resolves.
+    worker = rig.worker("w", lambda event, ctx: None, sleep=asyncio.sleep, monotonic=time.monotonic)
+    started = time.monotonic()
+    assert await worker._wait(0.05) is False  # slept its time, nobody woke it
+    assert time.monotonic() - started >= 0.05
+    for end in (worker.wake, worker.stop):
+        waiting = asyncio.create_task(worker._wait(3600.0))
+        await until(lambda: worker._waiting is not None, what="the wait to start")
+        end()
+        assert await asyncio.wait_for(waiting, 10) is True
+        assert worker._waiting is None
+    assert await asyncio.wait_for(worker._wait(3600.0), 10) is True  # stopped: no wait at all
+    timers = getattr(asyncio.get_running_loop(), "_scheduled", [])  # the loop's pending timers
+    assert not [t for t in timers if getattr(t, "_callback", None) is _resolve and not t.cancelled()]  # none left
 
 
 async def test_a_worker_that_sees_a_rebalance_request_wakes_every_worker_of_its_process(rig: Rig) -> None:

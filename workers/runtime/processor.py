@@ -47,6 +47,12 @@ from workers.sources.base import EventSource
 
 log = logging.getLogger("leaseboard.worker")
 START_BACKOFF_MAX = 30.0  # seconds: the longest wait between tries when the store is down at start
+_SLEPT = object()  # what a wait's timer resolves it with (stop() and wake() resolve it with None)
+
+
+def _resolve(future: asyncio.Future[object], value: object) -> None:
+    if not future.done():
+        future.set_result(value)
 
 
 class EventProcessor:
@@ -97,7 +103,7 @@ class EventProcessor:
         # to claim soon after the release; False where the store's release notices wake it instead.
         self.poll_waiting = True
         self._last: CycleReport | None = None  # the last cycle's report (None: it failed)
-        self._waiting: asyncio.Future[None] | None = None  # what ``_wait`` waits on besides its sleep
+        self._waiting: asyncio.Future[object] | None = None  # what ``_wait`` waits on (and its sleep)
         # One timer for every pump's lease deadline (``_watch_deadlines``): (the deadline, its task).
         self._deadline_watch: tuple[float, asyncio.Task[None]] | None = None
         # When the idle pumps are next looked at (``_safety_reads``).
@@ -263,6 +269,8 @@ class EventProcessor:
         True when ``stop()`` or ``wake()`` ended it."""
         seconds = max(0.0, seconds)
         due = time.monotonic() + seconds
+        if self._sleep is asyncio.sleep:
+            return await self._wait_on_timer(seconds, due)
         sleeper = asyncio.ensure_future(self._sleep(seconds))
         # One future that stop() and wake() resolve, rather than a task waiting on each event: every
         # wait of every worker (a cycle's, a renewal's) made and cancelled three tasks.
@@ -279,6 +287,26 @@ class EventProcessor:
             self._waiting = None
             self._wake.clear()
             sleeper.cancel()
+
+    async def _wait_on_timer(self, seconds: float, due: float) -> bool:
+        """``_wait`` with the event loop's own sleep: one future that a timer, ``stop()`` or ``wake()``
+        resolves (no sleeping task, no ``asyncio.wait``: the fewest turns of the loop per wait, which
+        every idle worker makes every cycle and every renewal)."""
+        loop = asyncio.get_running_loop()
+        interrupted = self._waiting = loop.create_future()
+        if self._stop.is_set() or self._wake.is_set():
+            interrupted.set_result(None)
+        timer = loop.call_later(seconds, _resolve, interrupted, _SLEPT)
+        try:
+            slept = await interrupted is _SLEPT
+            woken = self._wake.is_set()
+            if slept and not woken:
+                self._watch.waited(time.monotonic() - due)  # how late the loop ran this worker's timer
+            return woken or self._stop.is_set()
+        finally:
+            self._waiting = None
+            self._wake.clear()
+            timer.cancel()
 
     def _reconcile(self, lost: frozenset[str] = frozenset(), *, start: bool = True) -> None:
         """Stop the pumps of partitions no longer owned, being handed off, or ``lost`` in this cycle (even
