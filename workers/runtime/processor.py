@@ -30,6 +30,7 @@ import random
 import signal
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import workers.metrics as metrics
@@ -53,6 +54,13 @@ _SLEPT = object()  # what a wait's timer resolves it with (stop() and wake() res
 def _resolve(future: asyncio.Future[object], value: object) -> None:
     if not future.done():
         future.set_result(value)
+
+
+def _slept(future: asyncio.Future[object], sleep: asyncio.Task[None]) -> None:
+    """An injected sleep returned (or failed: a wait ends as if it had slept): resolve ``future``."""
+    if not sleep.cancelled():
+        sleep.exception()  # retrieved, so the loop does not warn of it
+        _resolve(future, _SLEPT)
 
 
 class EventProcessor:
@@ -265,38 +273,23 @@ class EventProcessor:
         return base * (1 + self._jitter * (2 * self._rng.random() - 1))
 
     async def _wait(self, seconds: float) -> bool:
-        """Sleep ``seconds`` (the injected sleep) or until ``stop()`` or ``wake()``, whichever comes first.
-        True when ``stop()`` or ``wake()`` ended it."""
+        """Sleep ``seconds`` or until ``stop()`` or ``wake()``, whichever comes first. True when ``stop()``
+        or ``wake()`` ended it. One future that the sleep, ``stop()`` and ``wake()`` resolve: with the
+        loop's own sleep (as deployed) a timer resolves it, with no sleeping task and no
+        ``asyncio.wait`` (the fewest turns of the loop for a wait every idle worker makes every cycle
+        and every renewal); an injected sleep (a test's) runs as a task that resolves it when it returns."""
         seconds = max(0.0, seconds)
         due = time.monotonic() + seconds
-        if self._sleep is asyncio.sleep:
-            return await self._wait_on_timer(seconds, due)
-        sleeper = asyncio.ensure_future(self._sleep(seconds))
-        # One future that stop() and wake() resolve, rather than a task waiting on each event: every
-        # wait of every worker (a cycle's, a renewal's) made and cancelled three tasks.
-        interrupted = self._waiting = asyncio.get_running_loop().create_future()
-        if self._stop.is_set() or self._wake.is_set():
-            interrupted.set_result(None)
-        try:
-            await asyncio.wait([sleeper, interrupted], return_when=asyncio.FIRST_COMPLETED)
-            woken = self._wake.is_set()
-            if sleeper.done() and not woken:
-                self._watch.waited(time.monotonic() - due)  # how late the loop ran this worker's timer
-            return woken or self._stop.is_set()
-        finally:
-            self._waiting = None
-            self._wake.clear()
-            sleeper.cancel()
-
-    async def _wait_on_timer(self, seconds: float, due: float) -> bool:
-        """``_wait`` with the event loop's own sleep: one future that a timer, ``stop()`` or ``wake()``
-        resolves (no sleeping task, no ``asyncio.wait``: the fewest turns of the loop per wait, which
-        every idle worker makes every cycle and every renewal)."""
         loop = asyncio.get_running_loop()
         interrupted = self._waiting = loop.create_future()
         if self._stop.is_set() or self._wake.is_set():
             interrupted.set_result(None)
-        timer = loop.call_later(seconds, _resolve, interrupted, _SLEPT)
+        ending: asyncio.TimerHandle | asyncio.Task[None]
+        if self._sleep is asyncio.sleep:
+            ending = loop.call_later(seconds, _resolve, interrupted, _SLEPT)
+        else:
+            ending = asyncio.ensure_future(self._sleep(seconds))
+            ending.add_done_callback(partial(_slept, interrupted))
         try:
             slept = await interrupted is _SLEPT
             woken = self._wake.is_set()
@@ -306,7 +299,7 @@ class EventProcessor:
         finally:
             self._waiting = None
             self._wake.clear()
-            timer.cancel()
+            ending.cancel()
 
     def _reconcile(self, lost: frozenset[str] = frozenset(), *, start: bool = True) -> None:
         """Stop the pumps of partitions no longer owned, being handed off, or ``lost`` in this cycle (even
