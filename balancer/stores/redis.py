@@ -180,8 +180,9 @@ class RedisStore:
         """The client of the running event loop (made on first use)."""
         return self._connection().client
 
-    def new_client(self, retries: int = 2) -> Redis:
-        """A client of its own (e.g. for a subscription), on the same URL and timeouts."""
+    def new_client(self, retries: int = 2, *, read_timeout: bool = True) -> Redis:
+        """A client of its own (e.g. for a subscription), on the same URL and timeouts. Without
+        ``read_timeout`` its commands have none of their own: the caller bounds them (``run``)."""
         # Retries cover a pooled connection that died with a restarted server: the command never
         # ran there, so sending it again on a fresh connection is safe. Timeouts are not retried:
         # a renewal must fail fast rather than outlast its lease.
@@ -189,7 +190,7 @@ class RedisStore:
         return Redis.from_url(
             self.url,
             socket_connect_timeout=self._connect_timeout,
-            socket_timeout=self._timeout,
+            socket_timeout=self._timeout if read_timeout else None,
             retry=retry,
             client_name=self._client_name,
             decode_responses=True,
@@ -205,7 +206,10 @@ class RedisStore:
         with self._lock:
             connection = self._connections.get(loop)
             if connection is None:
-                client = self.new_client()
+                # No read timeout in redis-py: with one, every command's send is an asyncio.wait_for,
+                # a task of its own on Python 3.11 (a third of the loop's turns of an idle worker's
+                # cycle). ``run`` bounds each round trip with asyncio.timeout instead.
+                client = self.new_client(read_timeout=False)
                 connection = Connection(
                     client,
                     client.register_script(CLAIM),
@@ -236,7 +240,10 @@ class RedisStore:
         self.requests += count
         connection = self._connection()
         try:
-            return await call(connection)
+            async with asyncio.timeout(self._timeout):
+                return await call(connection)
+        except TimeoutError:  # the connection was dropped mid-command: the next one connects afresh
+            raise self.error(doing, RedisTimeoutError(f"no answer within {self._timeout:g}s")) from None
         except (RedisConnectionError, RedisTimeoutError, ResponseError, OSError) as exc:
             raise self.error(doing, exc) from None
 

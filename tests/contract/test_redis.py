@@ -419,3 +419,27 @@ def test_a_url_that_is_not_redis_is_refused_at_once() -> None:
         RedisStore("http://127.0.0.1:6379")
     with pytest.raises(StoreError, match="no Redis URL"):
         RedisStore("")
+
+
+async def test_a_server_that_never_answers_is_unavailable_within_the_timeout_every_time() -> None:
+    # Each round trip is bounded by the store (its client has no read timeout of its own): a server
+    # that accepts and reads but never answers (a stopped process, a black hole) is a StoreUnavailable.
+    received: list[bytes] = []
+
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(4096):
+            received.append(data)
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with RedisStore(f"redis://127.0.0.1:{port}/0", timeout=0.3) as store:
+            for _ in range(2):  # the first on a fresh connection, the second after it was dropped
+                started = time.monotonic()
+                with pytest.raises(StoreUnavailable, match=r"no answer within 0\.3s"):
+                    await asyncio.wait_for(store.now(), 10)  # a hang fails the test, not the run
+                assert time.monotonic() - started < 5
+        assert received  # it did reach the server
+    finally:
+        server.close()
+        await server.wait_closed()
