@@ -114,13 +114,16 @@ class DatabaseThread:
         return self._thread().submit(functools.partial(self._run, fn, *args, **kwargs)).result()
 
     async def acall(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        """``fn(*args)`` on the thread, awaited."""
+        """``fn(*args)`` on the thread, awaited. The thread hands the outcome to the loop itself (one
+        ``call_soon_threadsafe``), without ``run_in_executor``'s chain of a concurrent future copied
+        into an asyncio one: every cycle of every worker on the SQL store makes this hop."""
         loop = asyncio.get_running_loop()
-        running = loop.run_in_executor(self._thread(), functools.partial(self._run, fn, *args, **kwargs))
+        answer: asyncio.Future[R] = loop.create_future()
+        self._thread().submit(_answer, loop, answer, functools.partial(self._run, fn, *args, **kwargs))
         if self.deadline is None:
-            return await running
+            return await answer
         try:
-            return await asyncio.wait_for(running, self.deadline)
+            return await asyncio.wait_for(answer, self.deadline)
         except TimeoutError:
             raise OperationalError(
                 f"the database did not answer within {self.deadline:g} s (cut off or overloaded)"
@@ -158,3 +161,25 @@ class DatabaseThread:
 
     def _close(self) -> None:
         connections[self.alias].close()
+
+
+def _answer(loop: asyncio.AbstractEventLoop, answer: asyncio.Future[R], call: Callable[[], R]) -> None:
+    """On the thread: ``call()``, its outcome handed to ``answer`` on ``loop``."""
+    try:
+        result = call()
+    except BaseException as exc:  # whatever it raised reaches the caller (a caller left waiting would hang)
+        outcome: tuple[R | None, BaseException | None] = (None, exc)
+    else:
+        outcome = (result, None)
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody awaits the answer
+        loop.call_soon_threadsafe(_settle, answer, *outcome)
+
+
+def _settle(answer: asyncio.Future[R], result: R | None, error: BaseException | None) -> None:
+    """On the loop: ``answer`` resolved, unless its caller was cancelled meanwhile."""
+    if answer.done():
+        return
+    if error is not None:
+        answer.set_exception(error)
+    else:
+        answer.set_result(result)  # type: ignore[arg-type]

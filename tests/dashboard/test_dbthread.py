@@ -3,6 +3,8 @@ server dropped it while idle (on PostgreSQL, where a server can drop it)."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
@@ -112,3 +114,30 @@ async def _answers(kept: DatabaseThread) -> bool:
         return await kept.acall(backend_pid) > 0
     except OperationalError:
         return False
+
+
+async def test_an_awaited_call_gets_the_result_or_the_error_and_a_cancelled_caller_leaves_the_call_to_finish() -> None:
+    # The thread hands each outcome to the loop itself; a caller cancelled meanwhile finds nothing
+    # left behind, and the call it left still runs to its end on the thread.
+    db = DatabaseThread("test-answer")
+    try:
+        assert await db.acall(lambda: 41 + 1) == 42
+        with pytest.raises(ZeroDivisionError):
+            await db.acall(lambda: 1 // 0)
+        release, finished = threading.Event(), threading.Event()
+
+        def slow() -> str:
+            release.wait(10)
+            finished.set()
+            return "done"
+
+        waiting = asyncio.create_task(db.acall(slow))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        release.set()
+        assert await db.acall(lambda: "next") == "next"  # queued behind the cancelled caller's call
+        assert finished.is_set()
+    finally:
+        await db.aclose()
