@@ -124,15 +124,16 @@ async def test_an_awaited_call_gets_the_result_or_the_error_and_a_cancelled_call
         assert await db.acall(lambda: 41 + 1) == 42
         with pytest.raises(ZeroDivisionError):
             await db.acall(lambda: 1 // 0)
-        release, finished = threading.Event(), threading.Event()
+        started, release, finished = threading.Event(), threading.Event(), threading.Event()
 
         def slow() -> str:
+            started.set()
             release.wait(10)
             finished.set()
             return "done"
 
         waiting = asyncio.create_task(db.acall(slow))
-        await asyncio.sleep(0)
+        await until(started.is_set, "the call to start on the thread")
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting

@@ -27,7 +27,7 @@ from workers.runtime.processor import _resolve
 from workers.runtime.pump import PartitionPump
 from workers.sources.base import ReceivedEvent
 
-from .conftest import REF, FakeClock, Recorder, Rig, checkpoints, metric, own_all
+from .conftest import REF, FakeClock, Recorder, Rig, checkpoints, metric, own_all, quick_sleep
 
 # ownership and pumps -------------------------------------------------------------------------------
 
@@ -162,9 +162,9 @@ async def test_the_processor_does_its_idle_pumps_safety_reads_after_a_cycle_so_n
     monkeypatch.setattr(HubReader, "notify", lambda self, wake: None)
     asked: list[float] = []
 
-    async def sleep(seconds: float) -> None:  # what the processor and its pumps ask to sleep
+    async def sleep(seconds: float) -> None:  # the rig's injected sleep, recording what it is asked
         asked.append(seconds)
-        await asyncio.sleep(0)
+        await quick_sleep(seconds)
 
     handled = Recorder()
     a = rig.worker("a", handled, sleep=sleep, expiry=100.0, idle_seconds=30.0)
