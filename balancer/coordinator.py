@@ -127,6 +127,10 @@ class Coordinator:
     # the delta left out was written within ``stale_after``. At 1024 partitions the plan and the
     # view's judgement of every record were most of an idle worker's CPU. False: plan every cycle.
     steady_cycles: bool = True
+    # Tell the others when this worker joins (after its first cycle): a notice naming no partition
+    # (``on_released``), which a worker waiting quietly (``quiet_until``) hears as news. Off where
+    # nobody waits quietly (the simulator: its workers cycle every interval).
+    announce_joining: bool = False
     _leases: dict[str, _Lease] = field(default_factory=dict, init=False)
     _requests: int = field(default=0, init=False)
     _announced: bool = field(default=False, init=False)
@@ -167,6 +171,7 @@ class Coordinator:
     _quiet_empty: bool = field(default=False, init=False)  # this cycle's read: a quiet delta that listed nothing
     _read: tuple[tuple[Member, ...], tuple[Control, ...], frozenset[str]] | None = field(default=None, init=False)
     _steady: bool = field(default=False, init=False)  # this cycle skips its plan
+    _read_at: float | None = field(default=None, init=False)  # local monotonic time the last read was sent
 
     def __post_init__(self) -> None:
         if not 0 < self.renew_share < 1:  # also refuses NaN
@@ -218,6 +223,25 @@ class Coordinator:
             if now - lease.renewed_at < self.expiry and at < lease.renewed_at + self.expiry:
                 times.append(at)
         return min(times, default=None)
+
+    def quiet_until(self, interval: float | None = None) -> float | None:
+        """While nothing changes, the local monotonic time by which the next cycle must read the store,
+        or None: read at the next interval. Set after a steady cycle (``steady_cycles``: its read was a
+        quiet delta that listed no record), when the interval is known (``interval``, else the one the
+        coordinator was given).
+
+        Every record that read left out was written within ``stale_after`` of it, so none can expire
+        before ``expiry - stale_after`` after it. A read by then plus one interval still finds a lease
+        whose holder stopped within one interval of its expiry, as reading every interval does. At a
+        2 s interval and a 10 s expiry that is 3.5 s; at the defaults (10 s, 30 s), 14.5 s.
+
+        Waiting that long is only for a driver that hears of every other change at once: joins
+        (``announce_joining``), releases (``on_released``), operators' controls (their wake-up). A
+        notice it misses costs at most this wait instead of one interval."""
+        interval = self.interval if interval is None else interval
+        if not self._steady or self._read_at is None or interval is None:
+            return None
+        return self._read_at + self.expiry - self._stale_after() + interval
 
     # the cycle -----------------------------------------------------------------------------
 
@@ -285,6 +309,8 @@ class Coordinator:
         for event in report.gained + report.lost:
             self._emit(event)
         self._announce([e.partition_id for e in released])
+        if first and self.announce_joining and self.on_released is not None:
+            self.on_released(Released(self.ref, (), self.owner_id))  # joined: news for the quiet
         return report
 
     async def release(self, partition_id: str, reason: str = "handed off") -> BalancerEvent | None:
@@ -562,6 +588,7 @@ class Coordinator:
         store: object = self.store
         requests = 0
         self._fresh_after, self._exact, self._quiet_empty = None, frozenset(), False
+        self._read_at = self.monotonic()
         if store is controls and isinstance(store, ChangeFeed):
             done = await changes.read(store, self.ref, self._table, self.monotonic, self._stale_after())
             self._rows += done.rows

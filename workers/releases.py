@@ -36,6 +36,8 @@ class Wakeable(Protocol):
 
     def wake(self) -> None: ...
 
+    def news(self) -> None: ...
+
 
 class Notices:
     """The release notices of the workers of one process on one hub and consumer group."""
@@ -102,8 +104,12 @@ class Notices:
             try:
                 async for notice in self.channel.listen():
                     for worker in workers:
-                        if concerns(notice, self.ref, worker.owner_id):
+                        if not concerns(notice, self.ref, worker.owner_id):
+                            continue
+                        if notice.partition_ids:
                             worker.wake()
+                        else:  # another worker joined: news for a worker waiting quietly
+                            worker.news()
             except Exception as exc:  # never let a notice take a worker down: listen again
                 log.warning("release notices: the listener failed (%s: %s); listening again",
                             type(exc).__name__, exc)  # fmt: skip

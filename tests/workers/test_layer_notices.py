@@ -51,11 +51,14 @@ class Worker:
 
     def __init__(self, owner_id: str) -> None:
         self.owner_id = owner_id
-        self.woken = 0
+        self.woken = self.heard = 0
         self.poll_waiting = False
 
     def wake(self) -> None:
         self.woken += 1
+
+    def news(self) -> None:
+        self.heard += 1
 
 
 @pytest.fixture
@@ -166,6 +169,20 @@ async def test_a_release_wakes_the_workers_of_another_process_but_not_the_releas
             assert (b0.poll_waiting, b.across_processes) == (False, True)  # joined: notices replace polling
     finally:
         await flush(a_layer, b_layer)
+
+
+async def test_a_join_is_news_and_a_release_a_wake_up_for_the_other_workers() -> None:
+    notices = Notices(object(), REF, across_processes=False)  # in this process: the same listener
+    a0, b0 = Worker("A-0"), Worker("B-0")
+    async with listening(notices, [a0, b0]):
+        assert isinstance(notices.channel, LocalChannel)
+        await until(lambda: len(notices.channel._queues) == 1, "the listener to subscribe")
+        publish = notices.publisher()
+        publish(Released(REF, (), "A-0"))  # A-0 joined: news, which ends only a quiet wait
+        await until(lambda: b0.heard == 1, "B-0 to hear of the join")
+        publish(Released(REF, ("3",), "A-0"))
+        await until(lambda: b0.woken == 1, "B-0 to be woken by the release")
+        assert (a0.heard, a0.woken, b0.heard) == (0, 0, 1)  # its own join is no news to A-0
 
 
 async def cancel_at_some_point(task: asyncio.Task[None], rng: random.Random, what: str) -> None:

@@ -466,3 +466,53 @@ async def test_a_steady_cycle_is_counted_in_the_metrics(rig: Rig) -> None:
     assert skipped and all(r.rows == 0 for r in skipped)
     assert metric("leaseboard_steady_cycles_total") == steady + len(skipped)
     await a.shutdown()
+
+
+async def test_where_notices_cross_processes_a_steady_worker_waits_quietly_and_news_ends_the_wait(rig: Rig) -> None:
+    # As the steady-cycle test: cooperative, expiry 10 s, interval 2 s, on a store whose change feed
+    # leaves renewals out. Polling (no notices across processes) it cycles every interval.
+    a = rig.worker("a", Recorder(), strategy="cooperative", expiry=10.0, interval=2.0)
+    for _ in range(12):  # until a cycle is steady (every 10 s one reads the whole table, and plans)
+        rig.clock.advance(2.0)
+        report = await a.step()
+        if report is not None and not report.planned:
+            break
+    assert report is not None and not report.planned
+    assert 1.8 <= a._next_delay() <= 2.2  # the interval, give or take the jitter
+    a.poll_waiting = False  # notices cross processes: joins, releases and controls wake it
+    delays = [a._next_delay() for _ in range(20)]
+    # Until the coordinator's quiet_until: 3.5 s after the read, less up to the jitter, never later.
+    assert all(3.5 * 0.9 - 0.01 <= d <= 3.5 for d in delays) and max(delays) > 3.3
+    a.news()  # a join heard since the read: no quiet wait after it
+    assert 1.8 <= a._next_delay() <= 2.2
+    await a.step()
+    assert a._next_delay() > 3.0  # the next cycle read after the news (still steady): quiet again
+    await a.shutdown()
+
+
+async def test_news_ends_a_quiet_wait_but_not_a_waits_of_one_interval(rig: Rig) -> None:
+    a = rig.worker("a", Recorder(), sleep=_sleep_forever, strategy="cooperative", expiry=10.0, interval=2.0)
+    a.poll_waiting = False
+    task = asyncio.create_task(a.run())
+    try:
+        for n in range(2, 14):  # wake it cycle after cycle until one is steady
+            await until(lambda n=n: a._waiting is not None and a.cycles == n - 1, what=f"cycle {n - 1} and its wait")  # type: ignore[misc]
+            if a._quiet:
+                break
+            rig.clock.advance(2.0)
+            a.wake()
+        assert a._quiet  # a steady cycle's wait: until quiet_until, ended by news
+        cycles = a.cycles
+        a.news()
+        await until(lambda: a.cycles == cycles + 1, what="a cycle right after the news")
+        await until(lambda: a._waiting is not None, what="the next wait")
+        a.poll_waiting = True  # waiting one interval: news does not end it (the cycle reads soon anyway)
+        rig.clock.advance(2.0)
+        a.wake()
+        await until(lambda: a.cycles == cycles + 2 and a._waiting is not None, what="a wait of one interval")
+        assert not a._quiet
+        a.news()
+        assert a._waiting is not None and not a._waiting.done()
+    finally:
+        a.stop()
+        await asyncio.wait_for(task, timeout=10)

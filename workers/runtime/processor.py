@@ -110,6 +110,11 @@ class EventProcessor:
         # While a handoff to this worker is pending, cycle every quarter interval (``balancer.protocol.soon``)
         # to claim soon after the release; False where the store's release notices wake it instead.
         self.poll_waiting = True
+        # While nothing changes, wait for the coordinator's ``quiet_until`` instead of one interval
+        # (``_quiet_delay``): only where notices cross processes (``poll_waiting`` False), so a join,
+        # a release or an operator's control wakes this worker at once.
+        self._quiet = False  # the wait under way is a quiet one: news (``news()``) ends it
+        self._news = False  # news heard since the last cycle's read was sent: no quiet wait after it
         self._last: CycleReport | None = None  # the last cycle's report (None: it failed)
         self._waiting: asyncio.Future[object] | None = None  # what ``_wait`` waits on (and its sleep)
         # One timer for every pump's lease deadline (``_watch_deadlines``): (the deadline, its task).
@@ -178,6 +183,13 @@ class EventProcessor:
         self._wake.set()
         self._interrupt()
 
+    def news(self) -> None:
+        """Another worker joined (a notice naming no partition): cycle now if this worker is waiting
+        quietly, longer than the interval; else its next cycle, within the interval, reads it anyway."""
+        self._news = True
+        if self._quiet:
+            self.wake()
+
     def _interrupt(self) -> None:
         """End ``_wait`` now (``stop()`` or ``wake()`` was called)."""
         if self._waiting is not None and not self._waiting.done():
@@ -193,6 +205,7 @@ class EventProcessor:
             while not self._stop.is_set():
                 await self.step()
                 await self._until_cycle(self._next_delay())
+                self._quiet = False
         finally:
             await self.shutdown()
 
@@ -241,6 +254,7 @@ class EventProcessor:
         report: CycleReport | None = None
         try:
             async with self._lock:
+                self._news = False  # what is heard from now on may have come after this cycle's read
                 report = await self.coordinator.cycle()
         except Exception as exc:
             metrics.STORE_ERRORS.labels(operation="cycle").inc()
@@ -269,8 +283,31 @@ class EventProcessor:
         if self.cycles == 0 and self._start_failures:
             base = min(self.interval * 2 ** min(self._start_failures - 1, 30), self.start_backoff_max)
         elif self._last is not None:
-            base = soon(self._last, self.interval, poll_waiting=self.poll_waiting) or base
+            sooner = soon(self._last, self.interval, poll_waiting=self.poll_waiting)
+            quiet = None if sooner is not None else self._quiet_delay()
+            if quiet is not None:
+                return quiet
+            base = sooner or base
         return base * (1 + self._jitter * (2 * self._rng.random() - 1))
+
+    def _quiet_delay(self) -> float | None:
+        """The wait after a steady cycle that changed nothing, until the coordinator's ``quiet_until``
+        (less up to the jitter: never later), when notices cross processes and nothing was heard since
+        the cycle's read; None: the usual interval. At 1024 partitions and 64 workers an idle fleet's
+        CPU was mostly its steady cycles; at a 2 s interval and a 10 s expiry this reads every 3.5 s."""
+        coordinator, report = self.coordinator, self._last
+        if self.poll_waiting or self._news or not isinstance(coordinator, Coordinator) or report is None:
+            return None
+        if report.planned or report.gained or report.lost or report.waiting:
+            return None
+        until = coordinator.quiet_until(self.interval)
+        if until is None:
+            return None
+        delay = (until - coordinator.monotonic()) * (1 - self._jitter * self._rng.random())
+        if delay <= self.interval:
+            return None
+        self._quiet = True
+        return delay
 
     async def _wait(self, seconds: float) -> bool:
         """Sleep ``seconds`` or until ``stop()`` or ``wake()``, whichever comes first. True when ``stop()``

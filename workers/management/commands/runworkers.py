@@ -177,6 +177,7 @@ class Command(BaseCommand):
             )  # fmt: skip
             if isinstance(coordinator, Coordinator):  # a planned move wakes its receiver at once
                 coordinator.on_released = notices.publisher()
+                coordinator.announce_joining = True  # news for workers waiting quietly (``quiet_until``)
                 coordinator.checkpoints = stores.checkpoints  # where --load-weighted measures rates
             processor = EventProcessor(
                 coordinator, checkpoints=stores.checkpoints, source=source, handler=handler, interval=interval,
