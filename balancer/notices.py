@@ -9,6 +9,11 @@ A notice is a hint, never the truth: it may be late, lost or repeated, and a lis
 by running a cycle, which reads the store. Losing one costs what it costs without notices: the
 partition waits for the receiver's next cycle.
 
+A notice naming no partition is news: a worker joined (``Coordinator.announce_joining``) or an
+operator changed a control. It ends only a quiet wait (``Coordinator.quiet_until``: a steady worker
+where notices cross processes reads the store less often than every interval); any other worker reads
+it within an interval anyway.
+
 Channels: ``LocalChannel`` within one process (workers of one ``runworkers``, the simulator, the
 in-memory store); the Redis store publishes on Redis pub/sub and the SQL store on PostgreSQL's
 ``LISTEN/NOTIFY`` (``release_channel(ref)`` on each); the Blob store has none (Azure Blob Storage has no

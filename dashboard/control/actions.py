@@ -16,6 +16,7 @@ What each action checks, plans and writes is its declaration in ``registry.py``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -23,6 +24,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from balancer.model import HubRef
+from balancer.notices import Released, release_channel
 from workers.runtime.processor import WAKE_GROUP
 from workers.wiring import Stores
 
@@ -37,10 +39,13 @@ from .request import Move, Preview, Refused, Request
 
 __all__ = [
     "NAMES", "WAKE_GROUP", "Move", "Preview", "Refused", "Request", "apply", "parse", "preview", "recent_audit",
-    "wake_workers",
+    "tell_workers", "wake_workers",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
+
+OPERATOR = "operator"  # who a notice of an operator's change is from (no worker's owner id)
+NOTICE_TIMEOUT = 2.0  # seconds: a notice later than this is no better than the workers' next read
 
 
 async def _context(ref: HubRef, request: Request, stores: Stores | None, expiry: float | None) -> Context:
@@ -74,6 +79,7 @@ async def apply(
         done = await action.write(ctx, shown)
         if done.wake:
             await wake_workers(request.action, done.token)
+            await tell_workers(ref, ctx.stores)
         if done.event is not None:
             await apublish(done.event)
         message = f"{done.message}. {shown.summary}"
@@ -97,4 +103,23 @@ async def wake_workers(reason: str, token: str = "") -> bool:
     except Exception:  # Redis down: the control record is written; workers read it at their next cycle
         log.warning("could not wake the workers over the channel layer", exc_info=True)
         return False
+    return True
+
+
+async def tell_workers(ref: HubRef, stores: Stores) -> bool:
+    """Tell the workers of ``ref`` on the store's own channel (Redis pub/sub, PostgreSQL ``NOTIFY``)
+    that a control changed: a notice naming no partition, which ends a worker's quiet wait
+    (``Coordinator.quiet_until``) as a join does. The channel-layer wake-up may not cross processes
+    (no Redis there); this one does wherever the workers listen for releases. False where the store has
+    no channel or the notice could not be sent: the workers read the control within their quiet wait."""
+    channel = release_channel(stores.ownership, ref)
+    if channel is None:
+        return False
+    try:
+        await asyncio.wait_for(channel.publish(Released(ref, (), OPERATOR)), NOTICE_TIMEOUT)
+    except Exception as exc:  # the store is down: the control is written; workers read it soon anyway
+        log.warning("could not tell the workers on the store's channel: %s: %s", type(exc).__name__, exc)
+        return False
+    finally:
+        await channel.aclose()
     return True

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import random
+from dataclasses import replace
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
@@ -18,10 +20,12 @@ from django.db.models import F
 from balancer.coordinator import Coordinator
 from balancer.errors import OwnershipLost
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
+from balancer.notices import LocalChannel, Released
 from balancer.strategies import get_strategy
 from dashboard.control import actions
 from dashboard.control.actions import Refused, Request
 from dashboard.models import AuditEntry, EventLog, MemberRow, Ownership
+from tests.support.waiting import until
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
 
@@ -290,3 +294,42 @@ def test_undrains_and_unpins_logged_before_they_had_kinds_of_their_own_are_rewri
     assert list(EventLog.objects.order_by("id").values_list("kind", "owner_id", "previous_owner")) == [
         (kind, owner, previous) for kind, _, owner, previous in old
     ]
+
+
+class WithAChannel:
+    """The ownership store, with a release channel of its own (as Redis's and PostgreSQL's have)."""
+
+    def __init__(self, store: object, channel: LocalChannel) -> None:
+        self._store, self.channel = store, channel
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    def release_channel(self, ref: HubRef) -> LocalChannel:
+        return self.channel
+
+
+async def test_an_action_that_wakes_the_workers_also_tells_them_on_the_stores_channel(
+    stores: Stores, hub: EmbeddedHub, ref: HubRef
+) -> None:
+    # The channel-layer wake-up may stay in this process; the store's channel reaches every worker
+    # that listens for releases, and ends a quiet wait (``Coordinator.quiet_until``).
+    await own(stores, ref, {"w1": ["0", "1"], "w2": ["2", "3"]})
+    channel = LocalChannel()
+    told = replace(stores, ownership=WithAChannel(stores.ownership, channel))  # type: ignore[arg-type]
+    heard: list[Released] = []
+
+    async def listen() -> None:
+        async for notice in channel.listen():
+            heard.append(notice)
+
+    listener = asyncio.create_task(listen())
+    try:
+        await until(lambda: len(channel._queues) == 1, "the listener to subscribe")
+        await actions.apply(ref, Request("drain", "w2", reason="maintenance"), "alice", stores=told)
+        await until(lambda: heard == [Released(ref, (), actions.OPERATOR)], "the workers to be told")
+        assert await actions.tell_workers(ref, stores) is False  # SQLite: no channel, nothing sent
+    finally:
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)
+    assert heard == [Released(ref, (), actions.OPERATOR)]
