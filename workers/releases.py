@@ -108,7 +108,7 @@ class Notices:
                             continue
                         if notice.partition_ids:
                             worker.wake()
-                        else:  # another worker joined: news for a worker waiting quietly
+                        else:  # a join or an operator's control: news for a worker waiting quietly
                             worker.news()
             except Exception as exc:  # never let a notice take a worker down: listen again
                 log.warning("release notices: the listener failed (%s: %s); listening again",

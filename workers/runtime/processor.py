@@ -184,8 +184,9 @@ class EventProcessor:
         self._interrupt()
 
     def news(self) -> None:
-        """Another worker joined (a notice naming no partition): cycle now if this worker is waiting
-        quietly, longer than the interval; else its next cycle, within the interval, reads it anyway."""
+        """News (a notice naming no partition: another worker joined, or an operator changed a control):
+        cycle now if this worker is waiting quietly, longer than the interval; else its next cycle,
+        within the interval, reads it anyway."""
         self._news = True
         if self._quiet:
             self.wake()
