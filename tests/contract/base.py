@@ -32,6 +32,7 @@ from balancer.errors import OwnershipLost, StoreError
 from balancer.model import RESET_OWNER, Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.notices import Released, release_channel
 from balancer.protocol import CheckpointStore, ControlStore, OwnershipStore, SnapshotStore, by_partition, snapshot
+from tests.support.notices import listening
 from tests.support.waiting import until
 
 Store = Any  # one object serving OwnershipStore, CheckpointStore and ControlStore
@@ -89,14 +90,6 @@ async def heard_after_publishing(channel: Any, notice: Released, heard: list[Rel
     await until(got_it, what, 15, step=0.1)
 
 
-def listening(channel: Any, heard: list[Released]) -> asyncio.Task[None]:
-    async def listen() -> None:
-        async for notice in channel.listen():
-            heard.append(notice)
-
-    return asyncio.create_task(listen())
-
-
 class StoreContract:
     """The shared contract suite (async tests). Subclasses provide ``store``, ``connect``, ``damages``
     and ``corrupt``."""
@@ -152,12 +145,7 @@ class StoreContract:
             return
         assert channel is not None
         heard: list[Released] = []
-
-        async def listen() -> None:
-            async for notice in channel.listen():
-                heard.append(notice)
-
-        listener = asyncio.create_task(listen())
+        listener = listening(channel, heard)
         try:
             notice = Released(REF, ("0", "7"), "a")
 

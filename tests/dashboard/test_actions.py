@@ -25,6 +25,7 @@ from balancer.strategies import get_strategy
 from dashboard.control import actions
 from dashboard.control.actions import Refused, Request
 from dashboard.models import AuditEntry, EventLog, MemberRow, Ownership
+from tests.support.notices import listening
 from tests.support.waiting import until
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
@@ -318,12 +319,7 @@ async def test_an_action_that_wakes_the_workers_also_tells_them_on_the_stores_ch
     channel = LocalChannel()
     told = replace(stores, ownership=WithAChannel(stores.ownership, channel))  # type: ignore[arg-type]
     heard: list[Released] = []
-
-    async def listen() -> None:
-        async for notice in channel.listen():
-            heard.append(notice)
-
-    listener = asyncio.create_task(listen())
+    listener = listening(channel, heard)
     try:
         await until(lambda: len(channel._queues) == 1, "the listener to subscribe")
         await actions.apply(ref, Request("drain", "w2", reason="maintenance"), "alice", stores=told)

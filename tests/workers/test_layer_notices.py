@@ -17,7 +17,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from channels.layers import InMemoryChannelLayer
@@ -175,8 +175,8 @@ async def test_a_join_is_news_and_a_release_a_wake_up_for_the_other_workers() ->
     notices = Notices(object(), REF, across_processes=False)  # in this process: the same listener
     a0, b0 = Worker("A-0"), Worker("B-0")
     async with listening(notices, [a0, b0]):
-        assert isinstance(notices.channel, LocalChannel)
-        await until(lambda: len(notices.channel._queues) == 1, "the listener to subscribe")
+        channel = cast(LocalChannel, notices.channel)  # across_processes=False: this process's own
+        await until(lambda: len(channel._queues) == 1, "the listener to subscribe")
         publish = notices.publisher()
         publish(Released(REF, (), "A-0"))  # A-0 joined: news, which ends only a quiet wait
         await until(lambda: b0.heard == 1, "B-0 to hear of the join")
