@@ -222,10 +222,11 @@ def _metrics_render(partitions: int, workers: int, rounds: int = 40) -> list[flo
 class SocketClient:
     """A plain websocket client beside the browser: the server's part of the latency, without a renderer."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, origin: str) -> None:
         import threading
 
         self.url = url
+        self.origin = origin  # the page's own, port included: the console refuses any other (dashboard.asgi.SameOrigin)
         self.latencies: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
@@ -235,7 +236,7 @@ class SocketClient:
         import websockets
         from websockets.typing import Origin
 
-        async with websockets.connect(self.url, origin=Origin("http://127.0.0.1"), max_size=None) as ws:
+        async with websockets.connect(self.url, origin=Origin(self.origin), max_size=None) as ws:
             while not self._stop.is_set():
                 try:
                     message = json.loads(await asyncio.wait_for(ws.recv(), 0.25))
@@ -265,7 +266,7 @@ def _metrics_http(url: str, rounds: int = 20) -> tuple[list[float], int]:
 def run(
     rate: float, seconds: float, partitions: int, workers: int, keep: bool = False, screenshot: str = ""
 ) -> dict[str, Any]:
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     from workers.hub.embedded import EmbeddedHub
 
@@ -293,13 +294,13 @@ def run(
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1440, "height": 900})
             page.goto(url + "/")
-            page.wait_for_function(
-                f"document.querySelectorAll('#partitions .tile').length === {partitions} && "
-                "document.getElementById('connection').dataset.state === 'live'",
-                timeout=60_000,
-            )
+            # Locator assertions, not wait_for_function: Playwright polls a waited-for function with
+            # the page's own eval(), which the console's Content-Security-Policy refuses (no
+            # 'unsafe-eval'); locators and evaluate() run from the driver's side, which CSP allows.
+            expect(page.locator("#partitions .tile")).to_have_count(partitions, timeout=60_000)
+            expect(page.locator("#connection")).to_have_attribute("data-state", "live", timeout=60_000)
             page.evaluate("for (const k of ['latencies', 'renderMs', 'lastLeg']) window.Leaseboard[k].length = 0")
-            socket = SocketClient(f"ws://127.0.0.1:{port}/ws/balancer/")
+            socket = SocketClient(f"ws://127.0.0.1:{port}/ws/balancer/", origin=url)
             published = subprocess.run(
                 [*me, "publish", "--rate", str(rate), "--seconds", str(seconds), *sizes],
                 cwd=ROOT, env=environ, check=True, capture_output=True, timeout=seconds + 120,
