@@ -5,7 +5,7 @@ different stores. All calls are async: the runtime is an asyncio program and the
 clients are async too. Every adapter is proven by ``tests/contract``.
 
 ``Balancer`` is what the runtime (``workers.runtime.processor``) and the simulator (``balancer.sim``)
-call on a coordinator: the lease table's ``balancer.coordinator.Coordinator`` and 001's lease race
+call on a coordinator: the lease table's ``balancer.lease.Coordinator`` and 001's lease race
 ``balancer.race.coordinator.RaceCoordinator`` both satisfy it (each module proves it to the type
 checker), so neither needs to know which one it drives.
 """

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from balancer.coordinator import Coordinator
+from balancer.lease import Coordinator
 from balancer.model import BalancerEvent, HubRef
 from balancer.protocol import Balancer, CheckpointStore, ControlStore, OwnershipStore, PartitionSource
 from balancer.protocol import EventSink as BalancerEventSink

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from balancer.coordinator import Coordinator
+from balancer.lease import Coordinator
 from balancer.model import EventKind, partition_ids
 from balancer.sim.base import Run
 from balancer.sim.scenarios import REF, Settings

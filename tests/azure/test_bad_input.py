@@ -10,8 +10,8 @@ import time
 import pytest
 from azure.storage.blob.aio import ContainerClient
 
-from balancer.coordinator import Coordinator
 from balancer.errors import StoreError, StoreUnavailable
+from balancer.lease import Coordinator
 from balancer.model import Checkpoint, Control, ControlKind, Member, OwnershipRecord, partition_ids
 from balancer.stores.azure_blob import BlobStore
 from balancer.strategies import get_strategy

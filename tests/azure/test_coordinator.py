@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from balancer.coordinator import Coordinator
+from balancer.lease import Coordinator
 from balancer.model import partition_ids
 from balancer.stores.azure_blob import BlobStore
 from balancer.strategies import get_strategy

@@ -16,8 +16,8 @@ from azure.eventhub.aio._eventprocessor._ownership_manager import OwnershipManag
 from azure.eventhub.extensions.checkpointstoreblobaio import BlobCheckpointStore
 from azure.storage.blob.aio import ContainerClient
 
-from balancer.coordinator import Coordinator
 from balancer.errors import OwnershipLost
+from balancer.lease import Coordinator
 from balancer.model import Checkpoint, Control, ControlKind, Member, OwnershipRecord, partition_ids
 from balancer.stores.azure_blob import BlobStore
 from balancer.strategies import get_strategy

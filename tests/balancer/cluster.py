@@ -12,8 +12,8 @@ import contextlib
 import random
 from collections import Counter
 
-from balancer.coordinator import Coordinator
 from balancer.errors import StoreUnavailable
+from balancer.lease import Coordinator
 from balancer.model import BalancerEvent, HubRef, partition_ids
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy

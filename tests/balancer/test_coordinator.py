@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from balancer.coordinator import Coordinator
 from balancer.errors import StoreUnavailable
+from balancer.lease import Coordinator
 from balancer.model import EventKind, OwnershipRecord
 from balancer.strategies import Claim, Plan, Strategy, View
 

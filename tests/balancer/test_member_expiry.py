@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from balancer.coordinator import Coordinator
+from balancer.lease import Coordinator
 from balancer.model import HubRef, Member
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy

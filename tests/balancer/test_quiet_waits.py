@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from balancer.coordinator import Coordinator
+from balancer.lease import Coordinator
 from balancer.notices import Released
 
 from .cluster import REF, Cluster

@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from balancer.coordinator import RENEW_SHARE, Coordinator
 from balancer.errors import StoreUnavailable
+from balancer.lease import RENEW_SHARE, Coordinator
 from balancer.model import EventKind, Member, OwnershipRecord, alive_workers, partition_ids, signs_of_life
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy

@@ -25,7 +25,7 @@ MEASURED = 5
 
 
 async def measure(strategy: str, make_store: Callable[[], Awaitable[Any]]) -> dict[str, float | str]:
-    from balancer.coordinator import Coordinator
+    from balancer.lease import Coordinator
     from balancer.model import HubRef, partition_ids
     from balancer.strategies import get_strategy
 

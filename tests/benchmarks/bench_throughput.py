@@ -39,7 +39,7 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 django.setup()
 
-from balancer.coordinator import Coordinator  # noqa: E402
+from balancer.lease import Coordinator  # noqa: E402
 from balancer.model import HubRef  # noqa: E402
 from balancer.stores.memory import MemoryStore  # noqa: E402
 from balancer.strategies import get_strategy  # noqa: E402

@@ -28,7 +28,7 @@ django.setup()
 
 from django.core.management import call_command  # noqa: E402
 
-from balancer.coordinator import Coordinator  # noqa: E402
+from balancer.lease import Coordinator  # noqa: E402
 from balancer.model import HubRef  # noqa: E402
 from balancer.stores.memory import MemoryStore  # noqa: E402
 from balancer.strategies import get_strategy  # noqa: E402

@@ -22,7 +22,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from balancer.coordinator import Coordinator
+from balancer.lease import Coordinator
 from balancer.model import HubRef
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy

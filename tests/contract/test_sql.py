@@ -16,8 +16,8 @@ import pytest
 from django.db import connections, transaction
 
 from balancer.changes import OwnershipTable
-from balancer.coordinator import Coordinator
 from balancer.errors import StoreUnavailable
+from balancer.lease import Coordinator
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord, partition_ids
 from balancer.notices import Released
 from balancer.strategies import get_strategy

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.conf import LazySettings
 
-from balancer.coordinator import Coordinator
+from balancer.lease import Coordinator
 from balancer.model import BalancerEvent, EventKind, HubRef
 from balancer.strategies import get_strategy
 from dashboard import state

@@ -21,7 +21,7 @@ async def main(hubs: list[str]) -> None:
     django.setup()
     from django.conf import settings
 
-    from balancer.coordinator import Coordinator
+    from balancer.lease import Coordinator
     from balancer.model import BalancerEvent
     from balancer.strategies import get_strategy
     from dashboard.broadcast import apublish

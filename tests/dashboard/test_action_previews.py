@@ -7,7 +7,7 @@ import random
 import pytest
 from django.conf import LazySettings
 
-from balancer.coordinator import Coordinator
+from balancer.lease import Coordinator
 from balancer.model import Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.strategies import get_strategy
 from dashboard.control import actions

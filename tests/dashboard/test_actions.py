@@ -17,8 +17,8 @@ from django.conf import LazySettings
 from django.db import connection
 from django.db.models import F
 
-from balancer.coordinator import Coordinator
 from balancer.errors import OwnershipLost
+from balancer.lease import Coordinator
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.notices import LocalChannel, Released
 from balancer.strategies import get_strategy

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from balancer.coordinator import Coordinator
+from balancer.lease import Coordinator
 from balancer.model import HubRef
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy

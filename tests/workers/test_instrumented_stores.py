@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from balancer.changes import ChangeFeed
-from balancer.coordinator import Coordinator
+from balancer.lease import Coordinator
 from balancer.model import HubRef, OwnershipRecord
 from balancer.protocol import CheckpointStore, ControlStore, OwnershipStore, SnapshotStore
 from balancer.stores.memory import MemoryStore

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError
 
-from balancer.coordinator import Coordinator
+from balancer.lease import Coordinator
 
 
 def build(settings: Any, tmp_path: Path, *args: str) -> Any:

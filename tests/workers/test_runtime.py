@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from balancer.coordinator import Coordinator
+from balancer.lease import Coordinator
 from balancer.model import EventKind, OwnershipRecord
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy

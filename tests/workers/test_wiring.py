@@ -7,7 +7,7 @@ from django.conf import LazySettings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
 
-from balancer.coordinator import Coordinator
+from balancer.lease import Coordinator
 from balancer.model import BalancerEvent, EventKind, HubRef
 from balancer.race.coordinator import RaceCoordinator
 from balancer.race.times import RaceTimes

@@ -34,7 +34,7 @@ from functools import partial
 from typing import Any
 
 import workers.metrics as metrics
-from balancer.coordinator import EARLY, Coordinator
+from balancer.lease import EARLY, Coordinator
 from balancer.model import pid_key
 from balancer.protocol import Balancer, CheckpointStore, CycleReport, soon
 from workers.handlers import Handler

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from balancer.coordinator import Coordinator
+from balancer.lease import Coordinator
 from balancer.race.build import (
     add_race_options,
     close_race_stores,

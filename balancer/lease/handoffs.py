@@ -1,0 +1,85 @@
+"""Handoffs and releases: giving partitions up, on a planned move or when stopping.
+
+With a handoff hook (``on_handoff``) a planned release first tells the driver, which stops the
+partition's processing after its last checkpoint and then calls ``release()``; meanwhile the lease
+keeps being renewed. Releases that finish together go in one store request (``release_many``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+from balancer.errors import StoreUnavailable
+from balancer.model import BalancerEvent
+
+from .read import Reading
+
+
+class Handoffs(Reading):
+    """Planned moves handed off, and releases."""
+
+    def _start_handoffs(self, planned: list[str]) -> list[str]:
+        """The partitions to release in this cycle's request. With a handoff hook, a planned release
+        first tells the runtime (which stops the pump, checkpoints and calls ``release``); the lease
+        keeps being renewed meanwhile, so nobody else starts on it before the last checkpoint."""
+        if self.on_handoff is None:
+            return planned
+        for pid in planned:
+            if pid not in self._handing_off:
+                self._handing_off.add(pid)
+                self.on_handoff(pid)
+        return []
+
+    async def release(self, partition_id: str, reason: str = "handed off") -> BalancerEvent | None:
+        """Give one held partition up now (the end of a handoff: the event's ``handoff`` is True); None
+        if it was not held."""
+        events = await self.release_many([partition_id], reason)
+        return events[0] if events else None
+
+    async def release_many(self, partition_ids: Sequence[str], reason: str = "handed off") -> list[BalancerEvent]:
+        """Give the held ones of ``partition_ids`` up now in one store request (the ends of handoffs
+        that finished together); their events, in the order given. A worker handing over a hundred
+        partitions at once (a cold start, a scale-out) makes one request, not a hundred one after the
+        other, each holding the lock its renewals wait for."""
+        async with self._lock:
+            return await self._release(partition_ids, reason)
+
+    async def _release(self, partition_ids: Sequence[str], reason: str) -> list[BalancerEvent]:
+        leases = {p: self._leases.pop(p) for p in dict.fromkeys(partition_ids) if p in self._leases}
+        self._handing_off.difference_update(partition_ids)
+        if not leases:
+            return []
+        try:
+            won, events = await self._write_releases(leases, reason, handoff=True)
+        except StoreUnavailable:
+            # Nothing changed in the store: the leases are still ours. Keep them, so the next cycle
+            # renews them and plans the handoffs again, rather than leave them unowned until they expire.
+            self._leases.update(leases)
+            raise
+        for event in events:
+            self._emit(event)
+        if not self._leases and self.controls is not None:
+            with contextlib.suppress(StoreUnavailable):  # the next cycle heartbeats anyway
+                await self._heartbeat(self._stamp())  # alive by its leases until now: by a heartbeat from now on
+        if won:
+            self._announce(list(won))
+        return events
+
+    async def release_all(self, reason: str = "shutting down") -> list[BalancerEvent]:
+        """Give every held partition up at once, so others take them now rather than after expiry."""
+        async with self._lock:
+            return await self._release_all(reason)
+
+    async def _release_all(self, reason: str) -> list[BalancerEvent]:
+        if not self._leases:
+            return []
+        won, events = await self._write_releases(self._leases, reason, handoff=False)
+        self._leases.clear()
+        self._handing_off.clear()
+        if self.controls is not None:
+            await self._call(self.controls.remove_member(self.ref, self.owner_id))
+        for event in events:
+            self._emit(event)
+        self._announce(list(won))
+        return events
