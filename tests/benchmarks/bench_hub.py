@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.benchmarks.size import size
 from workers.hub.embedded import EmbeddedHub
 from workers.sources.base import Position
 
@@ -63,7 +64,7 @@ def bench(events: int, body_size: int, batch: int, read_batch: int) -> list[Row]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--events", type=int, default=size(1_000_000, 5_000))
     parser.add_argument("--body", type=int, default=100, help="body size in bytes")
     parser.add_argument("--batch", type=int, default=1000, help="events per send_batch")
     parser.add_argument("--read-batch", type=int, default=1000, help="max_events per receive")

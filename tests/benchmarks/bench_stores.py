@@ -19,9 +19,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-PARTITIONS = 32
-WORKERS = 4
-MEASURED = 5
+from tests.benchmarks.size import size
+
+PARTITIONS = size(32, 8)
+WORKERS = size(4, 2)
+MEASURED = size(5, 1)
 
 
 async def measure(strategy: str, make_store: Callable[[], Awaitable[Any]]) -> dict[str, float | str]:

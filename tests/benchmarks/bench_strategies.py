@@ -20,6 +20,7 @@ from typing import Any
 
 from balancer.sim.run import SCENARIOS, Settings, simulate
 from balancer.strategies import DEFAULT, NAMES
+from tests.benchmarks.size import size
 from workers.progress import progress
 
 SIZES: dict[str, tuple[int, int]] = {  # scenario -> (partitions, workers)
@@ -28,7 +29,7 @@ SIZES: dict[str, tuple[int, int]] = {  # scenario -> (partitions, workers)
     "more-workers-than-partitions": (4, 6),
     "single-partition": (1, 3),
 }
-BIG = ("cold-start", 1024, 64)
+BIG = size(("cold-start", 1024, 64), ("cold-start", 64, 8))
 COLUMNS = [
     "strategy", "scenario", "P/N", "balanced", "cycles", "seconds", "moves (min)", "overlap s",
     "max unowned s", "req/worker/cycle", "plan ms",
@@ -57,7 +58,7 @@ def _simulate(case: tuple[str, str, int, int, int]) -> dict[str, Any]:
 
 
 # ``greedy`` beside azure-eventhub's own greedy code in the same harness: (scenario, P, N).
-MICROSOFT_CASES = [("cold-start", 32, 4), ("cold-start", 1024, 64), ("clock-skew", 32, 4), ("scale-out", 32, 5),
+MICROSOFT_CASES = [("cold-start", 32, 4), ("cold-start", BIG[1], BIG[2]), ("clock-skew", 32, 4), ("scale-out", 32, 5),
                    ("crash", 16, 4)]  # fmt: skip
 
 
@@ -76,7 +77,7 @@ def microsoft_rows(seeds: int, big_seeds: int, jobs: int) -> list[list[str]]:
 
 
 # The hot-partition scenario, by partitions counted and weighed by load: (P, N) per row.
-LOAD_SIZES = [(16, 4), (32, 4), (64, 8), (128, 16)]
+LOAD_SIZES = size([(16, 4), (32, 4), (64, 8), (128, 16)], [(16, 4)])
 LOAD_COLUMNS = [
     "P/N", "load max/mean by count", "load-weighted", "target", "balanced", "seconds", "moves", "max unowned s",
     "req/worker/cycle",
@@ -162,8 +163,8 @@ def render(rows: list[list[str]], title: str, columns: list[str] | None = None) 
 def main(argv: list[str] | None = None) -> None:
     """Print the table. ``argv``: this module's options (none when ``tests.benchmarks.run`` calls it)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=20, help="seeds per row (default 20)")
-    parser.add_argument("--big-seeds", type=int, default=20, help="seeds of the 1024/64 rows (default 20)")
+    parser.add_argument("--seeds", type=int, default=size(20, 1), help="seeds per row (default 20)")
+    parser.add_argument("--big-seeds", type=int, default=size(20, 1), help="seeds of the 1024/64 rows (default 20)")
     parser.add_argument("--jobs", type=int, default=2, help="processes running rows at once (default 2)")
     args = parser.parse_args(argv or [])
     started = time.perf_counter()

@@ -36,6 +36,8 @@ from typing import Any
 
 import django
 
+from tests.benchmarks.size import size
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 django.setup()
 
@@ -257,9 +259,13 @@ def memory(total: int) -> list[Row]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--events", type=int, default=1_000_000, help="events per throughput case (default 1e6)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per case; the best is shown (default 3)")
-    parser.add_argument("--memory-events", type=int, default=10_000_000, help="events of the memory run (1e7; 0: none)")
+    parser.add_argument(
+        "--events", type=int, default=size(1_000_000, 10_000), help="events per throughput case (default 1e6)"
+    )
+    parser.add_argument("--repeat", type=int, default=size(3, 1), help="runs per case; the best is shown (default 3)")
+    parser.add_argument(
+        "--memory-events", type=int, default=size(10_000_000, 32_000), help="events of the memory run (1e7; 0: none)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv if argv is not None else sys.argv[1:])
     if args.child:

@@ -23,6 +23,8 @@ from typing import Any
 
 import django
 
+from tests.benchmarks.size import size
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 django.setup()
 
@@ -122,7 +124,7 @@ CASES = [
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--events", type=int, default=160_000, help="events per case (default 160000)")
+    parser.add_argument("--events", type=int, default=size(160_000, 3_200), help="events per case (default 160000)")
     args = parser.parse_args(argv or [])
     logging.getLogger("leaseboard").setLevel(logging.WARNING)
     print(f"one worker, embedded hub, {args.events} events of {len(BODY)} bytes, trivial handler; "

@@ -2,6 +2,9 @@
 
 Each benchmark is a module of this package with a ``main()`` that prints one table; they run one
 after another in this process's interpreter so their figures do not compete for the two cores.
+``python -m tests.benchmarks.run bench_hub bench_worker`` runs only those (a word that names no
+benchmark picks every one whose module path holds it). With ``BENCH_TINY=1`` every benchmark runs
+at a tiny size (``tests.benchmarks.size``), as ``make test`` runs them (``test_benches_run.py``).
 On a terminal (stderr) a progress line counts the benchmarks (``workers.progress``; some add
 their own steps under it); the tables on stdout are the same with or without it.
 """
@@ -13,6 +16,7 @@ import os
 import sys
 import time
 
+from tests.benchmarks.size import ENV, tiny
 from workers.progress import progress
 
 BENCHMARKS = [
@@ -36,19 +40,32 @@ BENCHMARKS = [
 ]
 
 
+def _named(module: str, words: set[str]) -> bool:
+    """Whether ``module`` is chosen by the filter words: its own name (``bench_pipeline``, not
+    ``bench_pipeline_state`` too) or, for a word that names no benchmark, any part of its path."""
+    short = module.rsplit(".", 1)[-1]
+    names = {m.rsplit(".", 1)[-1] for _, m in BENCHMARKS}
+    return any(word in (short, module) or (word not in names and word in module) for word in words)
+
+
 def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
     only = set(sys.argv[1:])
     del sys.argv[1:]  # each benchmark parses its own options; the filter words are not theirs
     failed = []
-    chosen = [(title, module) for title, module in BENCHMARKS if not only or any(word in module for word in only)]
+    chosen = [(title, module) for title, module in BENCHMARKS if not only or _named(module, only)]
+    if tiny():
+        print(f"tiny sizes ({ENV}=1): every step runs, on little work; the figures mean nothing", flush=True)
     with progress("benchmarks", total=len(chosen), unit="benchmarks") as task:
         for title, module in chosen:
             task.update(info=module.rsplit(".", 1)[-1])
             print(f"\n=== {title} ({module})", flush=True)
             started = time.perf_counter()
             try:
-                importlib.import_module(module).main()
+                status = importlib.import_module(module).main()
+                if status:  # a bench that goes on past a failed case says so by its exit status
+                    print(f"FAILED: {module}.main() returned {status}")
+                    failed.append(module)
             except Exception as exc:  # report and go on: one broken benchmark must not hide the others
                 print(f"FAILED: {type(exc).__name__}: {exc}")
                 failed.append(module)
