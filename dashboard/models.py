@@ -65,7 +65,7 @@ class Ownership(Scoped):
 
 
 class OwnershipClock(Scoped):
-    """One hub's change numbering for its ownership rows (``balancer.changes``, ``sqlstore``): on SQLite
+    """One hub's change numbering for its ownership rows (``balancer.changes``, ``dashboard.sql``): on SQLite
     ``serial`` is the counter every ownership write takes its number from (writers run one at a time
     there); on PostgreSQL a row's number is its writer's transaction id and ``serial`` stays 0.
     ``epoch`` changes when rows are deleted or written by hand (triggers of migration 0005): a

@@ -201,7 +201,7 @@ LEASEBOARD_LOAD_WEIGHTED = envbool("LEASEBOARD_LOAD_WEIGHTED", False)
 # leases). The SQL store lives beside its tables in the dashboard; the workers reach it only through
 # this setting, so imports run one way (balancer <- workers <- dashboard).
 LEASEBOARD_STORES: dict[str, dict[str, object]] = {
-    "sql": {"BACKEND": "dashboard.sqlstore.SqlStore", "CONFIG": {}},
+    "sql": {"BACKEND": "dashboard.sql.store.SqlStore", "CONFIG": {}},
     "memory": {"BACKEND": "balancer.stores.memory.MemoryStore", "CONFIG": {}, "PROCESS_WIDE": True},
     "redis": {"BACKEND": "balancer.stores.redis.RedisStore", "CONFIG": {}},
     "blob": {"BACKEND": "balancer.stores.azure_blob.BlobStore", "CONFIG": {}},

@@ -2,7 +2,7 @@
 
 ``Ownership.changed`` is the change number of the row's latest write through the store: the hub's
 counter in ``OwnershipClock`` on SQLite, the writing transaction's id on PostgreSQL (see
-``dashboard.sqlstore``). Triggers catch what does not go through the
+``dashboard.sql``). Triggers catch what does not go through the
 store (an operator's DELETE, UPDATE, INSERT or TRUNCATE in psql or the SQLite shell, the Django
 admin's delete): each gives the hub's clock a new ``epoch``, so every worker's cursor of the old
 epoch reads everything again. A store write always sets a ``changed`` other than the row's (two

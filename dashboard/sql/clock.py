@@ -14,7 +14,7 @@ from django.db.models import FloatField
 from django.db.models.expressions import Expression
 
 _PG_CLOCK = "CAST(EXTRACT(EPOCH FROM STATEMENT_TIMESTAMP()) AS DOUBLE PRECISION)"
-PG_CLOCK = _PG_CLOCK  # the server's clock in a statement of one's own (``sqlstore``'s change bound)
+PG_CLOCK = _PG_CLOCK  # the server's clock in a statement of one's own (the store's change bound, ``reads.py``)
 
 
 class StoreClock(Expression):

@@ -9,7 +9,7 @@ backend's and the field's, e.g. a JSON column's ``from_db_value``), so a row rea
 through the model, a row edited by hand included. Only a row found corrupt is built as a model
 instance, to be described in the warning as the admin would show it.
 
-The converters that turn rows into the balancer's records (see ``sqlstore`` for what a row edited
+The converters that turn rows into the balancer's records (see ``store.py`` for what a row edited
 by hand reads as) take the hub ``ref`` the listing was scoped to, which every row it returns has.
 """
 
@@ -26,8 +26,8 @@ from django.db.models import Field
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.stores.flaws import finite_time, time_flaw
 
-from .models import CheckpointRow, ControlRow, MemberRow, Ownership, Scoped
-from .sqlclock import PG_CLOCK
+from ..models import CheckpointRow, ControlRow, MemberRow, Ownership, Scoped
+from .clock import PG_CLOCK
 
 SCOPE = ("namespace", "hub", "consumer_group")
 

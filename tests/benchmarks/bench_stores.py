@@ -84,7 +84,7 @@ def main() -> None:
         call_command("migrate", verbosity=0)
 
         from balancer.stores.memory import MemoryStore
-        from dashboard.sqlstore import SqlStore
+        from dashboard.sql.store import SqlStore
         from tests.support.databases import add_django_database
         from tests.support.postgres import start_postgres
 

@@ -60,7 +60,7 @@ def trivial_batch(events: list[ReceivedEvent], ctx: PartitionContext) -> None:
 
 def sql_store(root: Path) -> Any:
     """A SqlStore on a fresh, migrated SQLite file (WAL, as in the demo)."""
-    from dashboard.sqlstore import SqlStore
+    from dashboard.sql.store import SqlStore
     from tests.support.databases import add_django_database
 
     alias = f"bench_{os.getpid()}_{time.monotonic_ns()}"

@@ -97,7 +97,7 @@ class SqlKit:
         return {"DATABASE_URL": self.database_url}
 
     async def open(self) -> Any:
-        from dashboard.sqlstore import SqlStore
+        from dashboard.sql.store import SqlStore
 
         return SqlStore(DASHBOARD_ALIAS)
 

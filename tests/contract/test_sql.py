@@ -1,4 +1,4 @@
-"""The store contract on ``dashboard.sqlstore.SqlStore``: SQLite (the default database) and a real
+"""The store contract on ``dashboard.sql.store.SqlStore``: SQLite (the default database) and a real
 PostgreSQL 15 (the ``postgres`` alias, see tests/conftest.py); plus what only the SQL store has:
 corrupt rows, outages, the store's clock and its statement count per cycle."""
 
@@ -21,11 +21,12 @@ from balancer.lease import Coordinator
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord, partition_ids
 from balancer.notices import Released
 from balancer.strategies import get_strategy
-from dashboard import sqlclock, sqlrows
 from dashboard.models import CheckpointRow, ControlRow, MemberRow, Ownership
-from dashboard.sqlclock import PG_CLOCK
-from dashboard.sqlrows import CHECKPOINTS, CONTROLS, MEMBERS, OWNERSHIP
-from dashboard.sqlstore import SqlStore
+from dashboard.sql import clock as sqlclock
+from dashboard.sql import rows as sqlrows
+from dashboard.sql.clock import PG_CLOCK
+from dashboard.sql.rows import CHECKPOINTS, CONTROLS, MEMBERS, OWNERSHIP
+from dashboard.sql.store import SqlStore
 from tests.support.databases import add_django_database, remove_django_database
 from tests.support.servers import free_port
 from tests.support.waiting import until
@@ -169,7 +170,7 @@ class SqlContract(ChangeFeedContract, StoreContract):
             MemberRow.objects.using(self.alias).create(**scope, owner_id="m", last_seen=1.0, info=[1, 2])
 
         await in_thread(corrupt)
-        with caplog.at_level(logging.WARNING, logger="dashboard.sqlstore"):
+        with caplog.at_level(logging.WARNING, logger="dashboard.sql"):
             assert [r.partition_id for r in await store.list_ownership(REF)] == ["0"]
             assert [c.partition_id for c in await store.list_checkpoints(REF)] == ["0"]
             assert [c.kind for c in await store.list_controls(REF)] == [ControlKind.PIN]
@@ -181,7 +182,7 @@ class SqlContract(ChangeFeedContract, StoreContract):
         assert any("dashboard_controlrow" in w and "explode" in w for w in warnings), warnings
 
     async def test_a_listing_reads_each_row_as_the_orm_does(self, store: SqlStore) -> None:
-        # The cycle's listings read rows without model instances (``dashboard.sqlrows``), applying
+        # The cycle's listings read rows without model instances (``dashboard.sql.rows``), applying
         # the converters the ORM would: the JSON of a member's info comes back as an object.
         await store.claim_ownership([OwnershipRecord(REF, p, "a") for p in "012"])
         await store.update_checkpoint(Checkpoint(REF, "1", 7, "70"), "a")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 from balancer.model import HubRef
-from dashboard.sqlstore import SqlStore
+from dashboard.sql.store import SqlStore
 from tests.support import waiting
 from tests.support.databases import add_django_database, remove_django_database
 from tests.workers.recording import read_records

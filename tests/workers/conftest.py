@@ -133,7 +133,7 @@ async def any_rig(store_kind: str, tmp_path: Path) -> AsyncIterator[Rig]:
         clock = FakeClock()
         store = MemoryStore(clock=clock)
     else:
-        from dashboard.sqlstore import SqlStore
+        from dashboard.sql.store import SqlStore
 
         clock = FakeClock(time.time())
         store = SqlStore()

@@ -1,0 +1,146 @@
+"""The SQL store's reads of ownership, members and controls: the whole snapshot, and the changes
+since a cursor (``balancer.changes``) that a worker's steady cycle reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from balancer.changes import Changes
+from balancer.model import Control, HubRef, Member, OwnershipRecord
+from balancer.protocol import Snapshot
+
+from ..models import OwnershipClock
+from . import clock as sqlclock
+from . import rows as sqlrows
+from .clock import PG_CLOCK, read_clock
+from .lanes import Lanes, by_partition
+from .rows import CONTROLS, MEMBERS, OWNERSHIP
+
+
+class Reads(Lanes):
+    """The listings of the lease lane, run on its thread (``SqlStore`` awaits them)."""
+
+    def _snapshot(self, connection: BaseDatabaseWrapper, ref: HubRef) -> Snapshot:
+        # Three reads, not one transaction: on SQLite a transaction here would take the write lock
+        # (BEGIN IMMEDIATE), and each list is consistent on its own, which is all planning needs.
+        return Snapshot(
+            self._list_ownership(connection, ref),
+            self._list_members(connection, ref),
+            self._list_controls(connection, ref),
+            read_clock(connection),
+        )
+
+    def _snapshot_since(
+        self, connection: BaseDatabaseWrapper, ref: HubRef, cursor: str | None, stale_after: float | None = None
+    ) -> Changes:
+        # A cursor is "<epoch>:<n>": every row whose change number is below n was read (n is the
+        # first number a writer may still hold uncommitted). The bound is read before the rows, so
+        # the rows read next include every row below it; rows at or past it may come again next
+        # time (they cost the reading, nothing more). Leaving renewals out, the rows are those whose
+        # owner changed (``owner_changed``, numbered as ``changed``) and those last written before
+        # ``fresh_after``, the store's clock as the bound was read less ``stale_after``.
+        #
+        # The bound, the rows changed since the cursor's number, the members and the controls are
+        # asked for together (``fetch_together``: on PostgreSQL one round trip, every statement on the
+        # clock the bound is read with), or every row when there is no cursor. The cursor's number is
+        # checked against the bound afterwards: a cursor of another epoch, or past the bound, throws
+        # the rows away and reads every row.
+        # Off PostgreSQL the store's clock is this machine's, read now (a module attribute: tests skew it).
+        local = None if connection.vendor == "postgresql" else sqlclock.local_clock()
+        seen = _seen(cursor)
+        statements = [(_clock_sql(connection), [ref.namespace, ref.hub, ref.consumer_group])]
+        if seen is None:
+            statements.append(OWNERSHIP.statement(connection, ref))  # every row
+        else:
+            if stale_after is None:
+                statements.append(OWNERSHIP.statement(connection, ref, seen))
+            elif local is None:
+                statements.append(OWNERSHIP.statement(connection, ref, seen, stale_after=stale_after))
+            else:
+                statements.append(OWNERSHIP.statement(connection, ref, seen, written_before=local - stale_after))
+        statements += [MEMBERS.statement(connection, ref), CONTROLS.statement(connection, ref)]
+        found, *rest = sqlrows.fetch_together(connection, statements)
+        if not found:  # the hub's clock row is missing: made (with a fresh epoch), then read again
+            self._make_clock(ref)
+            return self._snapshot_since(connection, ref, cursor, stale_after)
+        epoch, bound, clock = _epoch_and_bound(found[0], local)
+        listed, members, controls = rest
+        since = _since(cursor, epoch, bound)
+        fresh_after = None
+        if since is None:
+            if seen is not None:  # the rows since the cursor's number are of no use: every row, read now
+                listed = OWNERSHIP.fetch(connection, ref)
+            rows = OWNERSHIP.rows(connection, listed)
+            ownership = sorted(self._valid(OWNERSHIP, rows, ref, sqlrows.ownership), key=by_partition)
+        else:
+            if stale_after is not None:
+                fresh_after = clock - stale_after
+            rows = OWNERSHIP.rows(connection, listed)
+            ownership = sorted(self._valid(OWNERSHIP, rows, ref, sqlrows.ownership, whole=False), key=by_partition)
+        return Changes(
+            ownership,
+            self._small(MEMBERS, connection, ref, sqlrows.member, members),
+            self._small(CONTROLS, connection, ref, sqlrows.control, controls),
+            clock, f"{epoch}:{bound}", since is None,  # the clock as the bound was read: no statement more
+            sees_every_write=True,  # a row written by hand changes the epoch (migration 0005's triggers)
+            fresh_after=fresh_after,
+        )  # fmt: skip
+
+    def _list_ownership(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[OwnershipRecord]:
+        records = self._valid(OWNERSHIP, OWNERSHIP.read(connection, ref), ref, sqlrows.ownership)
+        return sorted(records, key=by_partition)
+
+    def _list_members(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[Member]:
+        return self._small(MEMBERS, connection, ref, sqlrows.member)
+
+    def _list_controls(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[Control]:
+        return self._small(CONTROLS, connection, ref, sqlrows.control)
+
+
+def _seen(cursor: str | None) -> int | None:
+    """The change number a cursor names, whatever its epoch (``_since`` judges it)."""
+    _, _, seen = (cursor or "").partition(":")
+    return int(seen) if seen.isdigit() else None
+
+
+def _epoch_and_bound(found: tuple[Any, ...], clock: float | None) -> tuple[str, int, float]:
+    """The epoch of a hub's change numbers, the first number a writer may still hold uncommitted
+    (on PostgreSQL the oldest transaction id still running: ``Claims._clock_and_transaction_id``; elsewhere
+    the hub's counter plus one) and the store's clock, from the hub's row as ``_clock_sql`` reads
+    it (on PostgreSQL with the clock; elsewhere ``clock`` is the local clock, read before)."""
+    if clock is None:
+        epoch, number, now = found
+        return str(epoch), int(number), float(now)
+    epoch, number = found
+    return str(epoch), int(number) + 1, clock
+
+
+def _since(cursor: str | None, epoch: str, bound: int) -> int | None:
+    """The change number a delta read from ``cursor`` starts at, if the cursor is of the hub's current
+    ``epoch`` and not past ``bound`` (None, read all: a clock row made again, rows deleted or edited by
+    hand since, a database restored with transaction ids that went back)."""
+    seen_epoch, _, seen = (cursor or "").partition(":")
+    if seen_epoch != epoch or not seen.isdigit() or int(seen) > bound:
+        return None
+    return int(seen)
+
+
+
+_CLOCK_SQL: dict[str, str] = {}
+
+
+def _clock_sql(connection: BaseDatabaseWrapper) -> str:
+    """The hub's change-number epoch and bound (``_epoch_and_bound``), written once per vendor."""
+    vendor, quote = connection.vendor, connection.ops.quote_name
+    if vendor not in _CLOCK_SQL:
+        if vendor == "postgresql":  # the bound, and the clock as it is read
+            number = f"pg_snapshot_xmin(pg_current_snapshot())::text::bigint, {PG_CLOCK}"
+        else:
+            number = quote("serial")
+        scope = " AND ".join(f"{quote(column)} = %s" for column in ("namespace", "hub", "consumer_group"))
+        table = quote(OwnershipClock._meta.db_table)
+        _CLOCK_SQL[vendor] = f"SELECT {quote('epoch')}, {number} FROM {table} WHERE {scope}"
+    return _CLOCK_SQL[vendor]
+
