@@ -25,6 +25,8 @@ from pathlib import Path
 
 import django
 
+from tests.benchmarks.size import size
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 django.setup()
 
@@ -112,9 +114,11 @@ def throughput(prefetch: int, events: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=8.0, help="seconds of steady appends per latency row")
-    parser.add_argument("--rates", default="6,20,100", help="events a second per latency row")
-    parser.add_argument("--events", type=int, default=20_000, help="events in the throughput rows")
+    parser.add_argument(
+        "--seconds", type=float, default=size(8.0, 1.0), help="seconds of steady appends per latency row"
+    )
+    parser.add_argument("--rates", default=size("6,20,100", "20"), help="events a second per latency row")
+    parser.add_argument("--events", type=int, default=size(20_000, 2_000), help="events in the throughput rows")
     args = parser.parse_args()
     print(f"one partition over AMQP, {args.seconds:g} s of steady appends per row; "
           f"prefetch {MICROSOFT} is Microsoft's default, {DEFAULT_PREFETCH} Leaseboard's")  # fmt: skip

@@ -38,13 +38,14 @@ from typing import Any
 import psutil
 import websockets
 
+from tests.benchmarks.size import size
 from tests.support.servers import free_port
 from tests.support.waiting import until_sync
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE, HUB, OTHER, GROUP = "bench.example", "sensors", "orders", "$Default"
 PATHS = ("/", "/events/", "/history/", "/api/state", "/api/events", "/api/history", "/api/audit", "/partitions/1/")
-SAMPLE = 5.0  # seconds each phase's CPU is measured over
+SAMPLE = size(5.0, 0.5)  # seconds each phase's CPU is measured over
 _GAUGE = re.compile(rb"^leaseboard_console_(\w+) (\S+)$", re.MULTILINE)
 
 
@@ -159,9 +160,9 @@ def _row(phase: str, f: dict[str, float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--requests", type=int, default=1000)
-    parser.add_argument("--sockets", type=int, default=200)
-    parser.add_argument("--after", type=float, default=30.0)
+    parser.add_argument("--requests", type=int, default=size(1000, 40))
+    parser.add_argument("--sockets", type=int, default=size(200, 8))
+    parser.add_argument("--after", type=float, default=size(30.0, 1.0))
     args = parser.parse_args()
     rng = random.Random(20)
     with tempfile.TemporaryDirectory(prefix="bench-visitors-") as tmp:
