@@ -30,6 +30,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.benchmarks.size import size
 from tests.support.redis_server import RedisServer, start_redis
 from tests.support.servers import ServerError, free_port
 from tests.support.waiting import until_sync
@@ -40,7 +41,7 @@ CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]  # fmt: skip
-WARMUP = 2.0
+WARMUP = size(2.0, 0.5)
 NAMESPACE, HUB, GROUP = "bench.example", "sensors", "$Default"
 
 
@@ -74,7 +75,7 @@ async def _seed(partitions: int, workers: int) -> None:
 
 async def _publish(rate: float, seconds: float, workers: int) -> dict[str, float]:
     from balancer.model import BalancerEvent, EventKind, HubRef, Member
-    from dashboard.broadcast import apublish
+    from dashboard.live.broadcast import apublish
     from workers.wiring import build_stores
 
     ref = HubRef(NAMESPACE, HUB, GROUP)
@@ -194,8 +195,8 @@ def _metrics_render(partitions: int, workers: int, rounds: int = 40) -> list[flo
     _django()
     from balancer.model import HubRef
     from dashboard import metrics
-    from dashboard.console import ConsoleState, Lease, PartitionRow, SourceStatus, WorkerRow
-    from dashboard.lag import STATUSES
+    from dashboard.live.console import ConsoleState, Lease, PartitionRow, SourceStatus, WorkerRow
+    from dashboard.live.lag import STATUSES
 
     now = time.time()
     names = [f"worker-{w:02d}" for w in range(workers)]
@@ -337,10 +338,12 @@ def run(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--rate", type=float, default=200.0, help="balancer events per second (default 200)")
-    parser.add_argument("--seconds", type=float, default=15.0, help="how long to publish (default 15)")
-    parser.add_argument("--partitions", type=int, default=1024)
-    parser.add_argument("--workers", type=int, default=64)
+    parser.add_argument(
+        "--rate", type=float, default=size(200.0, 50.0), help="balancer events per second (default 200)"
+    )
+    parser.add_argument("--seconds", type=float, default=size(15.0, 2.0), help="how long to publish (default 15)")
+    parser.add_argument("--partitions", type=int, default=size(1024, 64))
+    parser.add_argument("--workers", type=int, default=size(64, 8))
     parser.add_argument("--keep", action="store_true", help="keep the run's folder, with the server's DEBUG log")
     parser.add_argument("--screenshot", default="", help="save the page as it is at the end to this PNG file")
     args = parser.parse_args()
