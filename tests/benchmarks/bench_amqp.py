@@ -352,9 +352,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-amqp-") as tmp:
         root = Path(tmp)
         hub = start_runhub(root, args.partitions)
-        azurite = start_azurite()
+        azurite = None
         results: dict[str, dict[str, float]] = {}
         try:
+            azurite = start_azurite()  # in the try: the hub is stopped when Azurite cannot start
             fill(hub.hub_dir, events, args.partitions)
             database = {**os.environ, "DATABASE_URL": f"sqlite:///{root / 'workers.sqlite3'}"}
             subprocess.run(  # the workers' balancer event log, as the dashboard reads it
@@ -373,7 +374,8 @@ def main() -> None:
         finally:
             hub.process.terminate()
             hub.process.wait(15)
-            azurite.stop()
+            if azurite is not None:
+                azurite.stop()
     print(
         f"\n{events} events, {args.partitions} partitions, interval {args.interval:g}s, expiry {args.expiry:g}s,"
         " embedded hub over AMQP (runhub), blob store on Azurite; each fleet in its own processes\n"

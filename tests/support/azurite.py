@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from tests.support import reaper
 from tests.support.servers import HOST, ServerError, ServerProcess, start_on_a_free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,4 +82,5 @@ class Azurite(ServerProcess):
 def start_azurite(attempts: int = 3) -> Azurite:
     """A running Azurite blob service on a free loopback port with a fresh data directory."""
     location = Path(tempfile.mkdtemp(prefix="leaseboard-azurite-"))
+    reaper.remove_on_exit(location)  # if this process is killed before it stops the server
     return start_on_a_free_port(lambda port: Azurite(port, location), attempts)

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tests.support import reaper
 from tests.support.servers import ServerError, ServerProcess, start_on_a_free_port
 
 # Durability off: the data lives only as long as the test session, and the machine does not crash.
@@ -132,6 +133,7 @@ def start_postgres(settings: dict[str, str] | None = None, attempts: int = 3) ->
     """A new cluster, running on a free loopback port with ``FAST`` settings and then ``settings``
     (server options: ``{"max_connections": "200"}``). ``url`` names the ``postgres`` database."""
     home = Path(tempfile.mkdtemp(prefix="leaseboard-pg-"))
+    reaper.remove_on_exit(home)  # if this process is killed before it stops the server
     try:
         user = Postgres.initdb(home)
     except BaseException:

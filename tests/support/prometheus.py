@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from tests.support import reaper
 from tests.support.servers import ServerError, ServerProcess, start_on_a_free_port
 
 DEPLOY = Path(__file__).resolve().parents[2] / "dashboard" / "deploy"
@@ -148,6 +149,7 @@ def start_prometheus(config: dict[str, Any], attempts: int = 3) -> Prometheus:
     """Prometheus running ``config`` (written to a new temporary folder, with its storage) on a free
     loopback port. ``stop()`` ends it and deletes the folder."""
     home = Path(tempfile.mkdtemp(prefix="leaseboard-prometheus-"))
+    reaper.remove_on_exit(home)  # if this process is killed before it stops the server
     path = home / "prometheus.yml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     try:

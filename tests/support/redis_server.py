@@ -14,6 +14,7 @@ import socket
 import tempfile
 from pathlib import Path
 
+from tests.support import reaper
 from tests.support.servers import HOST, ServerError, ServerProcess, start_on_a_free_port
 
 
@@ -83,4 +84,5 @@ class RedisServer(ServerProcess):
 def start_redis(password: str | None = None, attempts: int = 3) -> RedisServer:
     """A running redis-server on a free loopback port, no persistence, in a fresh directory."""
     directory = Path(tempfile.mkdtemp(prefix="leaseboard-redis-"))
+    reaper.remove_on_exit(directory)  # if this process is killed before it stops the server
     return start_on_a_free_port(lambda port: RedisServer(port, directory, password), attempts)

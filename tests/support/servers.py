@@ -5,7 +5,9 @@ A kind of server is a ``ServerProcess`` subclass saying its command, when it is 
 log says when its port is taken: PostgreSQL (``tests.support.postgres``), Redis
 (``tests.support.redis_server``) and Azurite (``tests.support.azurite``). Each runs in the
 foreground as our child, in a session of its own; after its own signal, one SIGKILL to that process
-group ends whatever is left of it, so nothing outlives a test that failed half-way.
+group ends whatever is left of it, so nothing outlives a test that failed half-way. Nor a run that
+was killed: ``tests.support.reaper`` ends the group (its stop signal first) once this process has
+ended, however it ended.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from tests.support import reaper
 from tests.support.waiting import until_sync
 
 HOST = "127.0.0.1"
@@ -132,6 +135,7 @@ class ServerProcess:
                 start_new_session=True, **self.popen_options(),
             )  # fmt: skip
         process = self.process
+        reaper.watch(process.pid, stop=self.stop_signal, group=True)
 
         def alive() -> None:
             if process.poll() is not None:
