@@ -19,9 +19,10 @@ import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from balancer.aio import detached, stop_if_cancelled, within
 from balancer.errors import StoreUnavailable
 from balancer.model import HubRef
 from balancer.notices import Released
@@ -67,27 +68,13 @@ def channel_layer_channel(ref: HubRef, layer: Any = None) -> ChannelLayerRelease
     return ChannelLayerReleaseChannel(layer, ref) if crosses_processes(layer) else None
 
 
-def _detached(task: asyncio.Task[Any]) -> asyncio.Task[Any]:
-    """``task``, its outcome retrieved whenever it ends (it may end after nobody awaits it)."""
-    task.add_done_callback(lambda done: done.cancelled() or done.exception())
-    return task
-
-
-async def within(call: Awaitable[Any], seconds: float) -> None:
-    """Run ``call`` for at most ``seconds``, then leave it (cancelled, not awaited); never raises."""
-    task = _detached(asyncio.ensure_future(call))
-    await asyncio.wait({task}, timeout=seconds)
-    if not task.done():
-        task.cancel()
-
-
 async def receive(layer: Any, channel: str) -> dict[str, Any]:
     """``layer.receive(channel)``, safe to cancel. A cancelled channels_redis ``receive()`` can swallow
     the cancellation and block for good, so it is never cancelled directly: it runs as a task of its
     own, awaited through a shield, and a cancelled caller ends it with a ``STOP_TYPE`` message to
     ``channel`` itself (cancelling it only if the layer does not answer within a second) before the
     cancellation goes on. Callers ignore ``STOP_TYPE`` messages."""
-    receiving = _detached(asyncio.ensure_future(layer.receive(channel)))
+    receiving = detached(asyncio.ensure_future(layer.receive(channel)))
     try:
         return await asyncio.shield(receiving)
     except asyncio.CancelledError:
@@ -143,6 +130,7 @@ class ChannelLayerReleaseChannel:
             try:
                 channel = await self.layer.new_channel()
                 await self.layer.group_add(self.group, channel)
+                stop_if_cancelled()  # the layer's redis-py may have lost a cancellation (balancer.aio)
                 if failing:
                     log.info("release notices: in channel-layer group %s again", self.group)
                 wait, failing = BACKOFF[0], False
@@ -151,9 +139,10 @@ class ChannelLayerReleaseChannel:
                 while True:
                     # Never cancelled from here: a cancelled channels_redis receive() can swallow the
                     # cancellation and block for good. The finally below ends it with a message of its own.
-                    receiving = _detached(loop.create_task(self.layer.receive(channel), name="notice receive"))
+                    receiving = detached(loop.create_task(self.layer.receive(channel), name="notice receive"))
                     message = await asyncio.shield(receiving)
                     receiving = None
+                    stop_if_cancelled()
                     if refresher.done():  # the group_add failed: join afresh
                         refresher.result()
                     if message.get("type") != MESSAGE_TYPE:

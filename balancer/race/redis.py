@@ -24,10 +24,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from balancer.aio import stop_if_cancelled, within
 from balancer.model import HubRef
 from balancer.race.backend import Channel, Deliver, Hash
 from balancer.stores.redis import Connection, RedisStore
 from balancer.stores.redis_layout import scope
+from balancer.stores.redis_notices import CLOSE, close_subscription
 
 # KEYS: one hash. ARGV: field, value. Deletes the field only while it holds the value.
 DELETE_IF = """
@@ -109,9 +111,11 @@ class RedisRaceBackend:
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         try:
             await pubsub.subscribe(*self.channels.values())
+            stop_if_cancelled()  # a send may lose a cancellation (balancer.aio)
             ready()
             while True:
                 message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                stop_if_cancelled()
                 if message is None:
                     continue
                 channel = self._channel_of.get(str(message["channel"]))
@@ -119,6 +123,5 @@ class RedisRaceBackend:
                     deliver(channel, str(message["data"]))
         except _ERRORS as exc:
             raise self._store.error("the race subscription", exc) from None
-        finally:
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
-            await client.aclose()
+        finally:  # a server that stopped answering never says goodbye: the close is bounded
+            await within(close_subscription(pubsub, client), CLOSE)

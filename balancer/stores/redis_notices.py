@@ -16,8 +16,10 @@ import logging
 from collections.abc import AsyncIterator, Callable
 
 from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
+from balancer.aio import stop_if_cancelled, within
 from balancer.errors import StoreUnavailable
 from balancer.model import HubRef
 from balancer.notices import Released
@@ -27,6 +29,7 @@ from .redis_layout import scope
 log = logging.getLogger("leaseboard.notices")
 
 QUIET = 10.0  # seconds without a message before the listener pings the server
+CLOSE = 1.0  # seconds a listener waits for its connection to close before leaving it behind
 BACKOFF = (0.1, 5.0)  # first and longest wait before subscribing again
 
 
@@ -58,6 +61,7 @@ class RedisReleaseChannel:
             pubsub = client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self.name)
+                stop_if_cancelled()  # each send may lose a cancellation (balancer.aio)
                 if failing:
                     log.info("release notices: subscribed again to %s on %s", self.name, self.where)
                 wait, failing = BACKOFF[0], False
@@ -66,9 +70,11 @@ class RedisReleaseChannel:
                 while True:
                     # One wake per message, or per QUIET seconds on a quiet channel (a ping).
                     message = await pubsub.get_message(timeout=max(ping_at - clock(), 0.0))
+                    stop_if_cancelled()
                     if message is None:  # quiet so far (or a pong, which the subscription hides)
                         if clock() >= ping_at:
                             await pubsub.ping()
+                            stop_if_cancelled()
                             ping_at = clock() + QUIET
                         continue
                     ping_at = clock() + QUIET
@@ -84,13 +90,18 @@ class RedisReleaseChannel:
                         self.name, self.where, type(exc).__name__, exc,
                     )  # fmt: skip
                 failing = True
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
-                with contextlib.suppress(Exception):
-                    await client.aclose()
+            finally:  # a server that stopped answering never says goodbye: the close is bounded
+                await within(close_subscription(pubsub, client), CLOSE)
             await asyncio.sleep(wait)
             wait = min(wait * 2, BACKOFF[1])
 
     async def aclose(self) -> None:
         """Nothing of its own to close: a listener closes its connection when its iteration ends."""
+
+
+async def close_subscription(pubsub: PubSub, client: Redis) -> None:
+    """Close a subscription and its client, whatever they raise (bound it with ``within``)."""
+    with contextlib.suppress(Exception):
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
+    with contextlib.suppress(Exception):
+        await client.aclose()

@@ -4,7 +4,7 @@ owned partition, and the graceful stop.
 Lease renewal never waits behind event processing (the failure mode of ``001_552f7490fd2b6e08.txt``):
 the cycle loop is its own task and awaits nothing but the store; pumps run beside it, their
 reads and sync handlers in threads of their own. Between two cycles the loop wakes for renewal
-steps, when the coordinator says a lease is due (``Coordinator.next_renewal``: a fixed share of the
+steps, when the coordinator says a lease is due (``Balancer.next_renewal``: a fixed share of the
 expiry after its last renewal, whatever the interval), and renews just those leases with the ETags
 it holds, without a listing; a failed one is tried again after a short backoff while the lease
 still holds. When a cycle fails (store down), the worker
@@ -34,9 +34,9 @@ from functools import partial
 from typing import Any
 
 import workers.metrics as metrics
-from balancer.lease import EARLY, Coordinator
+from balancer.lease import EARLY
 from balancer.model import pid_key
-from balancer.protocol import Balancer, CheckpointStore, CycleReport, soon
+from balancer.protocol import Balancer, CheckpointStore, CycleReport, Driver, soon
 from workers.handlers import Handler
 from workers.runtime.checkpoints import CheckpointOutage, PauseLog
 from workers.runtime.config import PumpConfig, PumpStats
@@ -125,8 +125,9 @@ class EventProcessor:
         self._lock = asyncio.Lock()
         self._handoffs: dict[str, asyncio.Task[None]] = {}
         self._to_release: set[str] = set()  # handoffs whose pumps have stopped, not released yet
-        if coordinator.on_handoff is None:
-            coordinator.on_handoff = self._hand_off
+        # True once ``run()`` renews between cycles (``_until_cycle``); told to the coordinator with each
+        # cycle and renewal step (``_driver``), as is this processor's handoff hook.
+        self.renewal_steps = False
         self._outage = OutageLog(
             log, f"worker {coordinator.owner_id}: load-balancing cycle",
             f"retrying every {interval:g}s; pumps keep running while their leases last, then pause until renewed",
@@ -151,6 +152,13 @@ class EventProcessor:
     @property
     def owner_id(self) -> str:
         return self.coordinator.owner_id
+
+    @property
+    def _driver(self) -> Driver:
+        """How this processor drives its coordinator: it hands planned moves off itself (``_hand_off``,
+        unless the coordinator was built with a hook of its own) and, once ``run()`` has started,
+        renews between cycles."""
+        return Driver(on_handoff=self._hand_off, renewal_steps=self.renewal_steps)
 
     @property
     def pumping(self) -> frozenset[str]:
@@ -200,8 +208,7 @@ class EventProcessor:
         """Cycle every interval, renewing leases as they fall due in between, until ``stop()``; then stop
         pumps, checkpoint and release."""
         log.info("worker %s starts (interval %gs, expiry %gs)", self.owner_id, self.interval, self.coordinator.expiry)
-        if isinstance(self.coordinator, Coordinator):
-            self.coordinator.renewal_steps = True  # this loop renews between cycles (``_until_cycle``)
+        self.renewal_steps = True  # this loop renews between cycles (``_until_cycle``)
         try:
             while not self._stop.is_set():
                 await self.step()
@@ -214,7 +221,7 @@ class EventProcessor:
         """Wait ``seconds`` for the next cycle (or until ``stop()`` or ``wake()``), running a renewal step
         whenever a lease falls due meanwhile."""
         coordinator = self.coordinator
-        if not isinstance(coordinator, Coordinator) or not coordinator.renewal_steps:
+        if not self.renewal_steps:
             await self._wait(seconds)
             return
         clock = coordinator.monotonic
@@ -231,13 +238,11 @@ class EventProcessor:
             await self.renew()
 
     async def renew(self) -> CycleReport | None:
-        """One renewal step: renew the leases due now (``Coordinator.renew``), then stop the pumps of
+        """One renewal step: renew the leases due now (``Balancer.renew``), then stop the pumps of
         any lost and wake the others. None when the store failed (tried again after a backoff)."""
-        coordinator = self.coordinator
-        assert isinstance(coordinator, Coordinator)
         try:
             async with self._lock:
-                report = await coordinator.renew()
+                report = await self.coordinator.renew(self._driver)
         except Exception as exc:
             metrics.STORE_ERRORS.labels(operation="cycle").inc()
             self._renewals.failed(exc)
@@ -256,7 +261,7 @@ class EventProcessor:
         try:
             async with self._lock:
                 self._news = False  # what is heard from now on may have come after this cycle's read
-                report = await self.coordinator.cycle()
+                report = await self.coordinator.cycle(self._driver)
         except Exception as exc:
             metrics.STORE_ERRORS.labels(operation="cycle").inc()
             if self.cycles == 0:
@@ -297,7 +302,7 @@ class EventProcessor:
         the cycle's read; None: the usual interval. At 1024 partitions and 64 workers an idle fleet's
         CPU was mostly its steady cycles; at a 2 s interval and a 10 s expiry this reads every 3.5 s."""
         coordinator, report = self.coordinator, self._last
-        if self.poll_waiting or self._news or not isinstance(coordinator, Coordinator) or report is None:
+        if self.poll_waiting or self._news or report is None:
             return None
         if report.planned or report.gained or report.lost or report.waiting:
             return None
@@ -452,13 +457,8 @@ class EventProcessor:
                 await self._release(batch)
 
     async def _release(self, batch: list[str]) -> None:
-        coordinator = self.coordinator
         try:
-            if isinstance(coordinator, Coordinator):
-                await coordinator.release_many(batch, "handed off")
-            else:
-                for pid in batch:
-                    await coordinator.release(pid, "handed off")
+            await self.coordinator.release_many(batch, "handed off")
         except Exception as exc:
             metrics.STORE_ERRORS.labels(operation="release").inc()
             log.warning(
@@ -471,7 +471,7 @@ class EventProcessor:
         the release comes before the receiver's handoff timeout runs out (counted from its own first
         cycle waiting, up to two late cycles before this worker saw the move): past it the receiver
         takes the partition while this worker still holds the lease."""
-        timeout = getattr(self.coordinator, "handoff_timeout", None) or self.coordinator.expiry
+        timeout = self.coordinator.handoff_timeout or self.coordinator.expiry
         return max(0.0, min(self.shutdown_timeout, timeout - 2 * self.interval * (1 + self._jitter)))
 
     def _start(self, pid: str) -> None:
@@ -621,7 +621,8 @@ async def listen_for_wakeups(wake: Callable[[], None]) -> None:
     the dashboard's own process hear it; the others see the rebalance token in their next cycle."""
     from channels.layers import get_channel_layer
 
-    from workers.layer_notices import receive, within
+    from balancer.aio import stop_if_cancelled, within
+    from workers.layer_notices import receive
 
     layer = get_channel_layer()
     if layer is None:
@@ -629,12 +630,14 @@ async def listen_for_wakeups(wake: Callable[[], None]) -> None:
     try:
         channel = await layer.new_channel()
         await layer.group_add(WAKE_GROUP, channel)
+        stop_if_cancelled()
     except Exception as exc:  # no layer to listen on: the token in the store still does the job
         log.warning("not listening for rebalance wake-ups: %s: %s", type(exc).__name__, exc)
         return
     try:
         while True:
             message = await receive(layer, channel)  # cancelled at the stop: never hangs on the layer
+            stop_if_cancelled()  # the layer's redis-py may have lost a cancellation (balancer.aio)
             if message.get("type") == "worker.wake":
                 log.info("woken by the channel layer: %s", message.get("reason", "no reason given"))
                 wake()

@@ -1,0 +1,137 @@
+"""Every listener a worker or the console starts ends within a bound of its cancellation, wherever the
+cancellation lands (issue 40, item 1), on real servers with both cores kept busy.
+
+The hang this guards against (``balancer.aio``): on Python 3.11, ``asyncio.wait_for`` loses a
+cancellation that lands in the loop turn its inner future ends in, and redis-py wraps each send in
+one; a Redis release listener cancelled while sending its ping listened on for ever. Each listener
+below is cancelled ``ROUNDS`` times at a random moment of its life (subscribing, waiting, pinging,
+receiving, leaving its group), with its quiet interval shortened so pings and re-subscriptions happen
+many times a second; every cancellation must complete within ``BOUND`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from channels_redis.core import RedisChannelLayer
+
+from balancer.model import HubRef
+from balancer.notices import Released
+from balancer.race.redis import RedisRaceBackend
+from balancer.stores import redis_notices
+from balancer.stores.redis import RedisStore
+from tests.support.redis_server import RedisServer, start_redis
+from workers import layer_notices
+from workers.layer_notices import ChannelLayerReleaseChannel
+from workers.runtime.processor import listen_for_wakeups
+
+pytestmark = pytest.mark.slow
+
+REF = HubRef("test.example", "sensors", "$Default")
+ROUNDS = 500
+BOUND = 2.0  # seconds from a cancellation to the listener's end
+LONGEST_LIFE = 0.05  # a listener lives up to this long before it is cancelled
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    server = start_redis()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def busy_cores() -> Iterator[None]:
+    """Both cores kept busy by spinning processes for the test's length (a loaded CI machine)."""
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL) for _ in range(2)
+    ]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait(10)
+
+
+async def cancelled_at_random(listen: Callable[[], Awaitable[Any]], published: Callable[[], Awaitable[None]]) -> None:
+    """Start ``listen()`` ``ROUNDS`` times, publish now and then, cancel it after a random time; fail
+    with the rounds whose cancellation took longer than ``BOUND``."""
+    rng = random.Random(40)
+    slow: list[tuple[int, float]] = []
+    longest = 0.0
+    for round_ in range(ROUNDS):
+        task = asyncio.ensure_future(listen())
+        await asyncio.sleep(rng.uniform(0, LONGEST_LIFE))  # a random point of its life, not a wait for it
+        if rng.random() < 0.3:
+            with contextlib.suppress(Exception):
+                await published()
+        task.cancel()
+        started = time.monotonic()
+        done, _ = await asyncio.wait({task}, timeout=BOUND)
+        took = time.monotonic() - started
+        longest = max(longest, took)
+        if not done:
+            slow.append((round_, took))
+            task.cancel()  # leave it behind, still asked to stop
+        elif not task.cancelled():
+            task.result()  # a listener that ended otherwise than cancelled raises here
+    assert not slow, f"{len(slow)} of {ROUNDS} cancellations took over {BOUND}s (round, seconds): {slow[:10]}"
+    print(f"{ROUNDS} cancellations, the longest took {longest:.3f} s")
+
+
+async def iterate(stream: AsyncIterator[Any]) -> None:
+    async for _ in stream:
+        pass
+
+
+@pytest.fixture
+async def store(redis_server: RedisServer) -> AsyncIterator[RedisStore]:
+    async with RedisStore(redis_server.url) as store:
+        yield store
+
+
+def layer_at(url: str) -> RedisChannelLayer:
+    return RedisChannelLayer(hosts=[{"address": url, "socket_timeout": 15}], prefix="leaseboard-stop")
+
+
+@pytest.mark.usefixtures("busy_cores")
+async def test_the_redis_release_listener_ends_within_the_bound_of_each_cancellation(
+    store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_notices, "QUIET", 0.005)  # a ping every few milliseconds: sends all the time
+    channel = store.release_channel(REF)
+    await cancelled_at_random(lambda: iterate(channel.listen()), lambda: channel.publish(Released(REF, ("1",), "a")))
+
+
+@pytest.mark.usefixtures("busy_cores")
+async def test_the_race_subscription_ends_within_the_bound_of_each_cancellation(store: RedisStore) -> None:
+    backend = RedisRaceBackend(store, REF)
+    await cancelled_at_random(lambda: backend.listen(lambda *_: None, lambda: None), lambda: backend.publish("grab", "1"))
+
+
+@pytest.mark.usefixtures("busy_cores")
+async def test_the_channel_layer_listeners_end_within_the_bound_of_each_cancellation(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layer = layer_at(redis_server.url)
+    channel = ChannelLayerReleaseChannel(layer, REF)
+    monkeypatch.setattr(layer_notices, "BACKOFF", (0.001, 0.001))
+    try:
+        await cancelled_at_random(lambda: iterate(channel.listen()), lambda: channel.publish(Released(REF, ("1",), "a")))
+        # The console's rebalance wake-up listener, on the same layer.
+        monkeypatch.setattr("channels.layers.get_channel_layer", lambda *_: layer)
+        await cancelled_at_random(
+            lambda: listen_for_wakeups(lambda: None),
+            lambda: layer.group_send("leaseboard.workers", {"type": "worker.wake", "reason": "test"}),
+        )
+    finally:
+        await layer.close_pools()
