@@ -135,3 +135,22 @@ async def test_the_channel_layer_listeners_end_within_the_bound_of_each_cancella
         )
     finally:
         await layer.close_pools()
+
+
+@pytest.mark.usefixtures("busy_cores")
+@pytest.mark.django_db(transaction=True, databases=["postgres"])
+async def test_the_postgres_release_listener_ends_within_the_bound_of_each_cancellation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from contextlib import aclosing
+
+    from dashboard.sql import notices
+    from dashboard.sql.store import SqlStore
+
+    monkeypatch.setattr(notices, "QUIET", 0.005)  # a SELECT 1 every few milliseconds
+    async with aclosing(SqlStore("postgres")) as store:
+        channel = store.release_channel(REF)
+        assert channel is not None
+        await cancelled_at_random(
+            lambda: iterate(channel.listen()), lambda: channel.publish(Released(REF, ("1",), "a"))
+        )
