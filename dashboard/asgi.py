@@ -28,7 +28,7 @@ from django.http import Http404, HttpRequest, HttpResponseBase  # noqa: E402
 from django.http.request import split_domain_port  # noqa: E402
 
 from .access import ReadRuleSocket  # noqa: E402
-from .host import watch_configured  # noqa: E402
+from .live.host import watch_configured  # noqa: E402
 from .routing import websocket_urlpatterns  # noqa: E402
 
 

@@ -32,8 +32,8 @@ from workers.models import Alert, MinuteSummary, PipelineBatch, UnreadableFile
 from workers.pipeline import cluster
 
 from .access import dead_letters_for
+from .live.state import parse_ref
 from .methods import read_only
-from .state import parse_ref
 
 SENSORS = ("motion", "door", "window", "glass_break", "smoke")
 MINUTES = 30  # minutes of aggregates in the chart

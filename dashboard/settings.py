@@ -159,8 +159,8 @@ REDIS_URL = envstr("REDIS_URL", "")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            # channels_redis's layer, an idle receiver waking every 12 s instead of 5 (dashboard.layers).
-            "BACKEND": "dashboard.layers.RedisChannelLayer",
+            # channels_redis's layer, an idle receiver waking every 12 s instead of 5 (dashboard.live.layers).
+            "BACKEND": "dashboard.live.layers.RedisChannelLayer",
             # redis-py 8 times reads out after 5 s by default: exactly channels_redis's 5 s BZPOPMIN,
             # so every idle websocket consumer died with "Timeout reading". Reads get more room.
             "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "prefix": "leaseboard"},
@@ -209,7 +209,7 @@ LEASEBOARD_STORES: dict[str, dict[str, object]] = {
 # Where workers hand balancer events besides the log and the metrics: the dotted path of a callable
 # taking a BalancerEvent (async preferred: the in-memory channel layer must be used from the loop that
 # serves the websockets); empty: nowhere.
-LEASEBOARD_EVENT_PUBLISHER = envstr("LEASEBOARD_EVENT_PUBLISHER", "dashboard.broadcast.apublish")
+LEASEBOARD_EVENT_PUBLISHER = envstr("LEASEBOARD_EVENT_PUBLISHER", "dashboard.live.broadcast.apublish")
 # Seconds between load-balancing cycles, and without renewal after which a lease is free.
 LEASEBOARD_INTERVAL = envfloat("LEASEBOARD_INTERVAL", 2.0)
 LEASEBOARD_EXPIRY = envfloat("LEASEBOARD_EXPIRY", 10.0)

@@ -28,9 +28,9 @@ from balancer.notices import Released, release_channel
 from workers.runtime.processor import WAKE_GROUP
 from workers.wiring import Stores
 
-from ..broadcast import apublish
+from ..live.broadcast import apublish
+from ..live.state import configured_stores
 from ..models import AuditEntry
-from ..state import configured_stores
 from .action import Context
 from .audit import recent_audit, record
 from .fleet import read_fleet

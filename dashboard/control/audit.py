@@ -11,7 +11,7 @@ from typing import Any
 from balancer.model import HubRef
 
 from ..dbthread import DatabaseThread
-from ..metrics import ADMIN_ACTIONS
+from ..live.metrics import ADMIN_ACTIONS
 from ..models import AuditEntry
 from .registry import NAMES
 from .request import Request

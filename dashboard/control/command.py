@@ -23,7 +23,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from balancer.errors import StoreError
 from balancer.model import HubRef
 
-from ..state import forget_stores, parse_ref
+from ..live.state import forget_stores, parse_ref
 from . import actions
 from .action import Action
 from .registry import REGISTRY

@@ -19,7 +19,7 @@ from balancer.model import (
 from balancer.strategies import DEFAULT, NAMES
 from workers.wiring import Stores
 
-from ..state import with_source
+from ..live.state import with_source
 from .request import Refused
 
 STRATEGY_INFO = "strategy"  # the key of ``Member.info`` under which a worker's heartbeat names its strategy

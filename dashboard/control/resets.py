@@ -24,9 +24,9 @@ from workers.sources.base import EventSource, Position
 from workers.wiring import Stores
 
 from ..dbthread import DatabaseThread
-from ..enqueued import EnqueuedTimes
+from ..live.enqueued import EnqueuedTimes
+from ..live.state import with_source
 from ..models import CheckpointRow, Ownership
-from ..state import with_source
 from .action import Action, Argument, Context, Done, Kind
 from .request import Preview, Refused
 

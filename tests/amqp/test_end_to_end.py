@@ -164,7 +164,7 @@ async def test_runworkers_on_the_eventhubs_source_handles_every_event_over_amqp_
 
 async def dashboard_workers(fleet: Fleet) -> dict[str, dict[str, Any]]:
     """The workers of the dashboard's /api/state snapshot, assembled from the blob container."""
-    from dashboard.console import assemble
+    from dashboard.live.console import assemble
 
     store, ref = fleet.store, fleet.ref
     snapshot = assemble(

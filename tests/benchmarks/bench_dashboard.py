@@ -75,7 +75,7 @@ async def _seed(partitions: int, workers: int) -> None:
 
 async def _publish(rate: float, seconds: float, workers: int) -> dict[str, float]:
     from balancer.model import BalancerEvent, EventKind, HubRef, Member
-    from dashboard.broadcast import apublish
+    from dashboard.live.broadcast import apublish
     from workers.wiring import build_stores
 
     ref = HubRef(NAMESPACE, HUB, GROUP)
@@ -194,9 +194,9 @@ def _metrics_render(partitions: int, workers: int, rounds: int = 40) -> list[flo
     """Milliseconds to render /metrics for a synthetic fleet, in this process (no I/O)."""
     _django()
     from balancer.model import HubRef
-    from dashboard import metrics
-    from dashboard.console import ConsoleState, Lease, PartitionRow, SourceStatus, WorkerRow
-    from dashboard.lag import STATUSES
+    from dashboard.live import metrics
+    from dashboard.live.console import ConsoleState, Lease, PartitionRow, SourceStatus, WorkerRow
+    from dashboard.live.lag import STATUSES
 
     now = time.time()
     names = [f"worker-{w:02d}" for w in range(workers)]

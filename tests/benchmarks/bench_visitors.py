@@ -1,7 +1,7 @@
 """What anonymous visitors can make the console do: 1,000 requests and 200 websockets with random
 and valid hub names against Daphne with the production settings, and the console process's CPU,
 memory and running tasks before, during and 30 s after. Target: back to the idle figures after
-(monitors and feeds exist only for hubs the store knows, capped: ``dashboard/host.py``).
+(monitors and feeds exist only for hubs the store knows, capped: ``dashboard/live/host.py``).
 
 Topology: one Daphne process (``dashboard.production``, SQLite, the SQL store, the embedded hub
 with 16 partitions); the store knows two hubs (``sensors``, the configured one, and ``orders``),

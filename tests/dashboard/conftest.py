@@ -15,8 +15,8 @@ from django.conf import LazySettings
 from balancer.lease import Coordinator
 from balancer.model import BalancerEvent, EventKind, HubRef
 from balancer.strategies import get_strategy
-from dashboard import state
-from dashboard.host import Host, host
+from dashboard.live import state
+from dashboard.live.host import Host, host
 from tests.support.postgres import Postgres, start_postgres
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores, hub_ref
@@ -91,14 +91,14 @@ def _no_monitor_left(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
 
     A test inside a transaction may not start one: on SQLite the transaction holds the write lock
     until after this teardown, so the monitor's first sample write would wait for it while
-    ``host.stop()`` waits for that write (see ``dashboard/host.py``).
+    ``host.stop()`` waits for that write (see ``dashboard/live/host.py``).
     """
     if _in_a_transaction(request.node):
 
         def refuse(self: Host, ref: HubRef) -> None:
             raise AssertionError(
                 f"{request.node.name} would start a monitor inside a test transaction, whose write lock its "
-                "samples would wait for (dashboard/host.py): mark it django_db(transaction=True)"
+                "samples would wait for (dashboard/live/host.py): mark it django_db(transaction=True)"
             )
 
         monkeypatch.setattr(Host, "monitor", refuse)

@@ -3,7 +3,7 @@
 Run as ``python -m tests.dashboard.drive_coordinator OWNER_ID`` with the Django settings of the
 server under test. Each line on stdin is a command; each answer is one JSON line on stdout:
 ``cycle`` (one balancing cycle; answers the partitions owned), ``release`` (release all), ``quit``.
-Balancer events go through ``dashboard.broadcast.apublish`` exactly as the runtime sends them;
+Balancer events go through ``dashboard.live.broadcast.apublish`` exactly as the runtime sends them;
 with the in-memory channel layer the server sees them only by polling the event log, which is
 the cross-process path under test.
 """
@@ -27,7 +27,7 @@ async def main(owner_id: str) -> None:
     from balancer.lease import Coordinator
     from balancer.model import BalancerEvent
     from balancer.strategies import get_strategy
-    from dashboard.broadcast import apublish
+    from dashboard.live.broadcast import apublish
     from workers.wiring import build_source, build_stores, hub_ref
 
     stores = build_stores("sql")

@@ -24,7 +24,7 @@ async def main(hubs: list[str]) -> None:
     from balancer.lease import Coordinator
     from balancer.model import BalancerEvent
     from balancer.strategies import get_strategy
-    from dashboard.broadcast import apublish
+    from dashboard.live.broadcast import apublish
     from workers.wiring import build_source, build_stores, close_stores, hub_ref
 
     stores = build_stores("sql")

@@ -1,4 +1,4 @@
-"""``dashboard.broadcast``: the row is saved whatever happens to the channel-layer message."""
+"""``dashboard.live.broadcast``: the row is saved whatever happens to the channel-layer message."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
 from balancer.model import HubRef
-from dashboard import broadcast
-from dashboard.broadcast import GROUP, apublish, publish
+from dashboard.live import broadcast
+from dashboard.live.broadcast import GROUP, apublish, publish
 from dashboard.models import EventLog
 from tests.support.servers import free_port
 
@@ -86,7 +86,7 @@ def layer_working() -> None:
 
 @pytest.mark.usefixtures("unreachable_redis_layer")
 def test_a_channel_layer_outage_is_logged_once_not_per_event(ref: HubRef, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="dashboard.broadcast"):
+    with caplog.at_level(logging.DEBUG, logger="dashboard.live.broadcast"):
         for n in "012":
             publish(event(ref, n))
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -96,7 +96,7 @@ def test_a_channel_layer_outage_is_logged_once_not_per_event(ref: HubRef, caplog
 
 def test_a_channel_layer_back_from_an_outage_is_logged_once(ref: HubRef, caplog: pytest.LogCaptureFixture) -> None:
     broadcast._layer.failures = 4  # an outage that refused four events
-    with caplog.at_level(logging.WARNING, logger="dashboard.broadcast"):
+    with caplog.at_level(logging.WARNING, logger="dashboard.live.broadcast"):
         publish(event(ref, "0"))
         publish(event(ref, "1"))
     assert [r.getMessage() for r in caplog.records] == [
@@ -107,7 +107,7 @@ def test_a_channel_layer_back_from_an_outage_is_logged_once(ref: HubRef, caplog:
 
 @pytest.mark.usefixtures("unreachable_redis_layer")
 def test_a_failing_channel_layer_is_logged_and_the_row_kept(ref: HubRef, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="dashboard.broadcast"):
+    with caplog.at_level(logging.WARNING, logger="dashboard.live.broadcast"):
         payload = publish(event(ref, "0"))
 
     assert EventLog.objects.filter(id=payload["id"]).exists()

@@ -1,4 +1,4 @@
-"""``dashboard/capacity.py``: desired workers from scripted histories of rates and lags (pure, no database),
+"""``dashboard/live/capacity.py``: desired workers from scripted histories of rates and lags (pure, no database),
 its series on ``/metrics``, its keys in the console state, and its setting."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from balancer.model import HubRef
-from dashboard import capacity
-from dashboard.capacity import Capacity, History, Observation, estimate, keda_workers
-from dashboard.console import ConsoleState, Figures, LagRules, Lease, PartitionRow, SourceStatus
-from dashboard.metrics import render
+from dashboard.live import capacity
+from dashboard.live.capacity import Capacity, History, Observation, estimate, keda_workers
+from dashboard.live.console import ConsoleState, Figures, LagRules, Lease, PartitionRow, SourceStatus
+from dashboard.live.metrics import render
 
 PARTITIONS = 16
 REF = HubRef("cap.example", "capacity-tests", "$Default")

@@ -1,10 +1,10 @@
-"""``dashboard/console.py``: the typed console state, its figures and its one JSON shape (pure, no database)."""
+"""``dashboard/live/console.py``: the typed console state, its figures and its one JSON shape (pure, no database)."""
 
 from __future__ import annotations
 
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
-from dashboard.console import ConsoleState, Figures, LagRules, Lease, assemble
-from dashboard.lag import Status
+from dashboard.live.console import ConsoleState, Figures, LagRules, Lease, assemble
+from dashboard.live.lag import Status
 from workers.sources.base import PartitionProperties
 
 REF = HubRef("ns.example", "sensors", "$Default")

@@ -13,9 +13,9 @@ from django.conf import LazySettings
 from django.contrib.auth.models import User
 
 from balancer.model import ControlKind, HubRef
-from dashboard import delta, monitor
 from dashboard.asgi import application
-from dashboard.broadcast import apublish
+from dashboard.live import delta, monitor
+from dashboard.live.broadcast import apublish
 from dashboard.models import EventLog
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores

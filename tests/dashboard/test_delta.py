@@ -1,10 +1,10 @@
-"""``dashboard/delta.py``: deltas carry only changed fields, and applying one rebuilds the new state."""
+"""``dashboard/live/delta.py``: deltas carry only changed fields, and applying one rebuilds the new state."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dashboard.delta import apply, delta
+from dashboard.live.delta import apply, delta
 
 
 def state(partitions: list[dict[str, Any]], workers: list[dict[str, Any]], **top: Any) -> dict[str, Any]:

@@ -1,11 +1,11 @@
-"""``dashboard/history.py``: rebalances, ownership timelines and checkpoint moves derived from the log."""
+"""``dashboard/live/history.py``: rebalances, ownership timelines and checkpoint moves derived from the log."""
 
 from __future__ import annotations
 
 import itertools
 from typing import Any
 
-from dashboard.history import checkpoint_history, episodes, ownership_timeline
+from dashboard.live.history import checkpoint_history, episodes, ownership_timeline
 
 ids = itertools.count(1)
 

@@ -1,4 +1,4 @@
-"""The Burrow-style partition status over a window of samples (``dashboard/lag.py``), rule by rule."""
+"""The Burrow-style partition status over a window of samples (``dashboard/live/lag.py``), rule by rule."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from dashboard.lag import Rules, Sample, Status, Window, lag_seconds
+from dashboard.live.lag import Rules, Sample, Status, Window, lag_seconds
 
 RULES = Rules(size=4, stop_seconds=60.0)
 

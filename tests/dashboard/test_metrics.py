@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import workers.metrics  # registers the runtime's series on the default registry, as a serving process does
 from balancer.model import Checkpoint, HubRef
-from dashboard.broadcast import apublish
+from dashboard.live.broadcast import apublish
 from dashboard.models import LagSample
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
@@ -129,7 +129,7 @@ async def test_the_labels_of_a_worker_that_went_away_vanish(
 
 async def test_a_store_outage_still_answers_with_store_up_zero(async_client: AsyncClient, settings: Any) -> None:
     settings.LEASEBOARD_STORE = "memory"
-    from dashboard.state import configured_stores
+    from dashboard.live.state import configured_stores
 
     memory = configured_stores().ownership
     memory.down = True  # type: ignore[attr-defined]

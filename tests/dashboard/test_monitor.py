@@ -17,11 +17,11 @@ from django.conf import LazySettings
 from prometheus_client import REGISTRY
 
 from balancer.model import BalancerEvent, Checkpoint, EventKind, HubRef, Member, OwnershipRecord
-from dashboard.broadcast import apublish
-from dashboard.console import ConsoleState
-from dashboard.host import Host
+from dashboard.live.broadcast import apublish
+from dashboard.live.console import ConsoleState
+from dashboard.live.host import Host
+from dashboard.live.monitor import Monitor
 from dashboard.models import LagSample
-from dashboard.monitor import Monitor
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
 

@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 # Outside a transaction: a page starts its hub's monitor, whose sample writes would otherwise wait
-# for the test transaction's write lock while its teardown waits for them (dashboard/host.py).
+# for the test transaction's write lock while its teardown waits for them (dashboard/live/host.py).
 pytestmark = pytest.mark.django_db(transaction=True)
 
 

@@ -117,7 +117,7 @@ def audit_entry(ref: Any, user: str) -> None:
 
 
 def test_user_names_in_the_audit_log_are_for_staff_only(client: Client, stores: Stores, hub: EmbeddedHub) -> None:
-    from dashboard.state import parse_ref
+    from dashboard.live.state import parse_ref
 
     audit_entry(parse_ref(None, None), "alice")
     anonymous = client.get("/api/audit").json()
@@ -153,8 +153,8 @@ def test_dead_letter_texts_are_for_staff_only(
 
 
 def test_who_applied_an_operator_action_is_for_staff_only(client: Client, stores: Stores, hub: EmbeddedHub) -> None:
+    from dashboard.live.state import parse_ref
     from dashboard.models import EventLog
-    from dashboard.state import parse_ref
 
     ref = parse_ref(None, None)
     EventLog.objects.create(

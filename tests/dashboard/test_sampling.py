@@ -18,7 +18,7 @@ import pytest
 
 from balancer.model import HubRef
 from dashboard.dbthread import DatabaseThread
-from dashboard.monitor import Monitor
+from dashboard.live.monitor import Monitor
 from tests.dashboard.console_process import Console, environment, lag_samples, migrate
 from tests.support.waiting import until_sync
 from workers.hub.embedded import EmbeddedHub

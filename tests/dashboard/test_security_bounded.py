@@ -13,7 +13,7 @@ from django.test import Client
 
 from balancer.model import HubRef, Member
 from dashboard.asgi import application
-from dashboard.host import Full, host
+from dashboard.live.host import Full, host
 from tests.support.waiting import until
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores

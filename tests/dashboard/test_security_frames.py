@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from channels.testing import WebsocketCommunicator
 
-from dashboard import consumers, monitor
+from dashboard import consumers
 from dashboard.asgi import application
+from dashboard.live import monitor
 from tests.support.waiting import until
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
@@ -121,8 +122,8 @@ async def test_waiting_for_a_monitors_first_round_holds_no_thread_and_ends_when_
     import threading
 
     from dashboard.dbthread import DatabaseThread
-    from dashboard.monitor import Monitor
-    from dashboard.state import parse_ref
+    from dashboard.live.monitor import Monitor
+    from dashboard.live.state import parse_ref
 
     db = DatabaseThread("test-first-round")
     try:

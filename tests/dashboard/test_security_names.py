@@ -10,7 +10,7 @@ from asgiref.testing import ApplicationCommunicator
 from django.test import Client
 
 from dashboard import asgi
-from dashboard.state import parse_ref
+from dashboard.live.state import parse_ref
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
 

@@ -11,7 +11,7 @@ from django.db.models import F
 from django.test import AsyncClient
 
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, OwnershipRecord
-from dashboard.broadcast import apublish
+from dashboard.live.broadcast import apublish
 from dashboard.models import LagSample, Ownership
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
@@ -244,7 +244,7 @@ async def test_events_with_a_bad_bound_is_a_400(
 
 async def test_a_store_outage_is_a_503_with_the_reason(async_client: AsyncClient, settings: Any, ref: HubRef) -> None:
     settings.LEASEBOARD_STORE = "memory"
-    from dashboard.state import configured_stores
+    from dashboard.live.state import configured_stores
 
     memory = configured_stores().ownership
     memory.down = True  # type: ignore[attr-defined]

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import websockets
 
-from dashboard.broadcast import GROUP, MESSAGE_TYPE
-from dashboard.layers import RedisChannelLayer
+from dashboard.live.broadcast import GROUP, MESSAGE_TYPE
+from dashboard.live.layers import RedisChannelLayer
 from tests.support.redis_server import RedisServer
 from tests.support.servers import free_port
 from tests.support.waiting import until

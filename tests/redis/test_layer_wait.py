@@ -1,4 +1,4 @@
-"""The channel layer the settings configure for ``REDIS_URL`` (``dashboard.layers``): an idle
+"""The channel layer the settings configure for ``REDIS_URL`` (``dashboard.live.layers``): an idle
 receiver waits 12 s per ``BZPOPMIN`` instead of channels_redis's 5 s where the host's reads are
 allowed longer, and a message still arrives at once. Against a real ``redis-server``."""
 
@@ -11,7 +11,7 @@ import pytest
 from channels_redis.core import RedisChannelLayer as ChannelsRedisLayer
 from redis.asyncio import Redis
 
-from dashboard.layers import IDLE_WAIT, RedisChannelLayer, idle_wait
+from dashboard.live.layers import IDLE_WAIT, RedisChannelLayer, idle_wait
 from tests.support.redis_server import RedisServer
 
 

@@ -371,7 +371,8 @@ async def test_on_blob_a_handed_over_partition_is_claimed_at_once_through_the_ch
         figures = ", ".join(f"partition {p} {g * 1000:.0f} ms" for p, g in gaps.items())
         print(f"\nrelease notices on blob through the channel layer: A's last sample to B's first: {figures}")
     for name in ("A", "B"):
-        assert "release notices: ChannelLayerReleaseChannel(dashboard.layers.RedisChannelLayer" in processes.log(name)
+        layer = "dashboard.live.layers.RedisChannelLayer"
+        assert f"release notices: ChannelLayerReleaseChannel({layer}" in processes.log(name)
     assert all(g <= BOUND for g in gaps.values()), f"a handed-over partition waited for B's next cycle: {gaps}"
 
 

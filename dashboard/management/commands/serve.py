@@ -74,7 +74,7 @@ class Command(RunWorkers):
         from twisted.internet import defer, reactor
 
         from dashboard.asgi import application
-        from dashboard.host import watch_configured
+        from dashboard.live.host import watch_configured
 
         server = Server(application, endpoints=[f"tcp:port={options['port']}:interface={options['host']}"])
         stop_producing = threading.Event()

@@ -45,8 +45,8 @@ from django.conf import settings
 from balancer.model import HubRef
 from workers.wiring import Stores, build_stores, close_stores, hub_ref
 
+from ..dbthread import DatabaseThread
 from .console import ConsoleState, Figures
-from .dbthread import DatabaseThread
 from .health import DATABASE_ERRORS, report
 from .monitor import Monitor
 from .state import lag_rules, read, stored_figures

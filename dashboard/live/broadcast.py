@@ -16,8 +16,8 @@ from channels.layers import get_channel_layer
 
 from balancer.model import BalancerEvent
 
-from .dbthread import DatabaseThread
-from .models import EventLog
+from ..dbthread import DatabaseThread
+from ..models import EventLog
 
 GROUP = "balancer"
 MESSAGE_TYPE = "balancer.event"

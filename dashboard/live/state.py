@@ -31,11 +31,11 @@ from balancer.model import HubRef, pid_key
 from workers.sources.base import EventSource, PartitionProperties
 from workers.wiring import Stores, build_source, build_stores, close_stores, hub_ref
 
+from ..dbthread import DatabaseThread
+from ..models import EventLog, LagSample
 from .console import ConsoleState, Figures, Json, LagRules, assemble
-from .dbthread import DatabaseThread
 from .health import DATABASE, DATABASE_ERRORS, health, report, store_backend
 from .lag import Status
-from .models import EventLog, LagSample
 
 log = logging.getLogger(__name__)
 

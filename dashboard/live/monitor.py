@@ -33,14 +33,14 @@ from balancer.model import HubRef
 from workers.sources.base import EventSource
 from workers.wiring import Stores, hub_ref
 
+from ..dbthread import DatabaseThread
+from ..models import EventLog, LagSample
 from . import metrics
 from .console import ConsoleState, Figures, Json
-from .dbthread import DatabaseThread
 from .delta import delta
 from .enqueued import EnqueuedTimes
 from .health import DATABASE_ERRORS, outage, report
 from .lag import Rules, Sample, Status, Window, lag_seconds
-from .models import EventLog, LagSample
 from .state import lag_rules, read, with_source
 
 log = logging.getLogger(__name__)
