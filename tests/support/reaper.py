@@ -50,7 +50,7 @@ STEP = 0.02  # seconds between two looks at what is left
 _lock = threading.RLock()
 _pipe: int | None = None  # the write end; the keeper reads the other
 _keeper: subprocess.Popen[bytes] | None = None
-_starting = False
+_starting: int | None = None  # the thread starting the keeper
 _original_init: Any = None
 
 
@@ -69,10 +69,10 @@ def _tell(message: dict[str, Any]) -> None:
     global _pipe, _keeper, _starting
     line = (json.dumps(message) + "\n").encode()
     with _lock:
-        if _starting:  # the keeper's own Popen: nothing watches the watcher
+        if _starting == threading.get_ident():  # the keeper's own Popen: nothing watches the watcher
             return
         if _pipe is None:
-            _starting = True
+            _starting = threading.get_ident()
             try:
                 read, write = os.pipe()  # neither end is inherited by other children (PEP 446)
                 try:
@@ -87,7 +87,7 @@ def _tell(message: dict[str, Any]) -> None:
                     os.close(read)
                 _pipe = write
             finally:
-                _starting = False
+                _starting = None
         with contextlib.suppress(OSError):  # a keeper gone (killed by hand): nothing more to do
             os.write(_pipe, line)
 
@@ -117,12 +117,13 @@ def keeper_pid() -> int | None:
 
 def _after_fork_in_child() -> None:
     # A forked child (multiprocessing's "fork") must not hold the pipe open: the keeper would wait
-    # for it too. It starts a keeper of its own if it starts processes.
-    global _pipe, _keeper
+    # for it too. It starts a keeper of its own if it starts processes; the lock is new, as another
+    # thread of the parent may have held it at the fork.
+    global _pipe, _keeper, _starting, _lock
     if _pipe is not None:
         with contextlib.suppress(OSError):
             os.close(_pipe)
-    _pipe, _keeper = None, None
+    _pipe, _keeper, _starting, _lock = None, None, None, threading.RLock()
 
 
 def install() -> None:
@@ -135,8 +136,7 @@ def install() -> None:
 
         def __init__(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
             _original_init(self, *args, **kwargs)
-            if not _starting:
-                watch(self.pid)
+            watch(self.pid)
 
         setattr(subprocess.Popen, "__init__", __init__)  # noqa: B010 (mypy: no assignment to a method)
         os.register_at_fork(after_in_child=_after_fork_in_child)
