@@ -143,16 +143,36 @@ def soon(report: CycleReport, interval: float, *, poll_waiting: bool = True) -> 
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Driver:
+    """What a coordinator's driver does besides calling ``cycle()``, told with each ``cycle()`` and
+    ``renew()``: a coordinator is complete when built, and whoever drives it says how as it calls.
+
+    ``on_handoff``: the driver hands planned moves off itself: told a partition's move starts (inside
+    the cycle, or whenever a race is lost), it stops that partition's processing after the event in
+    hand and its final checkpoint, then calls ``release()``. None: the coordinator releases by itself
+    (unless it was built with a hook of its own, which comes first). ``renewal_steps``: the driver
+    calls ``renew()`` at ``next_renewal()`` between cycles, so leases are renewed on their own
+    schedule rather than each in the last cycle that is safely early."""
+
+    on_handoff: HandoffHook | None = None
+    renewal_steps: bool = False
+
+
+CYCLES_ONLY = Driver()  # a driver that only calls cycle() (the simulator's, a test's)
+
+
 class Balancer(Protocol):
     """One worker's load balancing for one hub and consumer group, as its driver sees it.
 
     The driver calls ``cycle()`` on its own schedule (so lease renewal never waits behind a
-    handler), asks ``holds()`` (or reads ``deadline()`` once) before handing an event on, stops a
-    partition's processing when ``on_handoff`` names it and then calls ``release()``, and calls
-    ``release_all()`` when stopping. ``on_handoff`` left None: the coordinator releases by itself.
+    handler), saying how it drives (``Driver``); asks ``holds()`` (or reads ``deadline()`` once)
+    before handing an event on; with a handoff hook, stops a partition's processing when the hook
+    names it and then calls ``release()`` (or ``release_many()``); with renewal steps, calls
+    ``renew()`` at ``next_renewal()`` between cycles; after a steady cycle may wait until
+    ``quiet_until()`` if it hears of every other change at once; and calls ``release_all()`` when
+    stopping. A coordinator without renewal steps or quiet waits answers None to both.
     """
-
-    on_handoff: HandoffHook | None
 
     @property
     def ref(self) -> HubRef: ...
@@ -165,6 +185,10 @@ class Balancer(Protocol):
         """Seconds a lease lasts without a successful cycle: ``holds()`` turns False after it."""
 
     @property
+    def handoff_timeout(self) -> float | None:
+        """Seconds a receiver waits for a handoff before taking the partition over (None: the expiry)."""
+
+    @property
     def monotonic(self) -> Callable[[], float]:
         """The local clock ``holds()`` and ``deadline()`` are judged by."""
 
@@ -172,8 +196,20 @@ class Balancer(Protocol):
     def owned(self) -> frozenset[str]:
         """The partitions this worker holds (some may be being handed off)."""
 
-    async def cycle(self) -> CycleReport:
+    async def cycle(self, driver: Driver = CYCLES_ONLY) -> CycleReport:
         """Run one load-balancing cycle. Raises StoreError when a store fails; leases are kept."""
+
+    async def renew(self, driver: Driver = CYCLES_ONLY) -> CycleReport:
+        """Renew the leases due now, between cycles, without a listing or a plan. Raises StoreError
+        when a store fails (leases are kept, to be tried again at ``next_renewal()``)."""
+
+    def next_renewal(self) -> float | None:
+        """The ``monotonic()`` time at which ``renew()`` next has a lease to renew (perhaps already
+        past), or None: nothing to renew between cycles."""
+
+    def quiet_until(self, interval: float | None = None) -> float | None:
+        """After a steady cycle, the ``monotonic()`` time by which the next cycle must read the store
+        while nothing changes, or None: cycle at the next interval."""
 
     def holds(self, partition_id: str) -> bool:
         """True while this worker may process ``partition_id`` (it holds it, and its lease cannot
@@ -189,5 +225,44 @@ class Balancer(Protocol):
     async def release(self, partition_id: str, reason: str = "handed off") -> BalancerEvent | None:
         """Give one held partition up now (the end of a handoff); None if it was not held."""
 
+    async def release_many(self, partition_ids: Sequence[str], reason: str = "handed off") -> list[BalancerEvent]:
+        """Give the held ones of ``partition_ids`` up now (the ends of handoffs that finished
+        together); their events, in the order given."""
+
     async def release_all(self, reason: str = "shutting down") -> list[BalancerEvent]:
         """Give every held partition up at once, so others take them now rather than after expiry."""
+
+
+class CyclesAlone:
+    """The calls of ``Balancer`` that a coordinator doing all its work in its cycles answers with
+    nothing: no renewal between cycles, no quiet wait, no handoff timeout of its own, and releases
+    one at a time. Such a coordinator (001's lease race) inherits them."""
+
+    handoff_timeout: float | None = None  # a receiver waits the expiry
+
+    @property
+    def owned(self) -> frozenset[str]:
+        raise NotImplementedError
+
+    async def release(self, partition_id: str, reason: str = "handed off") -> BalancerEvent | None:
+        raise NotImplementedError
+
+    async def renew(self, driver: Driver = CYCLES_ONLY) -> CycleReport:
+        """Nothing to renew between cycles (``next_renewal()`` is None): what is held, no request."""
+        return CycleReport(owned=self.owned)
+
+    def next_renewal(self) -> float | None:
+        return None
+
+    def quiet_until(self, interval: float | None = None) -> float | None:
+        return None
+
+    async def release_many(self, partition_ids: Sequence[str], reason: str = "handed off") -> list[BalancerEvent]:
+        """``release()`` of each in turn; the events of those that were held. Raises what the first
+        release that fails raises (those after it are not tried)."""
+        events = []
+        for pid in partition_ids:
+            event = await self.release(pid, reason)
+            if event is not None:
+                events.append(event)
+        return events

@@ -22,10 +22,11 @@ from django.utils.module_loading import import_string
 
 from balancer.lease import Coordinator
 from balancer.model import BalancerEvent, HubRef
+from balancer.notices import Released
 from balancer.protocol import Balancer, CheckpointStore, ControlStore, OwnershipStore, PartitionSource
 from balancer.protocol import EventSink as BalancerEventSink
 from balancer.race.build import build_race_coordinator
-from balancer.race.times import RaceTimes
+from balancer.race.times import LoadWeights, RaceTimes
 from balancer.strategies import RACE, Strategy
 
 from . import metrics
@@ -167,20 +168,27 @@ def build_coordinator(
     on_event: BalancerEventSink,
     clock: Callable[[], float] = time.time,
     race_times: RaceTimes | None = None,
+    race_load: LoadWeights | None = None,
     interval: float | None = None,
+    on_released: Callable[[Released], None] | None = None,
+    announce_joining: bool = False,
+    checkpoints: CheckpointStore | None = None,
 ) -> Balancer:
-    """The coordinator of one worker: 001's lease race for the ``race`` strategy (its spans from
-    ``race_times``; Redis when ``REDIS_URL`` is set, else a race inside this process), else the
-    lease-table coordinator planning with ``strategy``. Both satisfy ``Balancer``."""
+    """The coordinator of one worker, built with everything it needs: 001's lease race for the
+    ``race`` strategy (its spans from ``race_times``, its measured load from ``race_load``; Redis when
+    ``REDIS_URL`` is set, else a race inside this process), else the lease-table coordinator planning
+    with ``strategy``, telling ``on_released`` what it releases (and, with ``announce_joining``, that
+    it joined) and measuring a load-weighted strategy's rates from ``checkpoints``. Both satisfy
+    ``Balancer``."""
     if strategy.name == RACE.name:
         return build_race_coordinator(
             ref, owner_id, stores.ownership, partitions, times=race_times, controls=stores.controls,
-            redis_url=settings.REDIS_URL or None, on_event=on_event, rng=random.Random(),
+            redis_url=settings.REDIS_URL or None, on_event=on_event, load=race_load, rng=random.Random(),
         )  # fmt: skip
     return Coordinator(
         ref=ref, owner_id=owner_id, store=stores.ownership, partitions=partitions, strategy=strategy,
         expiry=expiry, controls=stores.controls, on_event=on_event, rng=random.Random(), clock=clock,
-        interval=interval,
+        interval=interval, on_released=on_released, announce_joining=announce_joining, checkpoints=checkpoints,
     )  # fmt: skip
 
 

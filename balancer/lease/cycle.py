@@ -3,7 +3,7 @@
 It owns no timer and no processing. The runtime calls ``cycle()`` on its own schedule (so lease
 renewal never waits behind a handler) and asks ``holds()`` before handing an event on; the
 simulator calls the same ``cycle()`` on simulated time. A driver that also calls ``renew()`` at
-``next_renewal()`` between cycles (the runtime's loop does, and says so: ``renewal_steps``) has each
+``next_renewal()`` between cycles (the runtime's loop does, and says so: ``Driver.renewal_steps``) has each
 lease renewed on its own schedule, when ``renew_share`` of the expiry has passed, not at a cycle.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from balancer.model import OwnershipRecord
 from balancer.notices import Released
-from balancer.protocol import Balancer, CycleReport, by_partition
+from balancer.protocol import CYCLES_ONLY, Balancer, CycleReport, Driver, by_partition
 from balancer.strategies import Plan, View
 
 from .handoffs import Handoffs
@@ -23,12 +23,13 @@ from .state import NOTHING
 class Coordinator(Handoffs):
     """Balances one worker's share of one hub and consumer group."""
 
-    async def cycle(self) -> CycleReport:
-        """Run one load-balancing cycle. Raises StoreUnavailable (holding on to current leases)."""
+    async def cycle(self, driver: Driver = CYCLES_ONLY) -> CycleReport:
+        """Run one load-balancing cycle for ``driver`` (its handoff hook, its renewal steps). Raises
+        StoreUnavailable (holding on to current leases)."""
         async with self._lock:
-            return await self._guarded(self._cycle())
+            return await self._guarded(self._cycle(driver))
 
-    async def _cycle(self) -> CycleReport:
+    async def _cycle(self, driver: Driver) -> CycleReport:
         started = self.monotonic()
         self._absent_until(started)  # before the view carries the handoff waits into the plan
         self._requests = self._rows = 0
@@ -44,8 +45,8 @@ class Coordinator(Handoffs):
         self._waiting_on = {p: listed[p].owner_id for p in plan.waiting if p in listed}
 
         lost = self._drop_taken(listed)
-        releases = self._start_handoffs([p for p in plan.releases if p in self._leases])
-        renewing = self._renewing(self.monotonic()) - set(releases)
+        releases = self._start_handoffs([p for p in plan.releases if p in self._leases], driver.on_handoff)
+        renewing = self._renewing(self.monotonic(), driver.renewal_steps) - set(releases)
         requests: list[OwnershipRecord] = [self._leases[p].record for p in self._leases if p in renewing]
         requests += [replace(self._leases[p].record, owner_id="") for p in releases]
         claims = {c.partition_id: c for c in plan.claims if c.partition_id not in self._leases}

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from balancer.errors import StoreUnavailable
 from balancer.model import BalancerEvent
+from balancer.protocol import HandoffHook
 
 from .read import Reading
 
@@ -19,16 +20,18 @@ from .read import Reading
 class Handoffs(Reading):
     """Planned moves handed off, and releases."""
 
-    def _start_handoffs(self, planned: list[str]) -> list[str]:
-        """The partitions to release in this cycle's request. With a handoff hook, a planned release
-        first tells the runtime (which stops the pump, checkpoints and calls ``release``); the lease
-        keeps being renewed meanwhile, so nobody else starts on it before the last checkpoint."""
-        if self.on_handoff is None:
+    def _start_handoffs(self, planned: list[str], hook: HandoffHook | None) -> list[str]:
+        """The partitions to release in this cycle's request. With a handoff hook (this coordinator's
+        own ``on_handoff``, else the driver's ``hook``), a planned release first tells the runtime
+        (which stops the pump, checkpoints and calls ``release``); the lease keeps being renewed
+        meanwhile, so nobody else starts on it before the last checkpoint."""
+        on_handoff = self.on_handoff if self.on_handoff is not None else hook
+        if on_handoff is None:
             return planned
         for pid in planned:
             if pid not in self._handing_off:
                 self._handing_off.add(pid)
-                self.on_handoff(pid)
+                on_handoff(pid)
         return []
 
     async def release(self, partition_id: str, reason: str = "handed off") -> BalancerEvent | None:

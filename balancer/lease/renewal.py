@@ -1,9 +1,9 @@
 """Renewal: when each held lease is renewed, and the renewal steps a driver runs between cycles.
 
-With renewal steps (``renewal_steps``) a lease is renewed once ``renew_share`` of the expiry has
-passed, by ``renew()`` at ``next_renewal()`` or by any cycle that finds it due; a failed renewal is
-tried again after a backoff while the lease holds. Without them, cycles alone renew (see
-``balancer.lease.options``).
+With renewal steps (``renewal_steps``, or the driver's ``Driver.renewal_steps``) a lease is renewed
+once ``renew_share`` of the expiry has passed, by ``renew()`` at ``next_renewal()`` or by any cycle
+that finds it due; a failed renewal is tried again after a backoff while the lease holds. Without
+them, cycles alone renew (see ``balancer.lease.options``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 
 from balancer.errors import StoreUnavailable
-from balancer.protocol import CycleReport, by_partition
+from balancer.protocol import CYCLES_ONLY, CycleReport, Driver, by_partition
 
 from .options import EARLY, GATHER, LATE, RETRY_CYCLES, RETRY_SHARE
 from .state import Lease
@@ -32,13 +32,13 @@ class Renewal(Writes):
                 times.append(at)
         return min(times, default=None)
 
-    async def renew(self) -> CycleReport:
+    async def renew(self, driver: Driver = CYCLES_ONLY) -> CycleReport:
         """Renew the leases due now (``next_renewal()``), between cycles: one conditional write per
         lease with the ETag this worker holds, no listing, no plan. Raises StoreUnavailable (holding on
         to the leases, to be tried again at ``next_renewal()``). The report names the leases lost
         (another worker's write moved the ETag) and the requests spent."""
         async with self._lock:
-            return await self._guarded(self._renew())
+            return await self._guarded(self._renew(driver))
 
     async def _guarded(self, step: Awaitable[CycleReport]) -> CycleReport:
         """Run a cycle or a renewal step (under the lock): on failure, note an outage, read the table
@@ -53,10 +53,10 @@ class Renewal(Writes):
         self._renewal_worked()
         return report
 
-    async def _renew(self) -> CycleReport:
+    async def _renew(self, driver: Driver) -> CycleReport:
         started = self.monotonic()
         self._requests = self._rows = 0
-        renewing = self._renewing(self.monotonic())
+        renewing = self._renewing(self.monotonic(), driver.renewal_steps)
         if not renewing:
             return CycleReport(owned=self.owned)
         requests = [self._leases[p].record for p in self._leases if p in renewing]
@@ -83,9 +83,9 @@ class Renewal(Writes):
     def _due_at(self, lease: Lease) -> float:
         return lease.renewed_at + self.renew_share * self.expiry
 
-    def _renewing(self, at: float) -> set[str]:
+    def _renewing(self, at: float, steps: bool) -> set[str]:
         """The held partitions to renew in a request sent at ``at`` (local monotonic time)."""
-        if not self.renewal_steps:
+        if not (self.renewal_steps or steps):
             return {p for p, lease in self._leases.items() if self._renewal_due(lease, at)}
         due = {p for p, lease in self._leases.items() if at + EARLY >= self._due_at(lease)}
         if not due:

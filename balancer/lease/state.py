@@ -62,7 +62,8 @@ class LeaseState:
     monotonic: Callable[[], float] = time.monotonic  # for the local lease deadline
     etag_retries: int = 3
     # Called with a partition id when a planned move starts: the runtime stops that partition's pump
-    # after the event in hand, checkpoints, then calls ``release()``. None: release in the same cycle.
+    # after the event in hand, checkpoints, then calls ``release()``. None: the driver's hook, if it
+    # gives one with each cycle (``Driver.on_handoff``), else release in the same cycle.
     on_handoff: HandoffHook | None = None
     handoff_timeout: float | None = None  # None: the expiry
     interval: float | None = None  # seconds between the driver's cycles (None: unknown)
@@ -74,7 +75,8 @@ class LeaseState:
     checkpoints: CheckpointStore | None = None
     # The driver calls ``renew()`` at ``next_renewal()`` between cycles: leases are renewed when
     # ``renew_share`` of the expiry has passed (see RENEW_SHARE), by those steps and by any cycle that
-    # finds one due. False: cycles alone renew, each lease in the last cycle that is safely early.
+    # finds one due. False: as the driver says with each call (``Driver.renewal_steps``); a driver that
+    # says nothing has cycles alone renew, each lease in the last cycle that is safely early.
     renewal_steps: bool = False
     renew_share: float = RENEW_SHARE
     # A steady cycle skips the plan: with a strategy whose plan ``settles``, when the last plan was

@@ -60,9 +60,12 @@ from typing import TypeVar
 from balancer.errors import StoreError
 from balancer.model import BalancerEvent, Controls, EventKind, HubRef, Member, OwnershipRecord
 from balancer.protocol import (
+    CYCLES_ONLY,
     Balancer,
     ControlStore,
     CycleReport,
+    CyclesAlone,
+    Driver,
     EventSink,
     HandoffHook,
     OwnershipStore,
@@ -80,10 +83,10 @@ from balancer.race.times import LoadWeights, RaceTimes
 T = TypeVar("T")
 
 
-class RaceCoordinator:
+class RaceCoordinator(CyclesAlone):
     """One node of the lease race for one hub and consumer group: a ``Balancer``.
 
-    The runtime drives it like ``balancer.coordinator.Coordinator``: ``cycle()`` on its schedule,
+    The runtime drives it like ``balancer.lease.Coordinator``: ``cycle()`` on its schedule,
     ``owned``/``holds()``/``handing_off()`` before handing events on, ``release()`` at the end of a
     handoff, ``release_all()`` when stopping; ``on_event`` gets every ownership change.
     """
@@ -112,6 +115,7 @@ class RaceCoordinator:
         self.controls = controls
         self.on_event = on_event
         self.on_handoff = on_handoff
+        self._driver = CYCLES_ONLY  # the last cycle's: its hook is told of races lost meanwhile
         outages = Outages(owner_id)  # what is failing now, each logged once
         self._leases = Leases(node, store)
         self._subscription = Subscription(node, backend, outages, self._deliver)
@@ -187,13 +191,13 @@ class RaceCoordinator:
 
     # the cycle -----------------------------------------------------------------------------
 
-    async def cycle(self) -> CycleReport:
-        """Read both hashes, repair from them, renew ownership records (grab timers and races run
-        in tasks of their own, started by the first cycle).
+    async def cycle(self, driver: Driver = CYCLES_ONLY) -> CycleReport:
+        """Read both hashes, repair from them, renew ownership records (grab timers and races run in
+        tasks of their own, started by the first cycle; a lost race goes to ``on_handoff``, else ``driver``'s).
 
         Raises StoreUnavailable (or StoreError) when a store fails; what is held is kept.
         """
-        node = self.node
+        node, self._driver = self.node, driver
         started = self.monotonic()
         before = self.requests
         self._start_tasks()
@@ -286,8 +290,9 @@ class RaceCoordinator:
         node.handing_off.add(pid)
         node.load_dropped()
         log.debug("%s: partition %s: lost the lease race: %s; shutting it down", self.owner_id, pid, why)
-        if self.on_handoff is not None:
-            self.on_handoff(pid)
+        on_handoff = self.on_handoff if self.on_handoff is not None else self._driver.on_handoff
+        if on_handoff is not None:
+            on_handoff(pid)
         else:
             task = asyncio.get_running_loop().create_task(self._hand_back(pid, why))
             self._releasing.add(task)

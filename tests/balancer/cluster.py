@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import random
 from collections import Counter
+from typing import Any
 
 from balancer.errors import StoreUnavailable
 from balancer.lease import Coordinator
@@ -50,7 +51,8 @@ class Cluster:
     async def _partition_ids(self) -> tuple[str, ...]:
         return partition_ids(self.partitions)
 
-    def add(self, owner_id: str) -> Coordinator:
+    def add(self, owner_id: str, **hooks: Any) -> Coordinator:
+        """A worker joins, its coordinator built with ``hooks`` too (``on_released``, ``on_handoff``, ...)."""
         coordinator = Coordinator(
             ref=REF,
             owner_id=owner_id,
@@ -65,6 +67,7 @@ class Cluster:
             monotonic=lambda: self.now,
             renewal_steps=self.renewal_steps,
             steady_cycles=self.steady_cycles,
+            **hooks,
         )
         self.workers[owner_id] = coordinator
         return coordinator

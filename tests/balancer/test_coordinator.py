@@ -12,6 +12,7 @@ import pytest
 from balancer.errors import StoreUnavailable
 from balancer.lease import Coordinator
 from balancer.model import EventKind, OwnershipRecord
+from balancer.protocol import Driver
 from balancer.strategies import Claim, Plan, Strategy, View
 
 from .cluster import REF, Cluster
@@ -184,12 +185,29 @@ def test_coordinator_is_a_plain_dataclass_with_injected_time() -> None:
     assert {"clock", "monotonic", "rng"} <= set(fields)
 
 
+async def test_a_drivers_handoff_hook_is_told_of_a_planned_move_unless_the_coordinator_was_built_with_its_own() -> None:
+    cluster = Cluster(2, expiry=30.0)
+    own: list[str] = []
+    a, b = cluster.add("a"), cluster.add("b", on_handoff=own.append)
+    await cluster.cycle(2)
+    [held_a], [held_b] = a.owned, b.owned
+    driven: list[str] = []
+    driver = Driver(on_handoff=driven.append)
+    a.strategy, b.strategy = scripted(Plan(releases=(held_a,))), scripted(Plan(releases=(held_b,)))
+    await a.cycle(driver)
+    await b.cycle(driver)
+    assert driven == [held_a] and own == [held_b]
+    assert a.handing_off(held_a) and a.holds(held_a) and b.handing_off(held_b) and b.holds(held_b)
+    a.strategy = scripted(Plan(releases=(held_a,)))
+    await a.cycle()  # a driver that hands nothing off: released in the cycle itself
+    assert a.owned == frozenset() and driven == [held_a]
+
+
 async def test_with_a_handoff_hook_the_lease_is_kept_until_the_runtime_releases_it() -> None:
     cluster = Cluster(1, expiry=30.0)
-    a = cluster.add("a")
-    await cluster.cycle()
     started: list[str] = []
-    a.on_handoff = started.append
+    a = cluster.add("a", on_handoff=started.append)
+    await cluster.cycle()
     a.strategy = scripted(Plan(releases=("0",)), Plan(releases=("0",)), Plan(releases=("0",)))
     await cluster.cycle(3)  # 30 s: renewed every cycle while the pump winds down
     assert started == ["0"] and a.handing_off("0") and a.holds("0")

@@ -16,15 +16,13 @@ from .test_coordinator import scripted
 
 async def test_a_coordinator_announces_each_release_it_won_and_nothing_else() -> None:
     cluster = Cluster(3, expiry=30.0)
-    a = cluster.add("a")
-    await cluster.cycle(3)  # balanced claims one a cycle
-    assert a.owned == {"0", "1", "2"}
     told: list[Released] = []
-    a.on_released = told.append
+    # A planned move through the runtime's handoff hook: announced when the release is won.
+    a = cluster.add("a", on_released=told.append, on_handoff=lambda pid: None)
+    await cluster.cycle(3)  # balanced claims one a cycle
+    assert a.owned == {"0", "1", "2"} and told == []
     await a.cycle()  # renewals only
     assert told == []
-    # A planned move through the runtime's handoff hook: announced when the release is won.
-    a.on_handoff = lambda pid: None
     a.strategy = scripted(Plan(releases=("0",)))
     await a.cycle()
     assert told == []  # the pump is still winding down: nothing is released yet
@@ -42,10 +40,10 @@ async def test_a_coordinator_announces_each_release_it_won_and_nothing_else() ->
 
 async def test_a_release_in_the_cycle_itself_is_announced_after_it_is_won() -> None:
     cluster = Cluster(2, expiry=30.0)
-    a = cluster.add("a")
-    await cluster.cycle(2)
     told: list[Released] = []
-    a.on_released = told.append
+    a = cluster.add("a", on_released=told.append)
+    await cluster.cycle(2)
+    assert told == []
     a.strategy = scripted(Plan(releases=("1", "0")))
     await a.cycle()
     assert told == [Released(REF, ("0", "1"), "a")]

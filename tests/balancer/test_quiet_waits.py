@@ -102,14 +102,12 @@ async def test_waiting_quietly_a_stopped_workers_leases_are_taken_within_the_exp
 async def test_a_coordinator_announcing_joins_tells_the_others_after_its_first_cycle_only() -> None:
     cluster, _ = fleet(4, "a")
     told: list[Released] = []
-    b = cluster.add("b")
-    b.on_released, b.announce_joining = told.append, True
+    b = cluster.add("b", on_released=told.append, announce_joining=True)
     await b.cycle()
     assert told == [Released(REF, (), "b")]  # after its heartbeat was written: a reader sees it
     assert "b" in {m.owner_id for m in await cluster.store.list_members(REF)}
     await cluster.cycle(3)
     assert told == [Released(REF, (), "b")]
-    c = cluster.add("c")
-    c.on_released = told.append  # not announcing joins (the default): no such notice
+    c = cluster.add("c", on_released=told.append)  # not announcing joins (the default): no such notice
     await c.cycle()
     assert told == [Released(REF, (), "b")]

@@ -13,6 +13,7 @@ import logging
 
 import pytest
 
+from balancer.protocol import Driver
 from tests.support.waiting import until
 from workers.runtime.processor import EventProcessor
 
@@ -36,7 +37,7 @@ async def holding(rig: Rig, asked: list[float]) -> EventProcessor:
     a = rig.worker("a", Recorder(), interval=2.0, expiry=10.0, strategy="greedy", sleep=ticking(rig, asked))  # type: ignore[arg-type]
     await a.coordinator.cycle()
     assert a.coordinator.owned == frozenset("0123")
-    a.coordinator.renewal_steps = True  # as run() sets it
+    a.renewal_steps = True  # as run() sets it
     return a
 
 
@@ -96,9 +97,9 @@ async def test_a_renewal_that_works_on_its_retry_moves_the_deadline_and_logs_tha
     rig.store.down = True
     renew = a.coordinator.renew
 
-    async def heal_after_the_first() -> object:
+    async def heal_after_the_first(driver: Driver) -> object:
         try:
-            return await renew()
+            return await renew(driver)
         finally:
             rig.store.down = False
 
@@ -130,7 +131,7 @@ async def test_wake_during_the_wait_for_a_renewal_runs_the_cycle_at_once(rig: Ri
 async def test_a_renewal_step_that_lost_a_partition_stops_its_pump(rig: Rig) -> None:
     a = rig.worker("a", Recorder(), interval=2.0, expiry=10.0)
     await own_all(a, 4)
-    a.coordinator.renewal_steps = True
+    a.renewal_steps = True
     record = next(r for r in await rig.store.list_ownership(REF) if r.partition_id == "2")
     assert await rig.store.claim_ownership([record.claimed_by("b")])  # taken behind a's back
     due = a.coordinator.next_renewal()
@@ -145,7 +146,8 @@ async def test_a_renewal_step_that_lost_a_partition_stops_its_pump(rig: Rig) -> 
 
 async def test_run_has_the_coordinator_renew_between_cycles(rig: Rig) -> None:
     a = rig.worker("a", Recorder(), interval=2.0, expiry=10.0)
-    assert not a.coordinator.renewal_steps  # cycles alone renew until a loop renews between them
+    assert not a.renewal_steps  # cycles alone renew until a loop renews between them
+    assert not a.coordinator.renewal_steps  # told with each call, never set on the coordinator
     a.stop()
     await a.run()
-    assert a.coordinator.renewal_steps
+    assert a.renewal_steps and not a.coordinator.renewal_steps

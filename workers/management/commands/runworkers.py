@@ -26,7 +26,6 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from balancer.lease import Coordinator
 from balancer.race.build import (
     add_race_options,
     close_race_stores,
@@ -169,27 +168,27 @@ class Command(BaseCommand):
         wanted = options.get("release_notices")
         across = settings.LEASEBOARD_RELEASE_NOTICES if wanted is None else wanted
         notices = Notices(built_stores.ownership, ref, across_processes=across)
-        processors = []
+        processors: list[EventProcessor] = []
         for i in range(count):
+            load = None  # 001's lease race, load-weighted, weighs what this worker's processor handled
+            if weighted and times is not None:
+                load = LoadWeights(processed_by(processors, i), unit=options["load_unit"])
             coordinator = build_coordinator(
                 ref, f"{prefix}-{i}", stores, partitions, strategy=strategy, expiry=expiry, on_event=sink,
-                clock=clock, race_times=times, interval=interval,
+                clock=clock, race_times=times, race_load=load, interval=interval,
+                on_released=notices.publisher(),  # a planned move wakes its receiver at once
+                announce_joining=True,  # news for workers waiting quietly (``quiet_until``)
+                checkpoints=stores.checkpoints,  # where --load-weighted measures rates
             )  # fmt: skip
-            if isinstance(coordinator, Coordinator):  # a planned move wakes its receiver at once
-                coordinator.on_released = notices.publisher()
-                coordinator.announce_joining = True  # news for workers waiting quietly (``quiet_until``)
-                coordinator.checkpoints = stores.checkpoints  # where --load-weighted measures rates
             processor = EventProcessor(
                 coordinator, checkpoints=stores.checkpoints, source=source, handler=handler, interval=interval,
                 pump_config=config, dead_letters=dead_letters, shutdown_timeout=options["shutdown_timeout"],
             )
             processor.poll_waiting = not notices.across_processes
             processors.append(processor)
-            if isinstance(coordinator, RaceCoordinator):  # 001's lease race: options of its own
-                if i == 0 and races_in_process(coordinator.backend):
-                    log.warning("--strategy race without REDIS_URL races in this process only")
-                if weighted:
-                    coordinator.load = LoadWeights(processed_by(processors[-1]), unit=options["load_unit"])
+            # 001's lease race: where it races is its backend's, which only the race coordinator has.
+            if i == 0 and isinstance(coordinator, RaceCoordinator) and races_in_process(coordinator.backend):
+                log.warning("--strategy race without REDIS_URL races in this process only")
         log.info(
             "%d worker(s) %s-0..%d on %s/%s/%s: strategy %s, store %s, interval %gs, expiry %gs, handler %s",
             count, prefix, count - 1, ref.namespace, ref.hub, ref.consumer_group,
@@ -321,11 +320,12 @@ async def wait_for_stores(built: Built) -> bool:
             loop.remove_signal_handler(signum)
 
 
-def processed_by(processor: EventProcessor) -> Callable[[str], int]:
-    """Events ``processor`` handled so far on a partition (what the load-weighted race measures)."""
+def processed_by(processors: list[EventProcessor], i: int) -> Callable[[str], int]:
+    """Events the ``i``th of ``processors`` handled so far on a partition (what the load-weighted race
+    measures): looked up when asked, so a race coordinator is built, with its load, before its processor."""
 
     def processed(pid: str) -> int:
-        stats = processor.stats().get(pid)
+        stats = processors[i].stats().get(pid)
         return stats.processed if stats is not None else 0
 
     return processed
