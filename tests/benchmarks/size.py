@@ -3,7 +3,8 @@
 ``tests/benchmarks/test_benches_run.py`` runs every benchmark of ``make bench`` at its tiny size in
 ``make test`` (seconds each, through ``python -m tests.benchmarks.run``), so a change that breaks one
 fails the build. A tiny size shrinks the work (events, seconds, rounds, seeds, fleets) and skips no
-step, with one exception said where it is (bench_pipeline's demo latency); its figures mean nothing. At full size nothing changes.
+step, with one exception said where it is (bench_pipeline's demo latency); its figures mean
+nothing. At full size nothing changes.
 """
 
 from __future__ import annotations
