@@ -27,9 +27,9 @@ from django.core.handlers.exception import response_for_exception  # noqa: E402
 from django.http import Http404, HttpRequest, HttpResponseBase  # noqa: E402
 from django.http.request import split_domain_port  # noqa: E402
 
-from .access import ReadRuleSocket  # noqa: E402
 from .live.host import watch_configured  # noqa: E402
-from .routing import websocket_urlpatterns  # noqa: E402
+from .web.access import ReadRuleSocket  # noqa: E402
+from .web.routing import websocket_urlpatterns  # noqa: E402
 
 
 class StaticFiles(ASGIStaticFilesHandler):

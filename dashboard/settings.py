@@ -38,24 +38,24 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # A query string Django will not parse is a 400 before anything reads it (methods.py).
-    "dashboard.methods.QueryLimit",
+    "dashboard.web.methods.QueryLimit",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # Who may read, for every page and API (access.py: the one place that decides).
-    "dashboard.access.ReadRule",
+    "dashboard.web.access.ReadRule",
     # Content-Security-Policy on every response (CONTENT_SECURITY_POLICY below).
     "csp.middleware.CSPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Innermost: a view that finds the database or the store down answers 503, not 500 (degrade.py).
-    "dashboard.degrade.OutageMiddleware",
+    "dashboard.web.degrade.OutageMiddleware",
     # Last, as django-axes asks: answers a locked-out login with the lockout page (AXES_* below).
     "axes.middleware.AxesMiddleware",
 ]
 
-ROOT_URLCONF = "dashboard.urls"
+ROOT_URLCONF = "dashboard.web.urls"
 ASGI_APPLICATION = "dashboard.asgi.application"
 WSGI_APPLICATION = None
 

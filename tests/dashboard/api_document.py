@@ -1,4 +1,4 @@
-"""Whether one response is one the console's OpenAPI document (``dashboard/openapi.py``) allows.
+"""Whether one response is one the console's OpenAPI document (``dashboard/web/openapi.py``) allows.
 
 ``conforms(method, url, status, content_type, body)`` raises AssertionError (or schemathesis's
 failure group) unless the document lists ``status`` for the operation ``url`` belongs to, with that
@@ -17,7 +17,7 @@ import requests
 import schemathesis
 from django.http import HttpResponse
 
-from dashboard.openapi import document
+from dashboard.web.openapi import document
 
 
 @cache

@@ -1,5 +1,5 @@
 """In-process: outages answer 503 with the reason or the last state marked stale, never 500; the log
-gets one line per break and one per heal (``dashboard/live/health.py``, ``dashboard/degrade.py``).
+gets one line per break and one per heal (``dashboard/live/health.py``, ``dashboard/web/degrade.py``).
 
 The real servers are stopped and started in ``test_outages.py``; here the outage is the in-memory
 store marked down, or the database driver's OperationalError raised where the ORM is called.
@@ -18,10 +18,10 @@ from django.db import OperationalError
 from django.test import AsyncClient, Client
 
 from balancer.model import HubRef
-from dashboard import views
 from dashboard.live import state
 from dashboard.live.health import DATABASE, STORE, Health, health, outage
 from dashboard.live.state import configured_stores, forget_stores
+from dashboard.web import views
 from tests.support.waiting import until
 
 from .test_metrics import labelled, scrape

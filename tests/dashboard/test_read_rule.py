@@ -17,10 +17,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from dashboard.access import HIDDEN_USER, OPEN, is_open
 from dashboard.asgi import application
 from dashboard.models import AuditEntry
-from dashboard.routing import websocket_urlpatterns
+from dashboard.web.access import HIDDEN_USER, OPEN, is_open
+from dashboard.web.routing import websocket_urlpatterns
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
 

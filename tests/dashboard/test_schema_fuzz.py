@@ -1,4 +1,4 @@
-"""The console's API against its OpenAPI document (``/api/schema``, ``dashboard/openapi.py``).
+"""The console's API against its OpenAPI document (``/api/schema``, ``dashboard/web/openapi.py``).
 
 ``test_no_input_reaches_a_500_or_leaves_the_schema`` runs schemathesis (its CLI, in a subprocess)
 against a real Daphne console on SQLite whose store knows two hubs (``seed_fleet``), logged in as
@@ -30,7 +30,7 @@ from django.conf import LazySettings
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from dashboard.openapi import document
+from dashboard.web.openapi import document
 from tests.dashboard.api_document import conforms, conforms_response
 from tests.dashboard.console_process import ROOT, Console, environment, migrate
 from workers.hub.embedded import EmbeddedHub
@@ -158,7 +158,7 @@ def test_every_api_url_pattern_is_in_the_document() -> None:
     patterns = api_patterns()
     assert "/api/state" in patterns and "/api/partitions/{partition_id}" in patterns
     missing = sorted(set(patterns) - set(document()["paths"]))
-    assert not missing, f"API URLs without an OpenAPI description in dashboard/openapi.py: {missing}"
+    assert not missing, f"API URLs without an OpenAPI description in dashboard/web/openapi.py: {missing}"
 
 
 @pytest.mark.django_db

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from channels.testing import WebsocketCommunicator
 
-from dashboard import consumers
 from dashboard.asgi import application
 from dashboard.live import monitor
+from dashboard.web import consumers
 from tests.support.waiting import until
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores

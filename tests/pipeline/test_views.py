@@ -12,7 +12,7 @@ from django.test import Client
 from prometheus_client import CollectorRegistry, generate_latest
 from pyspark.sql import SparkSession
 
-from dashboard.pipeline import MINUTES, PipelineCollector
+from dashboard.web.pipeline import MINUTES, PipelineCollector
 from tests.dashboard.api_document import conforms_response
 from workers.models import Alert, MinuteSummary, PipelineBatch, UnreadableFile
 from workers.pipeline import cluster

@@ -14,8 +14,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.utils.deprecation import MiddlewareMixin
 
-from .live.health import report
-from .live.host import Full
+from ..live.health import report
+from ..live.host import Full
 
 RETRY_AFTER = "5"  # seconds a client is told to wait before asking again
 

@@ -31,8 +31,8 @@ from workers.landing import landing_root, read_markers
 from workers.models import Alert, MinuteSummary, PipelineBatch, UnreadableFile
 from workers.pipeline import cluster
 
+from ..live.state import parse_ref
 from .access import dead_letters_for
-from .live.state import parse_ref
 from .methods import read_only
 
 SENSORS = ("motion", "door", "window", "glass_break", "smoke")

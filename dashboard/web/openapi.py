@@ -19,10 +19,10 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 
-from .control.action import Argument, Kind
-from .control.registry import MAX_FIELD, NAMES, REGISTRY
-from .live.console import Lease
-from .live.lag import STATUSES
+from ..control.action import Argument, Kind
+from ..control.registry import MAX_FIELD, NAMES, REGISTRY
+from ..live.console import Lease
+from ..live.lag import STATUSES
 from .methods import read_only
 from .views import CATEGORIES, EVENTS_MAX, ID_MAX
 

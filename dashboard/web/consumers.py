@@ -42,17 +42,17 @@ from django.db.models import Q
 
 from balancer.model import HubRef
 
+from ..control.audit import recent_audit
+from ..dbthread import READ_DEADLINE, DatabaseThread
+from ..live.broadcast import GROUP
+from ..live.console import Json
+from ..live.delta import delta
+from ..live.health import Outage, health, report
+from ..live.host import FIRST_ROUND_SECONDS, Full, current_state, host, unknown
+from ..live.monitor import Monitor
+from ..live.state import parse_ref
+from ..models import EventLog
 from .access import audit_for, events_for
-from .control.audit import recent_audit
-from .dbthread import READ_DEADLINE, DatabaseThread
-from .live.broadcast import GROUP
-from .live.console import Json
-from .live.delta import delta
-from .live.health import Outage, health, report
-from .live.host import FIRST_ROUND_SECONDS, Full, current_state, host, unknown
-from .live.monitor import Monitor
-from .live.state import parse_ref
-from .models import EventLog
 
 log = logging.getLogger(__name__)
 

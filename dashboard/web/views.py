@@ -25,18 +25,18 @@ from balancer.errors import StoreError
 from balancer.model import HubRef
 from balancer.model import check_partition_id as _check_partition_id
 
+from ..control import actions, logins
+from ..dbthread import READ_DEADLINE, DatabaseThread
+from ..live import history, metrics
+from ..live.console import ConsoleState, Json
+from ..live.health import DATABASE, DATABASE_ERRORS, health, report
+from ..live.host import current_state, host, unknown
+from ..live.state import lag_rules, last_served, parse_ref, remember
+from ..models import EventLog, LagSample, category
 from .access import STAFF_REQUIRED, audit_for, can_act, events_for, reporter_for
 from .consumers import open_sockets
-from .control import actions, logins
-from .dbthread import READ_DEADLINE, DatabaseThread
 from .degrade import unavailable_json
-from .live import history, metrics
-from .live.console import ConsoleState, Json
-from .live.health import DATABASE, DATABASE_ERRORS, health, report
-from .live.host import current_state, host, unknown
-from .live.state import lag_rules, last_served, parse_ref, remember
 from .methods import read_only
-from .models import EventLog, LagSample, category
 from .pipeline import PipelineCollector
 
 log = logging.getLogger(__name__)
