@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from tests.benchmarks.size import size
+
 ROOT = Path(__file__).resolve().parents[2]
 HUB = "bench"
 BODY = b'{"event_id":"0","home":"home-00042","sensor":"door","sensor_id":"door-1","event":"opened","armed":false}'
@@ -328,11 +330,13 @@ def readers_start(readers: int, per_partition: int = 1000) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=24_000)
+    parser.add_argument("--events", type=int, default=size(24_000, 800))
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--interval", type=float, default=2.0, help="load-balancing interval, both fleets")
     parser.add_argument("--expiry", type=float, default=10.0, help="ownership expiry, both fleets")
-    parser.add_argument("--steady", type=float, default=20.0, help="seconds over which blob requests are counted")
+    parser.add_argument(
+        "--steady", type=float, default=size(20.0, 1.0), help="seconds over which blob requests are counted"
+    )
     parser.add_argument("--readers", type=int, metavar="N", help="only time N Event Hubs readers starting at once")
     parser.add_argument("--microsoft-worker", metavar="LABEL", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -44,12 +44,13 @@ from pathlib import Path
 from typing import Any
 
 from tests.benchmarks.django_env import temporary_django
+from tests.benchmarks.size import size, tiny
 from workers.sources.base import Position
 
-SIZES = ((64, 8), (256, 16), (1024, 64))
+SIZES = size(((64, 8), (256, 16), (1024, 64)), ((8, 2),))
 INTERVAL = 2.0
 EXPIRY = 10.0
-WINDOW = 20.0  # seconds of idle steady state measured
+WINDOW = size(20.0, 2.0)  # seconds of idle steady state measured
 SETTLE = 2 * INTERVAL  # after balancing, before the window
 BALANCE_TIMEOUT = 300.0
 ROOT = Path(__file__).resolve().parents[2]
@@ -469,7 +470,7 @@ def pumps_section(pumps: int, amqp_pumps: int, tmp: Path) -> None:
     from workers.sources.eventhubs import EventHubsSource
 
     logging.getLogger("leaseboard.pump").setLevel(logging.WARNING)  # a line per pump stopped otherwise
-    seconds = 5.0
+    seconds = size(5.0, 1.0)
     print(f"pumps alone in this process: CPU over {seconds:g}s idle, then 100 appends 20 ms apart")
     if pumps:
         for notified in (False, True):
@@ -585,8 +586,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose workers give the 'after' rows")
     parser.add_argument("--window", type=float, default=WINDOW, help=f"seconds of idle measured (default {WINDOW:g})")
     parser.add_argument("--png", type=Path, help="where the chart goes (default: a file beside the temporary root)")
-    parser.add_argument("--pumps", type=int, default=256, help="idle pumps on the embedded hub alone (0: none)")
-    parser.add_argument("--amqp-pumps", type=int, default=16, help="idle pumps over AMQP alone (0: none)")
+    parser.add_argument(
+        "--pumps", type=int, default=size(256, 16), help="idle pumps on the embedded hub alone (0: none)"
+    )
+    parser.add_argument("--amqp-pumps", type=int, default=size(16, 2), help="idle pumps over AMQP alone (0: none)")
     options = parser.parse_args(sys.argv[1:] if argv is None else argv)
     stores = options.store or ["postgresql", "redis"]
     repos = {"after": options.repo.resolve()}
@@ -612,7 +615,8 @@ def main(argv: list[str] | None = None) -> int:
                 cases = [Row(store, code, p, w) for p, w in options.sizes for code in sorted(repos, reverse=True)]
                 run_store(store, cases, repos, tmp, options.window)
                 rows.extend(cases)
-            png = options.png or Path(tempfile.gettempdir()) / f"bench_fleet_cost-{os.getpid()}.png"
+            where = Path(tmp) if tiny() else Path(tempfile.gettempdir())  # a tiny run's chart goes with its root
+            png = options.png or where / f"bench_fleet_cost-{os.getpid()}.png"
             chart(rows, png)
             print(f"chart: {png}")
     return 1 if any(r.error for r in rows) else 0

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tests.benchmarks.django_env import temporary_django
+from tests.benchmarks.size import size
 
 PARTITIONS = 4
 INTERVAL, EXPIRY = 2.0, 10.0
@@ -216,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--store", choices=STORES, action="append",
                         help="default: all three (blob: notices through the channel layer)")  # fmt: skip
-    parser.add_argument("--rounds", type=int, default=2, help="moves per case (default 2)")
+    parser.add_argument("--rounds", type=int, default=size(2, 1), help="moves per case (default 2)")
     options = parser.parse_args(sys.argv[1:] if argv is None else argv)
     with temporary_django("bench-handoff-") as tmp:
         run(options.store or STORES, options.rounds, tmp)

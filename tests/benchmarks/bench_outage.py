@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tests.benchmarks.django_env import temporary_django
+from tests.benchmarks.size import size
 
 if TYPE_CHECKING:
     from tests.chaos.stores import Kit
 
 STORES = {"postgresql": "postgresql", "redis": "redis", "azurite": "blob", "blob": "blob"}
-OUTAGES = (20.0, 50.0)
+OUTAGES = size((20.0, 50.0), (3.0,))
 WORKERS = 3
 PARTITIONS = 8
 INTERVAL = 2.0
