@@ -99,7 +99,7 @@ def watch(pid: int, *, stop: signal.Signals = signal.SIGTERM, group: bool | None
     try:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
-        return  # already ended (and not yet reaped: a zombie has a stat; so, not ours)
+        return  # gone already: nothing to watch
     fields = stat[stat.rindex(b")") + 2 :].split()
     leads = int(fields[2]) == pid  # exec has happened (Popen returns after it): setsid too
     _tell({"pid": pid, "start": int(fields[19]), "stop": int(stop), "group": leads if group is None else group})
@@ -179,9 +179,17 @@ def _roots(watched: dict[int, dict[str, Any]], table: Table) -> dict[int, tuple[
     return found
 
 
+def _is_keeper(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[3:4] == [__file__.encode()]
+    except OSError:
+        return False
+
+
 def _left(watched: dict[int, dict[str, Any]], known: dict[int, int]) -> dict[int, int]:
     """pid -> start time of what is left: the roots, those of ``known`` still running, and every
-    descendant of either."""
+    descendant of either but the keepers of those (an xdist worker's: it ends on its own, once it
+    has swept what its owner started and deleted its directories)."""
     table = _table()
     found = {pid: start for pid, (start, _) in _roots(watched, table).items()}
     found.update({pid: start for pid, start in known.items() if pid in table and table[pid][2] == start})
@@ -191,7 +199,7 @@ def _left(watched: dict[int, dict[str, Any]], known: dict[int, int]) -> dict[int
     todo = list(found)
     while todo:
         for child in children.get(todo.pop(), []):
-            if child not in found:
+            if child not in found and not _is_keeper(child):
                 found[child] = table[child][2]
                 todo.append(child)
     return found

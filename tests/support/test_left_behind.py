@@ -215,12 +215,13 @@ def test_a_run_ended_by_a_signal_to_its_group_leaves_nothing(tmp_path: Path, sig
     print(f"{signum.name}: nothing left after {time.monotonic() - started:.1f} s")
 
 
-def test_a_run_whose_pytest_is_sigkilled_leaves_nothing(tmp_path: Path) -> None:
-    with pytest_run(tmp_path, "-p", "no:xdist") as the_run:
+@pytest.mark.parametrize("xdist", [False, True], ids=["alone", "with two xdist workers"])
+def test_a_run_whose_pytest_is_sigkilled_leaves_nothing(tmp_path: Path, xdist: bool) -> None:
+    with pytest_run(tmp_path, *(["-n", "2"] if xdist else ["-p", "no:xdist"])) as the_run:
         pids = holding(tmp_path, the_run)
-        assert pids["pytest"] == the_run.process.pid
+        assert (pids["pytest"] == the_run.process.pid) != xdist
         started = time.monotonic()
-        os.kill(the_run.process.pid, signal.SIGKILL)  # pytest alone: its group's child is not signalled
+        os.kill(the_run.process.pid, signal.SIGKILL)  # pytest alone: the rest of its group is not signalled
         the_run.nothing_left("SIGKILL of pytest")
     print(f"SIGKILL of pytest: nothing left after {time.monotonic() - started:.1f} s")
 
