@@ -223,9 +223,9 @@ def _running(pid: int, start: int) -> bool:
 def sweep(watched: dict[int, dict[str, Any]], grace: float = GRACE) -> None:
     """End what is left of ``watched``: each root its stop signal (their descendants are theirs to
     stop), then SIGKILL to everything left after ``grace`` seconds, again while anything forks."""
+    left = _left(watched, {})  # before any signal: a root that ends orphans its descendants
     for pid, (start, stop) in _roots(watched, _table()).items():
         _signal(pid, start, stop)
-    left = _left(watched, {})
     deadline = time.monotonic() + grace
     while left and time.monotonic() < deadline:
         time.sleep(STEP)

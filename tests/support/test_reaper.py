@@ -1,0 +1,139 @@
+"""The reaper's sweep (``tests.support.reaper``): what it ends, what it leaves alone, in what order.
+The runs and benches killed for real are ``test_left_behind``'s."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import reaper
+from tests.support.waiting import until_sync
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def running(pid: int) -> bool:
+    start = reaper.start_time(pid)
+    return start is not None and reaper._running(pid, start)
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[str]]]:
+    """Processes a test starts; killed with their groups afterwards, whatever the sweep did."""
+    processes: list[subprocess.Popen[str]] = []
+    yield processes
+    for process in processes:
+        for end in (os.killpg, os.kill):
+            with contextlib.suppress(OSError):
+                end(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+
+def entry(process: subprocess.Popen[str], **changes: Any) -> dict[str, Any]:
+    start = reaper.start_time(process.pid)
+    return {"pid": process.pid, "start": start, "stop": int(signal.SIGTERM), "group": None, **changes}
+
+
+def spawn(started: list[subprocess.Popen[str]], script: str, **popen: Any) -> tuple[subprocess.Popen[str], list[int]]:
+    """``python -c script`` whose first line of output is the pids it names, space separated."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script)], stdout=subprocess.PIPE, text=True, **popen
+    )
+    started.append(process)
+    assert process.stdout is not None
+    return process, [int(pid) for pid in process.stdout.readline().split()]
+
+
+def test_a_pid_reused_since_it_was_told_is_left_alone(started: list[subprocess.Popen[str]]) -> None:
+    process, _ = spawn(started, "import time; print(flush=True); time.sleep(60)", start_new_session=True)
+    reaper.sweep({process.pid: entry(process, start=entry(process)["start"] - 1, group=True)}, grace=0.1)
+    assert running(process.pid)
+
+
+def test_descendants_are_ended_even_in_sessions_of_their_own(started: list[subprocess.Popen[str]]) -> None:
+    # As PostgreSQL's backends: children of the server, each in a session of its own.
+    process, (grandchild,) = spawn(started, """
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        print(child.pid, flush=True)
+        time.sleep(60)
+    """)  # fmt: skip
+    assert running(grandchild)
+    reaper.sweep({process.pid: entry(process)}, grace=0.1)
+    until_sync(lambda: not running(grandchild), "the grandchild to end", 10)
+    assert process.wait(10) == -signal.SIGTERM
+
+
+def test_the_group_is_ended_once_its_leader_is_gone(started: list[subprocess.Popen[str]]) -> None:
+    process, (member,) = spawn(started, """
+        import os, subprocess, sys
+        member = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # same group
+        print(member.pid, flush=True)
+        sys.stdin.readline()
+    """, start_new_session=True, stdin=subprocess.PIPE)  # fmt: skip
+    told = entry(process, group=True)
+    assert process.stdin is not None
+    process.stdin.close()  # the leader exits: its member is reparented, out of the leader's tree
+    process.wait(10)
+    reaper.sweep({process.pid: told}, grace=0.1)
+    until_sync(lambda: not running(member), "the group's member to end", 10)
+
+
+def test_the_stop_signal_comes_first_and_sigkill_after_the_grace(
+    started: list[subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    stopped = tmp_path / "stopped"
+    process, _ = spawn(started, f"""
+        import pathlib, signal, time
+        signal.signal(signal.SIGINT, lambda *_: pathlib.Path({str(stopped)!r}).write_text("clean"))
+        print(flush=True)
+        while True:
+            time.sleep(0.01)  # asked to stop, it does not: SIGKILL after the grace
+    """)  # fmt: skip
+    reaper.sweep({process.pid: entry(process, stop=int(signal.SIGINT))}, grace=0.5)
+    assert process.wait(10) == -signal.SIGKILL
+    assert stopped.read_text() == "clean"
+
+
+def test_an_owner_that_exits_leaving_a_process_and_a_directory_leaves_neither(tmp_path: Path) -> None:
+    # A test or bench that failed half way, without stopping what it started.
+    home = tmp_path / "home"
+    owner = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import pathlib, subprocess, sys
+            from tests.support import reaper
+            pathlib.Path({str(home)!r}).mkdir()
+            reaper.remove_on_exit(pathlib.Path({str(home)!r}))
+            left = subprocess.Popen(["sleep", "60"], start_new_session=True)
+            print(left.pid, reaper.keeper_pid())
+        """)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    left, keeper = (int(pid) for pid in owner.stdout.split())
+    until_sync(lambda: not running(left) and not running(keeper), "the process and the keeper to end", 20)
+    assert not home.exists()
+
+
+def _report(queue: Any) -> None:
+    queue.put(reaper._pipe)
+
+
+def test_a_forked_child_does_not_hold_the_keepers_pipe() -> None:
+    subprocess.run(["true"], check=True)  # a child: the keeper runs, the pipe is open
+    assert reaper._pipe is not None
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_report, args=(queue,))
+    child.start()
+    assert queue.get(timeout=30) is None
+    child.join(30)
