@@ -1,12 +1,13 @@
 """Nothing a test run or a bench starts outlives it, however it ends: a normal exit, a failure half
 way, SIGTERM (``timeout``), Ctrl-C, or SIGKILL of pytest, of a pytest-xdist worker or of a bench.
 
-Every process this interpreter starts through ``subprocess.Popen`` (``install()`` wraps it; so
-``subprocess.run``, asyncio's subprocesses, execnet's xdist workers, ``ServerProcess``,
-``Processes.spawn``) is told, pid and start time, to a *keeper*: a small process of its own
-session (no terminal's Ctrl-C, no ``timeout``'s group signal reaches it), started with the first
-child, reading a pipe whose only writer is this interpreter. When that pipe closes, i.e. when the
-owner has ended, by whatever means, the keeper ends what is left of the owner's children:
+Every process this interpreter starts through ``subprocess.Popen`` or ``os.fork`` (``install()``
+wraps them; so ``subprocess.run``, asyncio's subprocesses, execnet's xdist workers,
+``ServerProcess``, ``Processes.spawn``, multiprocessing's processes, a ``ProcessPoolExecutor``'s
+workers) is told, pid and start time, to a *keeper*: a small process of its own session (no
+terminal's Ctrl-C, no ``timeout``'s group signal reaches it), started with the first child, reading
+a pipe whose only writer is this interpreter. When that pipe closes, i.e. when the owner has
+ended, by whatever means, the keeper ends what is left of the owner's children:
 
 - each child still running (the same pid *and* start time: pids are reused, ``pid_max`` is 32768
   here), its process group when it leads one (``start_new_session``: the servers), and every
@@ -127,18 +128,27 @@ def _after_fork_in_child() -> None:
 
 
 def install() -> None:
-    """Tell the keeper of every child ``subprocess.Popen`` starts from now on (idempotent)."""
+    """Tell the keeper of every child ``subprocess.Popen`` or ``os.fork`` (multiprocessing's
+    processes, a ``ProcessPoolExecutor``'s workers) starts from now on (idempotent)."""
     global _original_init
     with _lock:
         if _original_init is not None:
             return
         _original_init = subprocess.Popen.__init__
+        original_fork = os.fork
 
         def __init__(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
             _original_init(self, *args, **kwargs)
             watch(self.pid)
 
+        def fork() -> int:
+            pid = original_fork()
+            if pid:
+                watch(pid)
+            return pid
+
         setattr(subprocess.Popen, "__init__", __init__)  # noqa: B010 (mypy: no assignment to a method)
+        os.fork = fork
         os.register_at_fork(after_in_child=_after_fork_in_child)
 
 

@@ -137,3 +137,25 @@ def test_a_forked_child_does_not_hold_the_keepers_pipe() -> None:
     child.start()
     assert queue.get(timeout=30) is None
     child.join(30)
+
+
+def test_an_owner_killed_leaves_no_worker_of_its_process_pool() -> None:
+    # A ProcessPoolExecutor's workers are forked; killed, their owner leaves them blocked forever.
+    owner = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent("""
+            import os, time
+            from concurrent.futures import ProcessPoolExecutor
+            import tests.support
+            with ProcessPoolExecutor(2) as pool:
+                pool.submit(time.sleep, 60)
+                print(*pool._processes, flush=True)
+                time.sleep(60)
+        """)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert owner.stdout is not None
+    workers = [int(pid) for pid in owner.stdout.readline().split()]
+    assert workers and all(running(pid) for pid in workers)
+    owner.kill()
+    owner.wait(10)
+    until_sync(lambda: not any(running(pid) for pid in workers), "the pool's workers to end", 20)
