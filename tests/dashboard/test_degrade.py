@@ -21,7 +21,8 @@ from balancer.model import HubRef
 from dashboard.live import state
 from dashboard.live.health import DATABASE, STORE, Health, health, outage
 from dashboard.live.state import configured_stores, forget_stores
-from dashboard.web import views
+from dashboard.web import api, pages
+from dashboard.web import scrape as metrics_view
 from tests.support.waiting import until
 
 from .test_metrics import labelled, scrape
@@ -109,7 +110,7 @@ async def test_metrics_says_which_backend_is_down(
     samples = await scrape(async_client)
     assert (samples[("leaseboard_store_up", ())], samples[("leaseboard_database_up", ())]) == (1.0, 1.0)
 
-    monkeypatch.setattr(views, "_logged_by_kind", refused)
+    monkeypatch.setattr(metrics_view, "_logged_by_kind", refused)
     samples = await scrape(async_client)
     assert (samples[("leaseboard_store_up", ())], samples[("leaseboard_database_up", ())]) == (1.0, 0.0)
 
@@ -167,7 +168,7 @@ async def _fresh(client: AsyncClient) -> dict[str, Any] | None:
 def test_an_api_whose_database_is_down_answers_503_with_the_reason(
     client: Client, ref: HubRef, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(views, "_events", refused)
+    monkeypatch.setattr(api, "_events", refused)
 
     with caplog.at_level(logging.WARNING):
         answers = [client.get("/api/events") for _ in range(3)]
@@ -183,7 +184,7 @@ def test_an_api_whose_database_is_down_answers_503_with_the_reason(
 def test_a_page_whose_database_is_down_is_a_small_503_page_not_a_debug_page(
     client: Client, ref: HubRef, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(views, "_page", refused)
+    monkeypatch.setattr(pages, "_page", refused)
 
     answer = client.get("/history/")
 
@@ -197,7 +198,7 @@ def test_a_bug_still_raises(client: Client, ref: HubRef, monkeypatch: pytest.Mon
     def bug(*args: Any, **kwargs: Any) -> Any:
         raise ZeroDivisionError("a bug, not an outage")
 
-    monkeypatch.setattr(views, "_events", bug)
+    monkeypatch.setattr(api, "_events", bug)
 
     with pytest.raises(ZeroDivisionError):
         client.get("/api/events")
