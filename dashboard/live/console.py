@@ -271,34 +271,16 @@ def assemble(
     standing = Controls.of(controls)
     ids = list(partition_ids) if partition_ids is not None else sorted(set(owned_by) | set(checkpointed), key=pid_key)
 
-    partitions = []
+    partitions = [
+        _partition_row(
+            pid, owned_by.get(pid), checkpointed.get(pid), properties.get(pid), standing.pins.get(pid), now, expiry
+        )
+        for pid in ids
+    ]
     owned_count: dict[str, int] = {}
-    for pid in ids:
-        record = owned_by.get(pid)
-        owner: str | None = None
-        if record is None or not record.owner_id:
-            status = Lease.UNOWNED
-        elif record.expired(now, expiry):
-            status = Lease.EXPIRED
-        else:
-            status, owner = Lease.OWNED, record.owner_id
-            owned_count[owner] = owned_count.get(owner, 0) + 1
-        checkpoint = checkpointed.get(pid)
-        props = properties.get(pid)
-        last_enqueued = props.last_enqueued_sequence_number if props is not None else None
-        lag = None
-        if last_enqueued is not None:
-            # Without a checkpoint everything retained is still to do (-1 + 1 = 0 for an empty partition).
-            done = checkpoint.sequence_number if checkpoint is not None else -1
-            lag = max(0, last_enqueued - done)
-        partitions.append(
-            PartitionRow(
-                pid, owner, status, record.last_modified if record is not None else None,
-                checkpoint.sequence_number if checkpoint is not None else None, last_enqueued,
-                props.last_enqueued_time if props is not None else None,
-                checkpoint.last_modified if checkpoint is not None else None, lag, standing.pins.get(pid),
-            )
-        )  # fmt: skip
+    for row in partitions:
+        if row.owner is not None:
+            owned_count[row.owner] = owned_count.get(row.owner, 0) + 1
 
     seen = {m.owner_id: m for m in members if m.ref == ref}
     # A worker holding partitions renews them instead of heartbeating: its last sign of life is the
@@ -316,3 +298,34 @@ def assemble(
     return ConsoleState(
         ref, now, expiry, last_event_id, SourceStatus(source_name, source_error), tuple(partitions), tuple(workers)
     )
+
+
+def _partition_row(
+    pid: str,
+    record: OwnershipRecord | None,
+    checkpoint: Checkpoint | None,
+    props: PartitionProperties | None,
+    pinned_to: str | None,
+    now: float,
+    expiry: float,
+) -> PartitionRow:
+    """One partition's row: its lease as of ``now`` (an owner only while the lease holds) and its lag."""
+    owner: str | None = None
+    if record is None or not record.owner_id:
+        status = Lease.UNOWNED
+    elif record.expired(now, expiry):
+        status = Lease.EXPIRED
+    else:
+        status, owner = Lease.OWNED, record.owner_id
+    last_enqueued = props.last_enqueued_sequence_number if props is not None else None
+    lag = None
+    if last_enqueued is not None:
+        # Without a checkpoint everything retained is still to do (-1 + 1 = 0 for an empty partition).
+        done = checkpoint.sequence_number if checkpoint is not None else -1
+        lag = max(0, last_enqueued - done)
+    return PartitionRow(
+        pid, owner, status, record.last_modified if record is not None else None,
+        checkpoint.sequence_number if checkpoint is not None else None, last_enqueued,
+        props.last_enqueued_time if props is not None else None,
+        checkpoint.last_modified if checkpoint is not None else None, lag, pinned_to,
+    )  # fmt: skip
