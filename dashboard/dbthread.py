@@ -26,7 +26,7 @@ just opened is not retried (the server is really down: say so at once).
 
 Cancelling a caller does not stop its call: the statement runs to its end on the thread (Python
 cannot interrupt a thread), and whatever is queued behind it waits. Whoever holds a database lock
-must therefore never wait for a ``DatabaseThread`` call that needs that lock (see ``host.py``).
+must therefore never wait for a ``DatabaseThread`` call that needs that lock (see ``live/host.py``).
 """
 
 from __future__ import annotations

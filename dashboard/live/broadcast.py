@@ -2,7 +2,7 @@
 
 The row is the record; the channel-layer message only makes it arrive sooner. The in-memory layer
 does not cross processes and drops messages to a full channel, so dashboard consumers also poll
-the EventLog (see ``consumers.py``) and nobody relies on the message arriving.
+the EventLog (see ``web/consumers.py``) and nobody relies on the message arriving.
 """
 
 from __future__ import annotations

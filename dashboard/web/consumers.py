@@ -6,7 +6,7 @@ Messages to the client (JSON):
 - ``{"type": "history", "events": [...]}`` — once, after it: recent events already reflected in it.
 - ``{"type": "audit", "entries": [...]}`` — once with the recent audit log, then each new entry.
 - ``{"type": "delta", ...}`` — about once a second: what changed since the last state sent, field
-  by field (``delta.py``), with the new ``last_event_id``.
+  by field (``live/delta.py``), with the new ``last_event_id``.
 - ``{"type": "events", "events": [...], "sent_at": t}`` — new events, each exactly once, in id order
   (``sent_at``: the server's clock when it sent them, for measuring the last leg).
 - ``{"type": "error", "error": "..."}`` — the store could not be read (the socket stays open), or the
@@ -14,7 +14,7 @@ Messages to the client (JSON):
   CSRF token). Whoever may not read never reaches this consumer (``access.ReadRuleSocket``: close 4401).
 
 A page applies exactly the events above a state's ``last_event_id`` on top of it; a state is read
-after that watermark, so every event at or below it is already reflected (see ``state.py``). Before
+after that watermark, so every event at or below it is already reflected (see ``live/state.py``). Before
 each delta, every event committed so far is sent, so the page's feed is complete to the watermark.
 
 Every event sent comes from the EventLog table, not from the channel-layer message: the message
