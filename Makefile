@@ -12,12 +12,12 @@ STAMP := $(VENV)/.installed-$(HASH)
 PIP_INSTALL := -m pip install --quiet --disable-pip-version-check
 # The fast suites on the other supported Pythons: pytest-xdist workers each (0: one process).
 FAST_WORKERS ?= 2
-# Microsoft's livetest (about 5 min, mostly its own sleeps) starts as soon as `make test` has
-# collected, beside the rest of the suite (tests/livetest/conftest.py); 0 runs it in its turn.
-LIVETEST_EARLY ?= 1
+# pytest-xdist workers of the whole suite. Most of its time is waiting (servers, processes, timeouts,
+# Microsoft's livetest's own sleeps), so more workers than cores; tests/conftest.py starts the longest first.
+TEST_WORKERS ?= 4
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: demo test test-pythons bench chaos lint check-deploy venv system-deps clean
+.PHONY: demo test check test-pythons bench chaos lint check-deploy venv system-deps clean
 
 venv: $(STAMP)
 
@@ -67,8 +67,12 @@ check-deploy: venv
 # The whole suite on the default Python (PYTHON), then the fast suites on the other supported ones.
 test: venv system-deps lint
 	$(PY) manage.py makemigrations --check --dry-run -v 0
-	LIVETEST_EARLY=$(LIVETEST_EARLY) $(VENV)/bin/pytest --durations=25
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 	@$(MAKE) --no-print-directory test-pythons
+
+# The developers' loop: lint, then every test not marked slow (a few minutes). `make test` runs it all.
+check: venv system-deps lint
+	$(VENV)/bin/pytest -m "not slow" -n $(FAST_WORKERS) -q -p no:cacheprovider
 
 # The fast suite (everything not marked slow) on each other supported Python found on this machine,
 # each in its own .venv-X.Y (see .ci/test-pythons.sh). `make test-pythons` runs only these.

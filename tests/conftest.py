@@ -32,6 +32,35 @@ from tests.support.postgres import Postgres, start_postgres
 
 POSTGRES = "postgres"
 
+# The longest tests, longest first (each a few minutes, mostly waiting): `make test` runs the suite on
+# pytest-xdist, and the run can end no sooner than its longest test started; these start first.
+LONGEST_FIRST = (
+    "tests/livetest/test_microsoft_suite.py",
+    "tests/netsplit/test_partitions.py",
+    "tests/pipeline/test_cluster.py",
+    "tests/chaos/test_chaos.py",
+    "tests/redis/test_stop_bound.py",
+    "tests/dashboard/test_schema_fuzz.py",
+    "tests/contract/test_listeners_stop.py",
+)
+# Tests that must not run beside each other on pytest-xdist (``--dist loadgroup``): the partition
+# suites each build bridges and addresses in the root network namespace.
+GROUPS = {"tests/netsplit/": "netsplit"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        if path in LONGEST_FIRST:
+            return LONGEST_FIRST.index(path)
+        return len(LONGEST_FIRST) + (0 if item.get_closest_marker("slow") else 1)
+
+    items.sort(key=rank)  # stable: the order within each rank stays the collection order
+    for item in items:
+        for prefix, group in GROUPS.items():
+            if item.nodeid.startswith(prefix):
+                item.add_marker(pytest.mark.xdist_group(group))
+
 
 def _named_databases(item: pytest.Item) -> set[str]:
     marker = item.get_closest_marker("django_db")

@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 from django.db import connections
 
+from balancer.aio import stop_if_cancelled, within
 from balancer.model import HubRef
 from balancer.notices import Released
 
@@ -31,6 +32,7 @@ CHANNEL = "leaseboard_releases"
 PAYLOAD_MAX = 7000  # bytes: NOTIFY refuses a payload of 8000 or more; a longer notice is split
 QUIET = 10.0  # seconds without a notice before the listener checks its connection
 BACKOFF = (0.1, 5.0)
+CLOSE = 1.0  # seconds a listener waits for its connection to close before leaving it behind
 
 
 def split(notice: Released) -> list[Released]:
@@ -81,6 +83,7 @@ class PostgresReleaseChannel:
             try:
                 connection = await QuietConnection.connect(autocommit=True, **listener_params(self.using))
                 await connection.execute(f"LISTEN {CHANNEL}")
+                stop_if_cancelled()  # a library may have lost a cancellation (balancer.aio)
                 if failing:
                     log.info("release notices: listening again on database %r", self.using)
                 wait, failing = BACKOFF[0], False
@@ -89,6 +92,7 @@ class PostgresReleaseChannel:
                         notice = Released.decode(notify.payload)
                         if notice is not None and notice.ref == self.ref:
                             yield notice
+                    stop_if_cancelled()
                     await connection.execute("SELECT 1")  # quiet for a while: is the link still there?
             except (psycopg.Error, OSError) as exc:
                 if not failing:
@@ -99,11 +103,15 @@ class PostgresReleaseChannel:
                     )  # fmt: skip
                 failing = True
             finally:
-                if connection is not None:
-                    with contextlib.suppress(Exception):
-                        await connection.close()
+                if connection is not None:  # a server that stopped answering: the close is bounded
+                    await within(_close(connection), CLOSE)
             await asyncio.sleep(wait)
             wait = min(wait * 2, BACKOFF[1])
 
     async def aclose(self) -> None:
         """Nothing of its own to close: a listener closes its connection when its iteration ends."""
+
+
+async def _close(connection: QuietConnection) -> None:
+    with contextlib.suppress(Exception):
+        await connection.close()

@@ -115,7 +115,9 @@ async def test_the_redis_release_listener_ends_within_the_bound_of_each_cancella
 @pytest.mark.usefixtures("busy_cores")
 async def test_the_race_subscription_ends_within_the_bound_of_each_cancellation(store: RedisStore) -> None:
     backend = RedisRaceBackend(store, REF)
-    await cancelled_at_random(lambda: backend.listen(lambda *_: None, lambda: None), lambda: backend.publish("grab", "1"))
+    await cancelled_at_random(
+        lambda: backend.listen(lambda *_: None, lambda: None), lambda: backend.publish("grab", "1")
+    )
 
 
 @pytest.mark.usefixtures("busy_cores")
@@ -126,7 +128,9 @@ async def test_the_channel_layer_listeners_end_within_the_bound_of_each_cancella
     channel = ChannelLayerReleaseChannel(layer, REF)
     monkeypatch.setattr(layer_notices, "BACKOFF", (0.001, 0.001))
     try:
-        await cancelled_at_random(lambda: iterate(channel.listen()), lambda: channel.publish(Released(REF, ("1",), "a")))
+        await cancelled_at_random(
+            lambda: iterate(channel.listen()), lambda: channel.publish(Released(REF, ("1",), "a"))
+        )
         # The console's rebalance wake-up listener, on the same layer.
         monkeypatch.setattr("channels.layers.get_channel_layer", lambda *_: layer)
         await cancelled_at_random(

@@ -23,8 +23,6 @@ import socket
 import subprocess
 import sys
 import tarfile
-import tempfile
-import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -266,61 +264,6 @@ def run_all(
     run_dir = assemble(sdist(cache, pinned), root / "livetest")
     with runhub(root / "runhub") as hub:
         return pinned, run(run_dir, hub, workers, processes=processes)
-
-
-class Early:
-    """The suite started on a thread as soon as the session has collected (``LIVETEST_EARLY=1``), so
-    its minutes of sleeping overlap the tests that come before it; its test then only waits."""
-
-    def __init__(self) -> None:
-        self.root: Path | None = None
-        self._thread: threading.Thread | None = None
-        self._result: tuple[str, Outcome] | None = None
-        self._error: BaseException | None = None
-        self._processes: list[subprocess.Popen[bytes]] = []
-
-    @staticmethod
-    def wanted() -> bool:
-        return os.environ.get("LIVETEST_EARLY", "").lower() in ("1", "true", "yes")
-
-    @property
-    def started(self) -> bool:
-        return self._thread is not None
-
-    def start(self, cache: Path, workers: int) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="leaseboard-livetest-"))
-
-        def work() -> None:
-            assert self.root is not None
-            try:
-                self._result = run_all(cache, self.root, workers, self._processes)
-            except BaseException as exc:  # handed to the test, which raises it
-                self._error = exc
-
-        self._thread = threading.Thread(target=work, name="livetest", daemon=True)
-        self._thread.start()
-
-    def result(self, timeout: float) -> tuple[str, Outcome]:
-        """What the run gave, once it is over; raises what it raised, or AssertionError after ``timeout``."""
-        assert self._thread is not None
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            raise AssertionError(f"Microsoft's suite, started early, is still running after {timeout:.0f} s more")
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
-
-    def stop(self) -> None:
-        """Stops a run still going (the session ends without its test: -x, Ctrl-C, deselection)."""
-        for process in self._processes:
-            if process.poll() is None:
-                process.kill()
-        if self._thread is not None:
-            self._thread.join(30)
-
-
-EARLY = Early()
 
 
 def _times(run_dir: Path, started_at: float) -> dict[str, tuple[float, float]]:

@@ -8,7 +8,6 @@ The summary line (collected, not applicable, passed, failed) is printed with the
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -28,10 +27,7 @@ def sdist_cache(config: pytest.Config) -> Path:
 
 
 def test_microsofts_livetest_suite_passes_against_runhub(request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    if suite.EARLY.started:  # started when the session had collected (conftest.py, LIVETEST_EARLY=1)
-        pinned, outcome = suite.EARLY.result(1200)
-    else:
-        pinned, outcome = suite.run_all(sdist_cache(request.config), tmp_path, WORKERS)
+    pinned, outcome = suite.run_all(sdist_cache(request.config), tmp_path, WORKERS)
     line = outcome.summary(pinned)
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
@@ -46,5 +42,3 @@ def test_microsofts_livetest_suite_passes_against_runhub(request: pytest.Fixture
     assert not stale, f"not_applicable.py names tests this version does not have: {stale}"
     ran = {nodeid.split("[", 1)[0] for nodeid in outcome.times}
     assert not (set(LONG) - ran), f"schedule.LONG names tests that did not run: {sorted(set(LONG) - ran)}"
-    if suite.EARLY.root is not None:
-        shutil.rmtree(suite.EARLY.root, ignore_errors=True)  # kept when something failed, for a look
