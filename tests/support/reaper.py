@@ -52,6 +52,7 @@ _lock = threading.RLock()
 _pipe: int | None = None  # the write end; the keeper reads the other
 _keeper: subprocess.Popen[bytes] | None = None
 _starting: int | None = None  # the thread starting the keeper
+_told: dict[int, dict[str, Any]] = {}  # pid -> what the keeper was told of it (``end_children``)
 _original_init: Any = None
 
 
@@ -89,6 +90,8 @@ def _tell(message: dict[str, Any]) -> None:
                 _pipe = write
             finally:
                 _starting = None
+        if "pid" in message:
+            _told[message["pid"]] = message
         with contextlib.suppress(OSError):  # a keeper gone (killed by hand): nothing more to do
             os.write(_pipe, line)
 
@@ -111,6 +114,15 @@ def remove_on_exit(path: Path) -> None:
     _tell({"remove": str(path)})
 
 
+def end_children(grace: float = GRACE) -> None:
+    """End now, as the keeper would at this process's end, whatever of our children still runs
+    (``tests.benchmarks.run`` after each bench: what one left does not weigh on the next)."""
+    with _lock:
+        told = dict(_told)
+        _told.clear()
+    sweep(told, grace)
+
+
 def keeper_pid() -> int | None:
     """The keeper's pid once a child was started, else None."""
     return _keeper.pid if _keeper is not None else None
@@ -120,11 +132,11 @@ def _after_fork_in_child() -> None:
     # A forked child (multiprocessing's "fork") must not hold the pipe open: the keeper would wait
     # for it too. It starts a keeper of its own if it starts processes; the lock is new, as another
     # thread of the parent may have held it at the fork.
-    global _pipe, _keeper, _starting, _lock
+    global _pipe, _keeper, _starting, _lock, _told
     if _pipe is not None:
         with contextlib.suppress(OSError):
             os.close(_pipe)
-    _pipe, _keeper, _starting, _lock = None, None, None, threading.RLock()
+    _pipe, _keeper, _starting, _lock, _told = None, None, None, threading.RLock(), {}
 
 
 def install() -> None:
@@ -230,12 +242,31 @@ def _running(pid: int, start: int) -> bool:
     return fields[0] not in (b"Z", b"X") and int(fields[19]) == start
 
 
+def _freeze(watched: dict[int, dict[str, Any]]) -> dict[int, int]:
+    """SIGSTOP what is left, again until nothing new appears: a stopped process forks no more (a
+    fork that a signal interrupts is undone), so nothing it starts escapes the sweep, not even a
+    child forked as its parent was being signalled and orphaned when that parent ended."""
+    frozen: dict[int, int] = {}
+    for _ in range(50):
+        left = _left(watched, frozen)
+        new = {pid: start for pid, start in left.items() if pid not in frozen}
+        if not new:
+            return left
+        for pid, start in new.items():
+            _signal(pid, start, signal.SIGSTOP)
+        frozen.update(new)
+    return _left(watched, frozen)
+
+
 def sweep(watched: dict[int, dict[str, Any]], grace: float = GRACE) -> None:
-    """End what is left of ``watched``: each root its stop signal (their descendants are theirs to
-    stop), then SIGKILL to everything left after ``grace`` seconds, again while anything forks."""
-    left = _left(watched, {})  # before any signal: a root that ends orphans its descendants
+    """End what is left of ``watched``: all stopped first (``_freeze``), then each root its stop
+    signal (their descendants are theirs to stop) and all resumed to act on it; SIGKILL to
+    everything left after ``grace`` seconds, again while anything forks."""
+    left = _freeze(watched)
     for pid, (start, stop) in _roots(watched, _table()).items():
         _signal(pid, start, stop)
+    for pid, start in left.items():
+        _signal(pid, start, signal.SIGCONT)
     deadline = time.monotonic() + grace
     while left and time.monotonic() < deadline:
         time.sleep(STEP)

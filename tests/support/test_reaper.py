@@ -159,3 +159,21 @@ def test_an_owner_killed_leaves_no_worker_of_its_process_pool() -> None:
     owner.kill()
     owner.wait(10)
     until_sync(lambda: not any(running(pid) for pid in workers), "the pool's workers to end", 20)
+
+
+def test_end_children_ends_what_runs_now_and_not_what_starts_after(tmp_path: Path) -> None:
+    # What tests.benchmarks.run does after each bench; in a process of its own, as it ends every
+    # child of the process that calls it.
+    owner = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent("""
+            import subprocess
+            from tests.support import reaper
+            before = subprocess.Popen(["sleep", "60"], start_new_session=True)
+            inside = subprocess.Popen(["sh", "-c", "sleep 60 & wait"])
+            reaper.end_children(grace=1)
+            after = subprocess.Popen(["sleep", "60"])
+            print(before.poll(), inside.poll(), after.poll())
+        """)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    assert owner.stdout.split() == [str(-signal.SIGTERM), str(-signal.SIGTERM), "None"]
