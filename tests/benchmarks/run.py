@@ -17,7 +17,6 @@ import sys
 import time
 
 from tests.benchmarks.size import ENV, tiny
-from tests.support import reaper
 from workers.progress import progress
 
 BENCHMARKS = [
@@ -70,7 +69,6 @@ def main() -> int:
             except Exception as exc:  # report and go on: one broken benchmark must not hide the others
                 print(f"FAILED: {type(exc).__name__}: {exc}")
                 failed.append(module)
-            reaper.end_children()  # what a bench left running (failed half way) does not weigh on the next
             print(f"--- {time.perf_counter() - started:.1f} s", flush=True)
             task.advance()
     if failed:

@@ -52,7 +52,6 @@ _lock = threading.RLock()
 _pipe: int | None = None  # the write end; the keeper reads the other
 _keeper: subprocess.Popen[bytes] | None = None
 _starting: int | None = None  # the thread starting the keeper
-_told: dict[int, dict[str, Any]] = {}  # pid -> what the keeper was told of it (``end_children``)
 _original_init: Any = None
 
 
@@ -90,8 +89,6 @@ def _tell(message: dict[str, Any]) -> None:
                 _pipe = write
             finally:
                 _starting = None
-        if "pid" in message:
-            _told[message["pid"]] = message
         with contextlib.suppress(OSError):  # a keeper gone (killed by hand): nothing more to do
             os.write(_pipe, line)
 
@@ -114,15 +111,6 @@ def remove_on_exit(path: Path) -> None:
     _tell({"remove": str(path)})
 
 
-def end_children(grace: float = GRACE) -> None:
-    """End now, as the keeper would at this process's end, whatever of our children still runs
-    (``tests.benchmarks.run`` after each bench: what one left does not weigh on the next)."""
-    with _lock:
-        told = dict(_told)
-        _told.clear()
-    sweep(told, grace)
-
-
 def keeper_pid() -> int | None:
     """The keeper's pid once a child was started, else None."""
     return _keeper.pid if _keeper is not None else None
@@ -132,11 +120,11 @@ def _after_fork_in_child() -> None:
     # A forked child (multiprocessing's "fork") must not hold the pipe open: the keeper would wait
     # for it too. It starts a keeper of its own if it starts processes; the lock is new, as another
     # thread of the parent may have held it at the fork.
-    global _pipe, _keeper, _starting, _lock, _told
+    global _pipe, _keeper, _starting, _lock
     if _pipe is not None:
         with contextlib.suppress(OSError):
             os.close(_pipe)
-    _pipe, _keeper, _starting, _lock, _told = None, None, None, threading.RLock(), {}
+    _pipe, _keeper, _starting, _lock = None, None, None, threading.RLock()
 
 
 def install() -> None:
