@@ -13,15 +13,19 @@ ended, by whatever means, the keeper ends what is left of the owner's children:
   here), its process group when it leads one (``start_new_session``: the servers), and every
   descendant of either (PostgreSQL's backends, which run in sessions of their own; Spark's
   executors; a ``runworkers``' workers), found through ``/proc`` at the time of the sweep;
-- first with the signal that stops each cleanly (``watch(stop=...)``: SIGQUIT for PostgreSQL, an
-  immediate shutdown, else SIGTERM), then, after ``GRACE`` seconds, SIGKILL to whatever is left;
+- all stopped first (SIGSTOP, until nothing new appears: nothing forks unseen meanwhile), then
+  each given the signal that stops it cleanly (``watch(stop=...)``: a server's ``stop_signal``,
+  SIGINT for PostgreSQL; else SIGTERM) and resumed; SIGKILL to whatever is left after ``GRACE``
+  seconds;
 - then deletes the directories given to ``remove_on_exit()`` (a server's ``mkdtemp`` home).
 
 Why not PR_SET_PDEATHSIG: it fires when the *thread* that forked the child ends (fixtures start
 servers from pool threads that end right after), it reaches only the direct child (not a
 PostgreSQL backend or a Spark executor), and not a process that re-forks. Why not only signal
-handlers and ``atexit``: SIGKILL runs neither. The keeper covers all three; a child started and
-not yet told when its owner is SIGKILLed (a few microseconds) is the one gap.
+handlers and ``atexit``: SIGKILL runs neither. The keeper covers all three. Its gaps: a child
+started and not yet told when its owner is SIGKILLed (a few microseconds); a child started by
+other means (``os.posix_spawn``, multiprocessing's "spawn" and "forkserver"); a descendant that
+daemonizes (forks twice, leaves its session) before the sweep, none of which the suite does.
 
 The keeper is this file run as a script (standard library only). ``tests.support`` installs the
 wrapper on import, so every pytest process (``tests/conftest.py`` imports it) and every bench
