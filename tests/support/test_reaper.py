@@ -167,7 +167,7 @@ def test_a_child_forked_as_its_parent_is_signalled_does_not_escape(started: list
     for _ in range(5):
         shell = subprocess.Popen(["sh", "-c", "sleep 60 & wait"], stdout=subprocess.PIPE, text=True)
         started.append(shell)
-        reaper.sweep({shell.pid: entry(shell)}, grace=1)
+        reaper.sweep({shell.pid: entry(shell)}, grace=0.2)
         assert shell.wait(10) == -signal.SIGTERM
         assert shell.stdout is not None
         assert shell.stdout.read() == ""  # EOF: no sleep holds the pipe any more
