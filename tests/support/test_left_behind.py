@@ -102,7 +102,10 @@ def started_by(marker: str, places: tuple[Path, ...]) -> dict[int, str]:
                     paths.append(os.readlink(fd))
         except OSError:
             continue
-        if marker.encode() in environ or any(name in text for name in names for text in (command, *paths)):
+        texts = (command, *paths)
+        if marker.encode() in environ or any(
+            text == name or f"{name}/" in text or f"{name} " in text for name in names for text in texts
+        ):  # not a bare "in": pytest's test_x1 is a prefix of its test_x10
             found[int(entry.name)] = command
     return found
 
