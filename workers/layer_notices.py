@@ -19,10 +19,10 @@ import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from balancer.aio import detached, stop_if_cancelled, within
+from balancer.aio import detached, stop_if_cancelled
 from balancer.errors import StoreUnavailable
 from balancer.model import HubRef
 from balancer.notices import Released
@@ -34,6 +34,7 @@ STOP_TYPE = "leaseboard.released.stop"  # sent by a listener to its own channel 
 GROUP_PREFIX = "leaseboard.releases."
 REFRESH = 300.0  # seconds between two group_adds of a listening channel (at most a quarter of group_expiry)
 BACKOFF = (0.1, 5.0)  # first and longest wait before joining again after a failure
+ENDING = 1.0  # seconds a stopping listener gives its receive and its group to end, in all
 
 
 def group_name(ref: HubRef) -> str:
@@ -68,27 +69,35 @@ def channel_layer_channel(ref: HubRef, layer: Any = None) -> ChannelLayerRelease
     return ChannelLayerReleaseChannel(layer, ref) if crosses_processes(layer) else None
 
 
-async def receive(layer: Any, channel: str) -> dict[str, Any]:
+async def receive(layer: Any, channel: str, leaving: Callable[[], Awaitable[Any]] | None = None) -> dict[str, Any]:
     """``layer.receive(channel)``, safe to cancel. A cancelled channels_redis ``receive()`` can swallow
     the cancellation and block for good, so it is never cancelled directly: it runs as a task of its
     own, awaited through a shield, and a cancelled caller ends it with a ``STOP_TYPE`` message to
-    ``channel`` itself (cancelling it only if the layer does not answer within a second) before the
-    cancellation goes on. Callers ignore ``STOP_TYPE`` messages."""
+    ``channel`` itself, while ``leaving()`` (taking ``channel`` out of its group) runs beside it, both
+    within ``ENDING`` seconds in all (what has not ended by then is cancelled and left behind) before
+    the cancellation goes on. Callers ignore ``STOP_TYPE`` messages."""
     receiving = detached(asyncio.ensure_future(layer.receive(channel)))
     try:
         return await asyncio.shield(receiving)
     except asyncio.CancelledError:
-        await _end(layer, channel, receiving)
+        await _end(layer, channel, receiving, *([leaving()] if leaving is not None else []))
         raise
 
 
-async def _end(layer: Any, channel: str, receiving: asyncio.Task[Any]) -> None:
-    if receiving.done():
-        return
-    await within(layer.send(channel, {"type": STOP_TYPE}), 1.0)
-    await asyncio.wait({receiving}, timeout=1.0)
-    if not receiving.done():  # the layer does not answer: nothing better than a cancellation
-        receiving.cancel()
+async def _end(layer: Any, channel: str, receiving: asyncio.Task[Any] | None, *also: Awaitable[Any]) -> None:
+    """End ``receiving`` (a message to ``channel``) while ``also`` run, all within ``ENDING`` seconds:
+    one budget for all, so a layer that does not answer costs a stop ``ENDING``, not a multiple."""
+    tasks = [detached(asyncio.ensure_future(call)) for call in also]
+    waited = set(tasks)
+    if receiving is not None and not receiving.done():
+        tasks.append(detached(asyncio.ensure_future(layer.send(channel, {"type": STOP_TYPE}))))
+        waited.add(receiving)
+        tasks.append(receiving)
+    if waited:
+        await asyncio.wait(waited, timeout=ENDING)
+    for task in tasks:
+        if not task.done():  # the layer does not answer: nothing better than a cancellation
+            task.cancel()
 
 
 def _where(layer: Any) -> str:
@@ -168,14 +177,11 @@ class ChannelLayerReleaseChannel:
         self, channel: str | None, refresher: asyncio.Task[None] | None, receiving: asyncio.Task[Any] | None
     ) -> None:
         """Stop ``refresher``, end a pending ``receiving`` (a message to ``channel`` itself) and take
-        ``channel`` out of the group, each within a second; whatever does not end is left behind."""
+        ``channel`` out of the group, together within ``ENDING`` seconds; what does not end is left behind."""
         if refresher is not None:
             refresher.cancel()
-        if channel is None:
-            return
-        if receiving is not None:
-            await _end(self.layer, channel, receiving)
-        await within(self.layer.group_discard(self.group, channel), 1.0)
+        if channel is not None:
+            await _end(self.layer, channel, receiving, self.layer.group_discard(self.group, channel))
 
     async def _refresh(self, channel: str) -> None:
         """Keep ``channel`` in the group past the layer's ``group_expiry``."""
