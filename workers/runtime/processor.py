@@ -619,10 +619,12 @@ async def listen_for_wakeups(wake: Callable[[], None]) -> None:
     """Wake the workers of this process on a ``worker.wake`` message to the channel-layer group
     "leaseboard.workers" (an operator's "rebalance now"). With the in-process layer only workers in
     the dashboard's own process hear it; the others see the rebalance token in their next cycle."""
+    from collections.abc import Awaitable
+
     from channels.layers import get_channel_layer
 
     from balancer.aio import stop_if_cancelled, within
-    from workers.layer_notices import receive
+    from workers.layer_notices import ENDING, receive
 
     layer = get_channel_layer()
     if layer is None:
@@ -634,12 +636,18 @@ async def listen_for_wakeups(wake: Callable[[], None]) -> None:
     except Exception as exc:  # no layer to listen on: the token in the store still does the job
         log.warning("not listening for rebalance wake-ups: %s: %s", type(exc).__name__, exc)
         return
+
+    def leave() -> Awaitable[Any]:
+        return layer.group_discard(WAKE_GROUP, channel)
+
     try:
         while True:
-            message = await receive(layer, channel)  # cancelled at the stop: never hangs on the layer
+            # Cancelled at the stop: ends the receive and leaves the group within ENDING, never hangs.
+            message = await receive(layer, channel, leave)
             stop_if_cancelled()  # the layer's redis-py may have lost a cancellation (balancer.aio)
             if message.get("type") == "worker.wake":
                 log.info("woken by the channel layer: %s", message.get("reason", "no reason given"))
                 wake()
-    finally:
-        await within(layer.group_discard(WAKE_GROUP, channel), 1.0)
+    except Exception:  # the layer failed: leave its group if it still answers
+        await within(leave(), ENDING)
+        raise
