@@ -1,7 +1,7 @@
 """Graceful edges: SIGTERM and SIGINT drain in bounded time, a store that is not up at start is
 retried with backoff and a clear message, and configuration errors are refused in one line.
 
-``runworkers`` waits for its stores before its workers start (``balancer.race.build``'s probe: one
+``runworkers`` waits for its stores before its workers start (``workers.wiring``'s probe: one
 line per try); the workers themselves back off too if their first cycle fails (``EventProcessor``,
 which ``serve`` and embedded workers use as well): both are tested here."""
 
@@ -175,6 +175,7 @@ async def test_before_its_first_cycle_a_worker_backs_off_and_once_it_holds_lease
     store.down = True
     ref = HubRef("edges", "backoff", "$Default")
     delays: list[float] = []
+    now = [1000.0]  # the coordinator's clock stands still (no wait really passes): a busy machine changes no delay
     processor: EventProcessor
 
     def sleep(seconds: float) -> Coroutine[Any, Any, None]:
@@ -203,7 +204,7 @@ async def test_before_its_first_cycle_a_worker_backs_off_and_once_it_holds_lease
 
     coordinator = Coordinator(
         ref, "w", store, partitions, get_strategy("balanced"), expiry=3.0, on_event=EventSink(),
-        rng=random.Random(0),
+        rng=random.Random(0), monotonic=lambda: now[0],
     )  # fmt: skip
     processor = EventProcessor(
         coordinator, checkpoints=store, source=hub, handler=lambda e, ctx: None, interval=0.5, jitter=0.0,
