@@ -64,14 +64,16 @@ class Site:
             self.process.kill()
             self.process.wait(5)
 
-    def _wait_until_answering(self, timeout: float = 20.0) -> None:
+    def _wait_until_answering(self, timeout: float = 60.0) -> None:
+        # A deadline, not a wait: on a busy machine (the whole suite on xdist, a core kept busy) Daphne's
+        # start and its first /api/state took over 20 s, each request over a second.
         assert self.process is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise AssertionError(f"daphne exited with {self.process.returncode}:\n{self.log.read_text()[-3000:]}")
             try:
-                with urllib.request.urlopen(f"{self.url}/api/state", timeout=1) as response:
+                with urllib.request.urlopen(f"{self.url}/api/state", timeout=5) as response:
                     if response.status == 200:
                         return
             except OSError:

@@ -22,12 +22,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 WORKERS = int(os.environ.get("LIVETEST_WORKERS", "14"))
 
 
-def sdist_cache(config: pytest.Config) -> Path:
-    return Path(config.cache.mkdir("azure-eventhub-sdist"))  # type: ignore[union-attr]
+def sdist_cache(config: pytest.Config, fallback: Path) -> Path:
+    """Where the fetched sdist is kept between runs: pytest's cache, or ``fallback`` where the cache is
+    off (``-p no:cacheprovider``)."""
+    cache = getattr(config, "cache", None)
+    return Path(cache.mkdir("azure-eventhub-sdist")) if cache is not None else fallback
 
 
 def test_microsofts_livetest_suite_passes_against_runhub(request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    pinned, outcome = suite.run_all(sdist_cache(request.config), tmp_path, WORKERS)
+    pinned, outcome = suite.run_all(sdist_cache(request.config, tmp_path / "sdist"), tmp_path, WORKERS)
     line = outcome.summary(pinned)
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
