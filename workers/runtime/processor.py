@@ -619,8 +619,6 @@ async def listen_for_wakeups(wake: Callable[[], None]) -> None:
     """Wake the workers of this process on a ``worker.wake`` message to the channel-layer group
     "leaseboard.workers" (an operator's "rebalance now"). With the in-process layer only workers in
     the dashboard's own process hear it; the others see the rebalance token in their next cycle."""
-    from collections.abc import Awaitable
-
     from channels.layers import get_channel_layer
 
     from balancer.aio import stop_if_cancelled, within
@@ -637,8 +635,8 @@ async def listen_for_wakeups(wake: Callable[[], None]) -> None:
         log.warning("not listening for rebalance wake-ups: %s: %s", type(exc).__name__, exc)
         return
 
-    def leave() -> Awaitable[Any]:
-        return layer.group_discard(WAKE_GROUP, channel)
+    async def leave() -> None:
+        await layer.group_discard(WAKE_GROUP, channel)
 
     try:
         while True:
