@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from balancer import schedule
 from balancer.model import BalancerEvent, Checkpoint, Control, HubRef, Member, OwnershipRecord
 
 PartitionSource = Callable[[], Awaitable[Sequence[str]]]  # the hub's partition ids, asked each cycle
@@ -130,17 +131,13 @@ class CycleReport:
     planned: bool = True  # False: a steady cycle, which skipped its plan (``Coordinator.steady_cycles``)
 
 
-SOON_SHARE, SOON_MAX = 0.25, 1.0  # "soon": a quarter interval, at most a second
-
-
 def soon(report: CycleReport, interval: float, *, poll_waiting: bool = True) -> float | None:
     """The delay before the next cycle when ``report`` calls for one sooner than ``interval``, else None:
     after the announcing first cycle (so simultaneous starters have all announced themselves and no
     whole interval is lost at every start), and, with ``poll_waiting`` (a store without release
-    notices), while a handoff to this worker is pending, to claim soon after the release."""
-    if report.announced or (poll_waiting and report.waiting):
-        return min(interval * SOON_SHARE, SOON_MAX)
-    return None
+    notices), while a handoff to this worker is pending, to claim soon after the release. One rule of
+    the schedule (``balancer.schedule``, which decides every wait)."""
+    return schedule.soon_after(schedule.Last.of(report), interval, poll_waiting=poll_waiting)
 
 
 @dataclass(frozen=True, slots=True)

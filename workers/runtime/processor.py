@@ -1,6 +1,10 @@
 """The event processor of one worker: the coordinator's cycle on its own schedule, one pump per
 owned partition, and the graceful stop.
 
+When the worker reads (cycles), renews and wakes is decided by one pure function,
+``balancer.schedule.next_due``, which the simulator drives its workers by too; this module keeps the
+timers, the wake-ups (``wake()``, ``news()``) and the sleeps until its answer.
+
 Lease renewal never waits behind event processing (the failure mode of ``001_552f7490fd2b6e08.txt``):
 the cycle loop is its own task and awaits nothing but the store; pumps run beside it, their
 reads and sync handlers in threads of their own. Between two cycles the loop wakes for renewal
@@ -36,7 +40,8 @@ from typing import Any
 import workers.metrics as metrics
 from balancer.lease import EARLY
 from balancer.model import pid_key
-from balancer.protocol import Balancer, CheckpointStore, CycleReport, Driver, soon
+from balancer.protocol import Balancer, CheckpointStore, CycleReport, Driver
+from balancer.schedule import BACKOFF_MAX, Due, Inputs, Last, next_due
 from workers.handlers import Handler
 from workers.runtime.checkpoints import CheckpointOutage, PauseLog
 from workers.runtime.config import PumpConfig, PumpStats
@@ -47,7 +52,7 @@ from workers.runtime.slowcycles import CycleWatch
 from workers.sources.base import EventSource
 
 log = logging.getLogger("leaseboard.worker")
-START_BACKOFF_MAX = 30.0  # seconds: the longest wait between tries when the store is down at start
+START_BACKOFF_MAX = BACKOFF_MAX  # seconds: the longest wait between tries when the store is down at start
 _SLEPT = object()  # what a wait's timer resolves it with (stop() and wake() resolve it with None)
 
 
@@ -219,21 +224,17 @@ class EventProcessor:
 
     async def _until_cycle(self, seconds: float) -> None:
         """Wait ``seconds`` for the next cycle (or until ``stop()`` or ``wake()``), running a renewal step
-        whenever a lease falls due meanwhile."""
-        coordinator = self.coordinator
-        if not self.renewal_steps:
-            await self._wait(seconds)
-            return
-        clock = coordinator.monotonic
-        cycle_at = clock() + seconds
+        whenever the schedule (``balancer.schedule.next_due``) has a lease fall due meanwhile."""
+        clock = self.coordinator.monotonic
+        read_at = clock() + seconds
         while True:
-            renew_at = coordinator.next_renewal()
-            if renew_at is None or renew_at >= cycle_at:
-                await self._wait(cycle_at - clock())
+            due = self._due(read_at)
+            if not due.renews:
+                await self._wait(due.read_at - clock())
                 return
-            if await self._wait(renew_at - clock()):
+            if await self._wait(due.wake_at - clock()):
                 return  # stopped, or woken for a cycle now
-            if clock() < renew_at - EARLY:
+            if clock() < due.wake_at - EARLY:
                 return  # the sleep came back early (a test's sleep that only yields): cycle
             await self.renew()
 
@@ -285,35 +286,35 @@ class EventProcessor:
         return report
 
     def _next_delay(self) -> float:
-        base = self.interval
-        if self.cycles == 0 and self._start_failures:
-            base = min(self.interval * 2 ** min(self._start_failures - 1, 30), self.start_backoff_max)
-        elif self._last is not None:
-            sooner = soon(self._last, self.interval, poll_waiting=self.poll_waiting)
-            quiet = None if sooner is not None else self._quiet_delay()
-            if quiet is not None:
-                return quiet
-            base = sooner or base
-        return base * (1 + self._jitter * (2 * self._rng.random() - 1))
+        """The wait after a cycle until the next one (``balancer.schedule.next_due``); notes whether it
+        is a quiet wait, which news ends (``news()``)."""
+        due = self._due()
+        self._quiet = due.quiet
+        return due.read_at - self.coordinator.monotonic()
 
-    def _quiet_delay(self) -> float | None:
-        """The wait after a steady cycle that changed nothing, until the coordinator's ``quiet_until``
-        (less up to the jitter: never later), when notices cross processes and nothing was heard since
-        the cycle's read; None: the usual interval. At 1024 partitions and 64 workers an idle fleet's
-        CPU was mostly its steady cycles; at a 2 s interval and a 10 s expiry this reads every 3.5 s."""
-        coordinator, report = self.coordinator, self._last
-        if self.poll_waiting or self._news or report is None:
-            return None
-        if report.planned or report.gained or report.lost or report.waiting:
-            return None
-        until = coordinator.quiet_until(self.interval)
-        if until is None:
-            return None
-        delay = (until - coordinator.monotonic()) * (1 - self._jitter * self._rng.random())
-        if delay <= self.interval:
-            return None
-        self._quiet = True
-        return delay
+    def _due(self, read_at: float | None = None) -> Due:
+        """What the schedule says is due next, given this worker's state (with ``read_at``: between
+        cycles, the read already decided). The random draws spread the wait for a read."""
+        coordinator = self.coordinator
+        draws = (0.5, 0.5) if read_at is not None else (self._rng.random(), self._rng.random())
+        last = None if self._last is None else Last.of(self._last)
+        given = Inputs(
+            now=coordinator.monotonic(),
+            interval=self.interval,
+            jitter=self._jitter,
+            draws=draws,
+            last=last,
+            cycles=self.cycles,
+            start_failures=self._start_failures,
+            backoff_max=self.start_backoff_max,
+            poll_waiting=self.poll_waiting,
+            news=self._news,
+            quiet_until=coordinator.quiet_until(self.interval),
+            next_renewal=coordinator.next_renewal() if self.renewal_steps else None,
+            stopping=self.stopping,
+            read_at=read_at,
+        )
+        return next_due(given)
 
     async def _wait(self, seconds: float) -> bool:
         """Sleep ``seconds`` or until ``stop()`` or ``wake()``, whichever comes first. True when ``stop()``
