@@ -14,7 +14,6 @@ import base64
 import binascii
 import logging
 import math
-import os
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -37,6 +36,8 @@ from balancer.errors import StoreError, StoreUnavailable
 log = logging.getLogger("balancer.stores.azure_blob")  # the store's own log: operators look for it there
 T = TypeVar("T")
 
+# The settings the connection comes from, named in messages; the wiring (``workers.wiring``) reads
+# them and passes their values in: no store reads the environment.
 CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
 CONTAINER_ENV = "LEASEBOARD_BLOB_CONTAINER"
 DEFAULT_CONTAINER = "leaseboard"
@@ -87,10 +88,10 @@ class BlobContainer:
     ) -> None:
         """Raises StoreError at once when the connection string is missing or malformed or the
         container name is invalid; the service itself is first contacted by the first call."""
-        conn = os.environ.get(CONNECTION_STRING_ENV, "") if connection_string is None else connection_string
+        conn = connection_string or ""
         if not conn.strip():
             raise StoreError(f"no Blob Storage connection string: set {CONNECTION_STRING_ENV}")
-        name = container or os.environ.get(CONTAINER_ENV) or DEFAULT_CONTAINER
+        name = container or DEFAULT_CONTAINER
         if not _CONTAINER_NAME.match(name):
             raise StoreError(
                 f"blob container name {name!r} is invalid: 3-63 lowercase letters, digits and single hyphens"

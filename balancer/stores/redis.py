@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -85,7 +84,7 @@ __all__ = ["URL_ENV", "Connection", "Keys", "RedisStore", "describe_url", "scope
 
 T = TypeVar("T")
 
-URL_ENV = "REDIS_URL"
+URL_ENV = "REDIS_URL"  # the setting of the URL, named in messages; the wiring passes its value in
 
 
 # the store -----------------------------------------------------------------------------------
@@ -133,7 +132,6 @@ class RedisStore:
         timeout: float = 3.0,
         client_name: str | None = None,
     ) -> None:
-        url = url if url is not None else os.environ.get(URL_ENV, "")
         if not url:
             raise StoreError(f"no Redis URL: set {URL_ENV} (redis://host:port/db) or pass one")
         parts = urlsplit(url)

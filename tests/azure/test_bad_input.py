@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import pytest
 from azure.storage.blob.aio import ContainerClient
@@ -17,6 +18,7 @@ from balancer.stores.azure_blob import BlobStore
 from balancer.strategies import get_strategy
 from tests.support.azurite import KEY, Azurite, connection_string
 from tests.support.servers import free_port
+from workers.wiring import build_stores
 
 from .conftest import REF
 
@@ -121,10 +123,12 @@ async def test_an_owner_id_that_cannot_be_metadata_is_refused_before_any_request
 # connection strings ----------------------------------------------------------------------------
 
 
-def test_a_missing_connection_string_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING", raising=False)
+def test_a_missing_connection_string_is_one_clear_error(settings: Any) -> None:
+    settings.AZURE_STORAGE_CONNECTION_STRING = ""
     with pytest.raises(StoreError, match="no Blob Storage connection string: set AZURE_STORAGE_CONNECTION_STRING"):
         BlobStore()
+    with pytest.raises(StoreError, match="no Blob Storage connection string: set AZURE_STORAGE_CONNECTION_STRING"):
+        build_stores("blob")
 
 
 @pytest.mark.parametrize(
@@ -146,10 +150,13 @@ def test_an_invalid_container_name_fails_at_construction(azurite: Azurite) -> No
         BlobStore(azurite.connection_string, "Leaseboard_Prod")
 
 
-async def test_the_environment_configures_the_store(azurite: Azurite, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
-    monkeypatch.setenv("LEASEBOARD_BLOB_CONTAINER", "from-the-environment")
-    async with BlobStore() as store:
+async def test_the_environment_configures_the_store(azurite: Azurite, settings: Any) -> None:
+    # The settings read AZURE_STORAGE_CONNECTION_STRING and LEASEBOARD_BLOB_CONTAINER; the wiring passes them in.
+    settings.AZURE_STORAGE_CONNECTION_STRING = azurite.connection_string
+    settings.LEASEBOARD_BLOB_CONTAINER = "from-the-environment"
+    built = build_stores("blob").ownership
+    assert isinstance(built, BlobStore)
+    async with built as store:
         assert store.container == "from-the-environment"
         assert await store.claim_ownership([OwnershipRecord(REF, "0", "w1")]) != []
         assert KEY not in repr(store) and f"127.0.0.1:{azurite.port}/devstoreaccount1" in repr(store)

@@ -41,7 +41,6 @@ from tests.benchmarks.size import size
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 django.setup()
 
-from balancer.lease import Coordinator  # noqa: E402
 from balancer.model import HubRef  # noqa: E402
 from balancer.stores.memory import MemoryStore  # noqa: E402
 from balancer.strategies import get_strategy  # noqa: E402
@@ -52,6 +51,7 @@ from workers.runtime.config import PumpConfig  # noqa: E402
 from workers.runtime.processor import EventProcessor  # noqa: E402
 from workers.runtime.sink import EventSink  # noqa: E402
 from workers.sources.base import Position, ReceivedEvent  # noqa: E402
+from workers.wiring import Stores, build_coordinator  # noqa: E402
 
 REF = HubRef("bench", "throughput", "$Default")
 BODY = b'{"event_id":"0","home":"home-00042","sensor":"door","sensor_id":"door-1","event":"opened","armed":false}'
@@ -102,8 +102,8 @@ def processor(hub: EmbeddedHub, handler: Callable[..., Any], max_events: int = 1
     async def partition_ids() -> tuple[str, ...]:
         return hub.partition_ids()
 
-    coordinator = Coordinator(
-        REF, "bench-0", store, partition_ids, get_strategy(None), expiry=30.0,
+    coordinator = build_coordinator(
+        REF, "bench-0", Stores(store, store, store), partition_ids, strategy=get_strategy(None), expiry=30.0,
         on_event=EventSink(), rng=random.Random(0),
     )  # fmt: skip
     config = PumpConfig(checkpoint_events=CHECKPOINT_EVENTS, checkpoint_seconds=1.0, max_events=max_events)

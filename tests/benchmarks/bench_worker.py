@@ -30,7 +30,6 @@ django.setup()
 
 from django.core.management import call_command  # noqa: E402
 
-from balancer.lease import Coordinator  # noqa: E402
 from balancer.model import HubRef  # noqa: E402
 from balancer.stores.memory import MemoryStore  # noqa: E402
 from balancer.strategies import get_strategy  # noqa: E402
@@ -40,6 +39,7 @@ from workers.runtime.config import PumpConfig  # noqa: E402
 from workers.runtime.processor import EventProcessor  # noqa: E402
 from workers.runtime.sink import EventSink  # noqa: E402
 from workers.sources.base import ReceivedEvent  # noqa: E402
+from workers.wiring import Stores, build_coordinator  # noqa: E402
 
 REF = HubRef("bench", "bench", "$Default")
 BODY = b'{"event_id":"0","home":"home-00042","sensor":"door","sensor_id":"door-1","event":"opened","armed":false}'
@@ -88,8 +88,8 @@ async def run(
         async def partition_ids() -> tuple[str, ...]:
             return hub.partition_ids()
 
-        coordinator = Coordinator(
-            REF, "bench-0", store, partition_ids, get_strategy(None), expiry=30.0,
+        coordinator = build_coordinator(
+            REF, "bench-0", Stores(store, store, store), partition_ids, strategy=get_strategy(None), expiry=30.0,
             on_event=EventSink(), rng=random.Random(0),
         )  # fmt: skip
         config = PumpConfig(checkpoint_events=checkpoint_events, checkpoint_seconds=1.0, max_events=500)

@@ -50,7 +50,7 @@ def test_runworkers_refuses_bad_options_in_one_line(options: list[str], message:
 
 def test_an_expiry_the_stores_clock_cannot_judge_is_refused_with_the_next_one_that_works() -> None:
     from balancer.stores.azure_blob import BlobStore
-    from workers.management.commands.runworkers import check_resolution
+    from workers.wiring import check_resolution
 
     check_resolution(BlobStore, 10.0, "--expiry")  # whole seconds: fine
     check_resolution(object(), 3.5, "--expiry")  # a store with a finer clock says nothing
@@ -73,14 +73,14 @@ class _StoreWithAChannel:
 def test_release_notices_cross_processes_unless_turned_off_by_option_or_setting(
     flag: list[str], setting: bool, across: bool, settings: Any, tmp_path: Path
 ) -> None:
-    from workers.management.commands.runworkers import Command
+    from workers.management.commands.runworkers import Command, fleet_of
     from workers.releases import Notices
 
     settings.LEASEBOARD_RELEASE_NOTICES = setting
     settings.LEASEBOARD_HUB_DIR = tmp_path
     command = Command()
     options = vars(command.create_parser("manage.py", "runworkers").parse_args(["--store", "memory", *flag]))
-    built = command.build(options)
+    built = fleet_of(options)
     try:
         assert built.notices.across_processes is across
         assert all(p.poll_waiting is not across for p in built.processors)  # else a receiver polls while waiting

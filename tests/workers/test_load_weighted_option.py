@@ -12,12 +12,12 @@ from balancer.lease import Coordinator
 
 
 def build(settings: Any, tmp_path: Path, *args: str) -> Any:
-    from workers.management.commands.runworkers import Command
+    from workers.management.commands.runworkers import Command, fleet_of
 
     settings.LEASEBOARD_HUB_DIR = tmp_path
     command = Command()
     options = vars(command.create_parser("manage.py", "runworkers").parse_args(["--store", "memory", *args]))
-    return command.build(options)
+    return fleet_of(options)
 
 
 @pytest.mark.parametrize(("flag", "setting", "weighted"), [

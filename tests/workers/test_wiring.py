@@ -141,7 +141,7 @@ def test_runworkers_builds_the_source_while_it_builds_the_stores(monkeypatch: py
     the stores are built meanwhile, not after it."""
     import threading
 
-    from workers.management.commands import runworkers
+    from workers.wiring import fleet as wiring_fleet
 
     stores_built = threading.Event()
     built = _Source()
@@ -152,8 +152,8 @@ def test_runworkers_builds_the_source_while_it_builds_the_stores(monkeypatch: py
         assert stores_built.wait(10), "the stores were not built while the source was"
         return built
 
-    monkeypatch.setattr(runworkers, "build_source", build_source)
-    with runworkers.source_beside(None, "embedded", "h") as pending:
+    monkeypatch.setattr(wiring_fleet, "build_source", build_source)
+    with wiring_fleet.source_beside(None, "embedded", "h") as pending:
         stores_built.set()
         assert pending() is built
     assert not built.closed
@@ -162,7 +162,7 @@ def test_runworkers_builds_the_source_while_it_builds_the_stores(monkeypatch: py
 def test_a_source_built_beside_stores_that_failed_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    from workers.management.commands import runworkers
+    from workers.wiring import fleet as wiring_fleet
 
     release, built = threading.Event(), _Source()
 
@@ -170,12 +170,39 @@ def test_a_source_built_beside_stores_that_failed_is_closed(monkeypatch: pytest.
         release.wait(10)  # still being built when the stores fail: closed once it is, without waiting for it
         return built
 
-    monkeypatch.setattr(runworkers, "build_source", build_source)
-    with pytest.raises(ValueError, match="bad store"), runworkers.source_beside(None, "embedded", "h"):
+    monkeypatch.setattr(wiring_fleet, "build_source", build_source)
+    with pytest.raises(ValueError, match="bad store"), wiring_fleet.source_beside(None, "embedded", "h"):
         raise ValueError("bad store")
     assert not built.closed
     release.set()
     until_sync(lambda: built.closed, "the source built after the failure closed")
     given = _Source()
-    with runworkers.source_beside(given, "embedded", "h") as pending:  # a source given: used as it is
+    with wiring_fleet.source_beside(given, "embedded", "h") as pending:  # a source given: used as it is
         assert pending() is given
+
+
+def test_the_stores_get_their_connections_from_settings_and_read_no_environment(
+    settings: LazySettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from balancer.errors import StoreError
+    from balancer.stores.azure_blob import BlobStore
+    from balancer.stores.redis import RedisStore
+    from tests.support.azurite import connection_string
+
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/9")  # the environment after start: nobody reads it
+    settings.REDIS_URL = ""
+    with pytest.raises(StoreError, match="no Redis URL: set REDIS_URL"):
+        build_stores("redis")
+    settings.REDIS_URL = "redis://127.0.0.1:2/3"
+    redis = build_stores("redis").ownership
+    assert isinstance(redis, RedisStore) and redis.url == "redis://127.0.0.1:2/3"
+    settings.AZURE_STORAGE_CONNECTION_STRING = connection_string(1)
+    settings.LEASEBOARD_BLOB_CONTAINER = "from-settings"
+    blob = build_stores("blob").ownership
+    assert isinstance(blob, BlobStore) and blob.container == "from-settings"
+    settings.LEASEBOARD_STORES = {  # "CONFIG" wins over the settings' connection
+        **settings.LEASEBOARD_STORES,
+        "blob": {"BACKEND": "balancer.stores.azure_blob.BlobStore", "CONFIG": {"container": "from-config"}},
+    }
+    blob = build_stores("blob").ownership
+    assert isinstance(blob, BlobStore) and blob.container == "from-config"

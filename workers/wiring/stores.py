@@ -1,17 +1,13 @@
-"""The one place that builds stores, event sources, the event sink and coordinators from settings.
+"""The stores ``--store`` names, built from ``LEASEBOARD_STORES`` with their connections from settings.
 
-Stores and the event publisher are named in settings by dotted path (``LEASEBOARD_STORES``,
-``LEASEBOARD_EVENT_PUBLISHER``), the way Channels resolves ``CHANNEL_LAYERS``: the SQL store and
-the publisher live in the dashboard, above this package, and the workers reach them only through
-configuration. Classes are imported when chosen, so a store's client library is needed only when
-that store is used. Everything raises ``ImproperlyConfigured`` with the setting to fix.
+A store's ``"BACKEND"`` is a dotted path resolved as Channels resolves ``CHANNEL_LAYERS``; its
+keyword arguments are the connection the settings give it (``CONNECTIONS``: Redis's ``REDIS_URL``,
+Blob Storage's ``AZURE_STORAGE_CONNECTION_STRING`` and ``LEASEBOARD_BLOB_CONTAINER``) under its
+``"CONFIG"``, which wins. No adapter reads the environment itself.
 """
 
 from __future__ import annotations
 
-import inspect
-import random
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,23 +16,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from balancer.lease import Coordinator
-from balancer.model import BalancerEvent, HubRef
-from balancer.notices import Released
-from balancer.protocol import Balancer, CheckpointStore, ControlStore, OwnershipStore, PartitionSource
-from balancer.protocol import EventSink as BalancerEventSink
-from balancer.race.build import build_race_coordinator
-from balancer.race.times import LoadWeights, RaceTimes
-from balancer.strategies import RACE, Strategy
+from balancer.protocol import CheckpointStore, ControlStore, OwnershipStore
 
-from . import metrics
-from .runtime.sink import EventSink
-from .sources.base import EventSource
-
-SOURCES = {
-    "embedded": "workers.hub.embedded.EmbeddedHub",
-    "eventhubs": "workers.sources.eventhubs.EventHubsSource",
-}
+from .. import metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +56,23 @@ def _store_entry(name: str) -> Mapping[str, Any]:
     return entry
 
 
+# The connection each adapter is given from settings (read when a store is built), by backend path.
+CONNECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
+    "balancer.stores.redis.RedisStore": lambda: {"url": settings.REDIS_URL},
+    "balancer.stores.azure_blob.BlobStore": lambda: {
+        "connection_string": settings.AZURE_STORAGE_CONNECTION_STRING,
+        "container": settings.LEASEBOARD_BLOB_CONTAINER,
+    },
+}
+
+
+def store_arguments(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of a ``LEASEBOARD_STORES`` entry's backend: its connection from settings,
+    then its ``"CONFIG"``."""
+    connection = CONNECTIONS.get(entry["BACKEND"])
+    return {**(connection() if connection is not None else {}), **entry.get("CONFIG", {})}
+
+
 _process_wide: dict[str, Any] = {}
 
 
@@ -92,7 +91,7 @@ def build_stores(name: str | None = None) -> Stores:
     entry = _store_entry(key)
     store = _process_wide.get(key) if entry.get("PROCESS_WIDE") else None
     if store is None:
-        store = _import(entry["BACKEND"], f"store {key!r}")(**entry.get("CONFIG", {}))
+        store = _import(entry["BACKEND"], f"store {key!r}")(**store_arguments(entry))
         if entry.get("PROCESS_WIDE"):
             _process_wide[key] = store
     return Stores(ownership=store, checkpoints=store, controls=store)
@@ -130,81 +129,3 @@ def instrument(stores: Stores) -> Stores:
     if not isinstance(controls, ControlStore):
         raise TypeError(f"the control store {stores.controls!r} is not a ControlStore")
     return Stores(ownership=ownership, checkpoints=checkpoints, controls=controls)
-
-
-def hub_ref(hub: str | None = None, consumer_group: str | None = None, namespace: str | None = None) -> HubRef:
-    """The hub and consumer group to work on: the options given, else the settings."""
-    return HubRef(
-        namespace or settings.LEASEBOARD_NAMESPACE,
-        hub or settings.LEASEBOARD_HUB,
-        consumer_group or settings.LEASEBOARD_CONSUMER_GROUP,
-    )
-
-
-def build_source(name: str | None = None, hub: str | None = None, consumer_group: str | None = None) -> EventSource:
-    """The event source for ``--source name`` (default: ``LEASEBOARD_SOURCE``) reading ``hub`` as
-    ``consumer_group`` (the embedded hub has no consumer groups: every reader sees every event)."""
-    key = name or settings.LEASEBOARD_SOURCE
-    if key not in SOURCES:
-        raise ImproperlyConfigured(f"unknown source {key!r}; choose one of: {', '.join(SOURCES)}")
-    cls = _import(SOURCES[key], f"source {key!r}")
-    if key == "embedded":
-        return cls(  # type: ignore[no-any-return]
-            settings.LEASEBOARD_HUB_DIR, hub or settings.LEASEBOARD_HUB, partitions=settings.LEASEBOARD_PARTITIONS
-        )
-    return cls(  # type: ignore[no-any-return]
-        hub=hub or settings.LEASEBOARD_HUB, consumer_group=consumer_group or settings.LEASEBOARD_CONSUMER_GROUP
-    )
-
-
-def build_coordinator(
-    ref: HubRef,
-    owner_id: str,
-    stores: Stores,
-    partitions: PartitionSource,
-    *,
-    strategy: Strategy,
-    expiry: float,
-    on_event: BalancerEventSink,
-    clock: Callable[[], float] = time.time,
-    race_times: RaceTimes | None = None,
-    race_load: LoadWeights | None = None,
-    interval: float | None = None,
-    on_released: Callable[[Released], None] | None = None,
-    announce_joining: bool = False,
-    checkpoints: CheckpointStore | None = None,
-) -> Balancer:
-    """The coordinator of one worker, built with everything it needs: 001's lease race for the
-    ``race`` strategy (its spans from ``race_times``, its measured load from ``race_load``; Redis when
-    ``REDIS_URL`` is set, else a race inside this process), else the lease-table coordinator planning
-    with ``strategy``, telling ``on_released`` what it releases (and, with ``announce_joining``, that
-    it joined) and measuring a load-weighted strategy's rates from ``checkpoints``. Both satisfy
-    ``Balancer``."""
-    if strategy.name == RACE.name:
-        return build_race_coordinator(
-            ref, owner_id, stores.ownership, partitions, times=race_times, controls=stores.controls,
-            redis_url=settings.REDIS_URL or None, on_event=on_event, load=race_load, rng=random.Random(),
-        )  # fmt: skip
-    return Coordinator(
-        ref=ref, owner_id=owner_id, store=stores.ownership, partitions=partitions, strategy=strategy,
-        expiry=expiry, controls=stores.controls, on_event=on_event, rng=random.Random(), clock=clock,
-        interval=interval, on_released=on_released, announce_joining=announce_joining, checkpoints=checkpoints,
-    )  # fmt: skip
-
-
-def event_publisher() -> Callable[[BalancerEvent], Any] | None:
-    """``LEASEBOARD_EVENT_PUBLISHER`` resolved (None when it is empty)."""
-    path: str = settings.LEASEBOARD_EVENT_PUBLISHER
-    if not path:
-        return None
-    publish = _import(path, "LEASEBOARD_EVENT_PUBLISHER")
-    if not callable(publish):
-        raise ImproperlyConfigured(f"LEASEBOARD_EVENT_PUBLISHER {path!r} is a {type(publish).__name__}, not a callable")
-    return publish  # type: ignore[no-any-return]
-
-
-def build_sink(broadcast: bool = True) -> EventSink:
-    """The process's event sink: logs and counts every balancer event and, with ``broadcast``, hands
-    it to ``LEASEBOARD_EVENT_PUBLISHER``."""
-    publish = event_publisher() if broadcast else None
-    return EventSink(publish=publish, is_async=publish is not None and inspect.iscoroutinefunction(publish))
