@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from workers import layer_notices
 from workers.layer_notices import ChannelLayerReleaseChannel
 from workers.runtime.processor import listen_for_wakeups
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("listeners-stop")]  # one spinner at a time
 
 REF = HubRef("test.example", "sensors", "$Default")
 ROUNDS = 500
@@ -50,9 +51,12 @@ def redis_server() -> Iterator[RedisServer]:
 
 @pytest.fixture
 def busy_cores() -> Iterator[None]:
-    """Both cores kept busy by spinning processes for the test's length (a loaded CI machine)."""
+    """Both cores kept busy for the test's length (a loaded CI machine): two spinning processes, or one
+    under pytest-xdist, where the rest of the suite keeps the other core busy (two spinners beside
+    three other workers would slow every test around them far beyond what CI under load sees)."""
+    count = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
     spinners = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL) for _ in range(2)
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL) for _ in range(count)
     ]
     try:
         yield
