@@ -89,7 +89,7 @@ class LeaseState:
     steady_cycles: bool = True
     # Tell the others when this worker joins (after its first cycle): a notice naming no partition
     # (``on_released``), which a worker waiting quietly (``quiet_until``) hears as news. Off where
-    # nobody waits quietly (the simulator: its workers cycle every interval).
+    # nobody waits quietly (no notices across processes).
     announce_joining: bool = False
     _leases: dict[str, Lease] = field(default_factory=dict, init=False)
     _requests: int = field(default=0, init=False)

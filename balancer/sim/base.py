@@ -1,8 +1,10 @@
 """One seeded run of one scenario, whatever coordinator the workers run: ``Run``.
 
-A run drives N workers' ``Balancer``s on a ``sim_loop`` loop: each cycles every interval with the
-runtime's jitter, reaches the one ``MemoryStore`` through its own ``LatentStore``, processes what
-it owns and hands over what it is told to, as the runtime does. ``Run`` plays the scenario (the
+A run drives N workers' ``Balancer``s on a ``sim_loop`` loop as the runtime's processor does: each
+cycles, renews and wakes when the one schedule says (``balancer.schedule``, kept per worker by
+``balancer.sim.worker.SimWorker``), hears release and join notices and operators' news, reaches the
+one ``MemoryStore`` through its own ``LatentStore``, processes what it owns and hands over what it
+is told to. ``Run`` plays the scenario (the
 disturbance), judges balance and measures; a subclass builds the coordinators
 (``balancer.sim.table`` for the lease-table strategies, ``balancer.sim.race`` for 001's race) and
 deals out the balanced start. ``balancer.sim.run`` explains what is measured and how.
@@ -16,19 +18,32 @@ import contextlib
 import functools
 import random
 from collections.abc import Callable
+from functools import partial
 
 from balancer.errors import OwnershipLost, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, partition_ids
 from balancer.notices import Released
-from balancer.protocol import Balancer, CycleReport, soon
-from balancer.sim.measures import Processing, load_spread, longest_unprocessed, min_moves, overlap_seconds
+from balancer.protocol import Balancer, CycleReport, Driver
+from balancer.sim.measures import (
+    Processing,
+    even_by_load,
+    load_spread,
+    loads_of,
+    longest_unprocessed,
+    min_moves,
+    overlap_seconds,
+)
 from balancer.sim.scenarios import COLD, EPOCH, REF, Outcome, Settings
 from balancer.sim.store import LatentStore, Ledger
+from balancer.sim.worker import SimWorker, deliver
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import Strategy
-from balancer.strategies.weights import STEP, best_move
 
 _ids = functools.lru_cache(maxsize=8)(partition_ids)
+# How the simulator drives each coordinator, as the runtime does: renewal steps between cycles; the
+# coordinator's own handoff hook (``Run._on_handoff``) hands planned moves off.
+DRIVER = Driver(renewal_steps=True)
+OPERATOR = "operator"  # who sends the news of a control, as the dashboard's actions do
 
 
 class Run(abc.ABC):
@@ -62,13 +77,13 @@ class Run(abc.ABC):
         self.done = asyncio.Event()
         self.tasks: dict[str, list[asyncio.Task[None]]] = {w: [] for w in self.names}
         self.locks = {w: asyncio.Lock() for w in self.names}
-        self.woken = {w: asyncio.Event() for w in self.names}  # a release notice reached it
         self.checkpoints: dict[str, int] = {}
         self.hot: str | None = None  # hot-partition: the partition whose rate rises at the disturbance
         self.lag = random.Random(f"lag/{scenario}/{partitions}/{workers}/{seed}")  # checkpoints behind events
         self.counted: dict[str, int] = dict.fromkeys(self.names, 0)  # requests already attributed
         self.proxies: dict[str, LatentStore] = {}
         self.coordinators: dict[str, Balancer] = {}
+        self.workers: dict[str, SimWorker] = {}  # each worker's side of the schedule
 
     # set-up --------------------------------------------------------------------------------
 
@@ -82,6 +97,15 @@ class Run(abc.ABC):
             proxy = LatentStore(self.store, self.ledger, random.Random(self.env.random()), self.s.latency)
             self.proxies[w] = proxy
             self.coordinators[w] = self._coordinator(w, proxy)
+            self.workers[w] = SimWorker(
+                w,
+                self.coordinators[w],
+                interval=self.s.interval,
+                jitter=self.s.jitter,
+                poll_waiting=self.s.notice_latency is None,  # no notices: a waiting receiver polls
+                rng=random.Random(self.env.random()),
+                now=self._now,
+            )
 
     @abc.abstractmethod
     def _coordinator(self, w: str, store: LatentStore) -> Balancer:
@@ -112,61 +136,53 @@ class Run(abc.ABC):
         await asyncio.sleep(max(0.0, at - self._now()))
 
     async def _worker(self, w: str, first_at: float) -> None:
-        rng = random.Random(self.env.random())
+        """Worker ``w``'s loop from ``first_at``, as the runtime's processor runs it (``SimWorker.run``)."""
         await self._sleep_until(first_at)
-        while True:
-            report = None
-            with contextlib.suppress(StoreUnavailable):  # as the runtime: try again next interval
-                report = await self._cycle(w)
-            polls = self.s.notice_latency is None  # no notices: a waiting receiver polls, as the runtime does
-            sooner = None if report is None else soon(report, self.s.interval, poll_waiting=polls)
-            next_at = self._now() + (sooner or self.s.interval) * (1 + self.s.jitter * (2 * rng.random() - 1))
-            claimed_at = self.proxies[w].first_claim_at
-            if claimed_at is not None and claimed_at + self.s.expiry < next_at:
-                await self._sleep_until(claimed_at + self.s.expiry)  # the local lease deadline passes first
+        await self.workers[w].run(partial(self._cycle, w), partial(self._renew, w), partial(self._until, w))
+
+    async def _until(self, w: str, at: float) -> bool:
+        """Until ``at`` or a notice (True); processing stops meanwhile where a lease runs out on the
+        local clock (the runtime's pump stops then, and goes on once the lease is renewed)."""
+        claimed_at = self.proxies[w].first_claim_at
+        if claimed_at is not None and claimed_at + self.s.expiry < at:
+            await self._sleep_until(claimed_at + self.s.expiry)  # the local lease deadline passes first
+            self._lapsed(w)
+        lapse = min((self.coordinators[w].deadline(p) for p in self.processing.of(w)), default=at)
+        if lapse < at:
+            await self._sleep_until(lapse)
+            self._lapsed(w)
+        return await self.workers[w].wait(at)
+
+    def _lapsed(self, w: str) -> None:
+        for pid in self.processing.of(w):
+            if not self.coordinators[w].holds(pid):
+                self._stop(w, pid)
+
+    async def _renew(self, w: str) -> None:
+        """A renewal step (``Balancer.renew``): the leases due now, with no listing; processing of
+        any lost stops, as the runtime's ``renew()`` stops their pumps."""
+        async with self.locks[w]:
+            with contextlib.suppress(StoreUnavailable):  # tried again after the coordinator's backoff
+                report = await self.coordinators[w].renew(DRIVER)
                 for pid in self.processing.of(w):
-                    if not self.coordinators[w].holds(pid):
+                    if pid not in report.owned or any(e.partition_id == pid for e in report.lost):
                         self._stop(w, pid)
-            # A lease that cannot be renewed (the store is down) runs out on the local clock: the
-            # runtime's pump stops processing then and goes on once the lease is renewed.
-            lapse = min((self.coordinators[w].deadline(p) for p in self.processing.of(w)), default=next_at)
-            if lapse < next_at:
-                await self._sleep_until(lapse)
-                for pid in self.processing.of(w):
-                    if not self.coordinators[w].holds(pid):
-                        self._stop(w, pid)
-            await self._wait(w, next_at)
+        self._judge()
 
-    async def _wait(self, w: str, at: float) -> None:
-        """Until ``at``, or until a release notice wakes worker ``w`` (as the runtime's ``wake()``)."""
-        woken = self.woken[w]
-        if not woken.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), max(0.0, at - self._now()))
-        woken.clear()
-
-    def _on_released(self, w: str) -> Callable[[Released], None]:
-        """Worker ``w``'s coordinator's ``on_released``: every other live worker hears of it after
-        ``notice_latency`` (none without notices)."""
-
-        def tell(notice: Released) -> None:
-            latency = self.s.notice_latency
-            if latency is None:
-                return
-            loop = asyncio.get_running_loop()
-            for other in self.alive - {w}:
-                loop.call_later(latency, self.woken[other].set)
-
-        return tell
+    def _tell(self, notice: Released) -> None:
+        """Every coordinator's ``on_released``, and the operators' news (``balancer.sim.worker.deliver``)."""
+        deliver(notice, [self.workers[w] for w in sorted(self.alive)], self.s.notice_latency)
 
     async def _cycle(self, w: str) -> CycleReport:
         async with self.locks[w]:
             self.proxies[w].first_claim_at = None
-            report = await self.coordinators[w].cycle()
+            self.workers[w].heard = False  # what is heard from now on may have come after this read
+            report = await self.coordinators[w].cycle(DRIVER)
             if self.scenario == "hot-partition":  # events flow: checkpoint what it holds, once a cycle
                 for pid in sorted(report.owned, key=int):
+                    checkpoint = Checkpoint(REF, pid, self._sequence(pid))
                     with contextlib.suppress(OwnershipLost, StoreUnavailable):
-                        await self.store.update_checkpoint(Checkpoint(REF, pid, self._sequence(pid)), w)
+                        await self.store.update_checkpoint(checkpoint, w)
         spent = self._spent(w)
         if self._now() >= self.disturbed_at:  # this cycle's requests, and any handoff's (or race's) since
             self.cycles[w] += 1
@@ -228,6 +244,9 @@ class Run(abc.ABC):
         hot = pid == self.hot and self._now() >= self.disturbed_at
         return self.s.base_rate * (self.s.hot_factor if hot else 1.0)
 
+    def _rates(self) -> dict[str, float]:
+        return {p: self.rate(p) for p in _ids(self.hub_size)}
+
     def _sequence(self, pid: str) -> int:
         """The sequence number to checkpoint ``pid`` at now: where its events are (hot-partition, where
         they come at ``rate``), else one more than the last checkpoint (recorded in ``checkpoints``)."""
@@ -242,15 +261,19 @@ class Run(abc.ABC):
         self.checkpoints[pid] = max(last, position)
         return self.checkpoints[pid]
 
-    def loads(self) -> dict[str, float]:
-        """Events per second each live, undrained worker holds now (by the store's records)."""
+    def _held(self) -> dict[str, list[str]]:
+        """The partitions each live, undrained worker holds now (by the store's records)."""
         now = EPOCH + self._now()
-        loads = dict.fromkeys(self._eligible(), 0.0)
+        held: dict[str, list[str]] = {w: [] for w in self._eligible()}
         for p in _ids(self.hub_size):
             holder = self.ledger.holder(p, now)
-            if holder in loads:
-                loads[holder] += self.rate(p)
-        return loads
+            if holder in held:
+                held[holder].append(p)
+        return held
+
+    def loads(self) -> dict[str, float]:
+        """Events per second each live, undrained worker holds now (by the store's records)."""
+        return loads_of(self._held(), self._rates())
 
     def _crash(self, w: str) -> None:
         for task in self.tasks[w]:
@@ -271,7 +294,7 @@ class Run(abc.ABC):
         if not counts or sum(counts) != self.hub_size:
             return False
         if self.strategy.uses_load:
-            if not self._even_by_load(eligible):
+            if not even_by_load(self._held(), self._rates()):
                 return False
         elif max(counts) - min(counts) > 1:
             return False
@@ -280,20 +303,6 @@ class Run(abc.ABC):
         if not all(owner.get(p) in ok and modified[p] >= oldest for p in _ids(self.hub_size)):
             return False
         return all(owner.get(p) == w for p, w in self.pins.items())
-
-    def _even_by_load(self, eligible: list[str]) -> bool:
-        """No move of one partition to the least loaded worker evens a pair by half a typical
-        partition's rate (the load-weighted plan's own rule, judged by the true rates)."""
-        now = EPOCH + self._now()
-        rates = {p: self.rate(p) for p in _ids(self.hub_size)}
-        held: dict[str, list[str]] = {w: [] for w in eligible}
-        for p in rates:
-            holder = self.ledger.holder(p, now)
-            if holder in held:
-                held[holder].append(p)
-        loads = {w: sum(rates[p] for p in ps) for w, ps in held.items()}
-        typical = sorted(rates.values())[len(rates) // 2]
-        return best_move(eligible, loads, held, rates, STEP * typical) is None
 
     def _judge(self) -> None:
         now = self._now()
@@ -353,6 +362,7 @@ class Run(abc.ABC):
         elif kind == "drain":
             self.drained.add(victim)
             await self.store.put_control(Control(REF, ControlKind.DRAIN, victim))
+            self._tell(Released(REF, (), OPERATOR))  # news, as the dashboard's action sends it
         elif kind == "hot-partition":
             self.hot = env.choice(_ids(self.hub_size))
         elif kind == "pin":
@@ -360,6 +370,7 @@ class Run(abc.ABC):
             pid = env.choice(others) if others else "0"
             self.pins[pid] = victim
             await self.store.put_control(Control(REF, ControlKind.PIN, pid, victim))
+            self._tell(Released(REF, (), OPERATOR))
 
     def _min_moves(self) -> int:
         now = EPOCH + self._now()

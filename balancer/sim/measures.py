@@ -10,6 +10,8 @@ import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from balancer.strategies.weights import STEP, best_move
+
 
 @dataclass
 class Processing:
@@ -126,3 +128,16 @@ def spread(values: Sequence[float], digits: int = 3) -> dict[str, float | int | 
     if not values:
         return {"median": None, "max": None}
     return {"median": _number(statistics.median(values), digits), "max": _number(max(values), digits)}
+
+
+def loads_of(held: Mapping[str, Sequence[str]], rates: Mapping[str, float]) -> dict[str, float]:
+    """Events per second each worker holds, given the partitions it holds and every partition's rate."""
+    return {w: sum(rates[p] for p in ps) for w, ps in held.items()}
+
+
+def even_by_load(held: Mapping[str, Sequence[str]], rates: Mapping[str, float]) -> bool:
+    """No move of one partition to the least loaded worker evens a pair by half a typical
+    partition's rate (the load-weighted plan's own rule, judged by the true rates)."""
+    typical = sorted(rates.values())[len(rates) // 2]
+    held_lists = {w: list(ps) for w, ps in held.items()}
+    return best_move(list(held), loads_of(held, rates), held_lists, dict(rates), STEP * typical) is None

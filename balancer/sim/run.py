@@ -4,8 +4,16 @@ Each run puts N real coordinators (``Coordinator`` objects with the chosen strat
 ``RaceCoordinator``: see ``RUNS``) on one ``MemoryStore`` and drives them on an asyncio loop whose
 clock is simulated (``sim_loop``):
 
-- every worker cycles every ``interval`` seconds with the runtime's timer jitter (±10 %), so the
-  order of cycles is random; workers that "start together" start within ``start_spread``;
+- every worker is driven by the runtime's schedule (``balancer.schedule.next_due``, through
+  ``balancer.sim.worker.SimWorker``): it cycles every ``interval`` with the runtime's timer jitter
+  (±10 %), soon after its announcing first cycle, waits quietly after steady cycles (until the
+  coordinator's ``quiet_until``), and runs renewal steps (``renew()`` at ``next_renewal()``) between
+  cycles; the order of cycles is random; workers that "start together" start within ``start_spread``;
+- notices as the stores' channels send them (``notice_latency`` after the event; none with
+  ``--no-notices``, the Blob store without a channel layer): a release wakes the other workers, a join
+  (``announce_joining``) and an operator's control (drain, pin) are news, which ends a quiet wait;
+  without notices a worker waiting for a handoff polls every quarter interval, as the runtime does;
+- the store is read through its change feed (``snapshot_since``), as on SQL and Redis;
 - every store request takes a random latency (``sim_store``), so cycles interleave and claims race;
 - the store has its own clock (true simulated time); each worker's clock is the store's plus its
   skew (the clock-skew scenario moves one worker's clock 3 minutes ahead);
@@ -26,7 +34,9 @@ from the disturbance on (a cold start's disturbance is the start):
 - balance: every partition's record names a live, undrained worker and has not expired by the
   store's clock, owned counts differ by at most one, every pin is respected. A run is balanced if
   balance holds at its end; ``seconds_to_balance`` runs until balance began for the last time
-  (0 if it never broke), ``cycles_to_balance`` is the most cycles any worker ran until then. A
+  (0 if it never broke), ``cycles_to_balance`` counts balancing intervals (those seconds over the
+  interval, rounded up), and ``reads_to_balance`` is the most cycles any worker ran until then
+  (wake-ups on notices and "soon" included). A
   run ends once balance has held for ``observe_cycles`` (1000 cycles for single-partition) after
   the disturbance is over, or at the horizon;
 - moves: won writes that give a partition to a worker other than its last holder while that
@@ -34,12 +44,13 @@ from the disturbance on (a cold start's disturbance is the start):
   on the state right after the disturbance (the largest over the seeds);
 - overlap: seconds, summed over partitions, during which two workers processed one partition;
   ``max_unowned_seconds``: the longest stretch any partition went unprocessed (largest over seeds);
-- requests per worker cycle: store round trips of one cycle plus those of handoffs since the
-  worker's previous cycle (checkpoint writes excluded).
+- requests per worker cycle: store round trips of one cycle plus those of handoffs and renewal
+  steps since the worker's previous cycle (checkpoint writes excluded).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from balancer.sim import loop as sim_loop
@@ -107,8 +118,9 @@ def simulate(
         "workers": n,
         "seeds": seeds,
         "balanced_runs": len(done),
-        "cycles_to_balance": spread([r.cycles for r in done]),
+        "cycles_to_balance": spread([math.ceil(r.seconds / settings.interval) for r in done]),
         "seconds_to_balance": spread([r.seconds for r in done]),
+        "reads_to_balance": spread([r.cycles for r in done]),
         "moves": spread([r.moves for r in runs]),
         "min_moves": max(r.min_moves for r in runs),
         "overlap_seconds": spread([r.overlap for r in runs]),

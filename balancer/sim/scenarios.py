@@ -51,8 +51,10 @@ class Settings:
     block_cycles: int = 10
     single_partition_cycles: int = 1000
     outage_expiries: float = 3.0  # store-outage: how long the store is unreachable, in expiries
-    # Release notices (``balancer.notices``): a release wakes the other workers' cycles after this
-    # many seconds, as PostgreSQL, Redis and in-process workers do; None: no notices (Blob).
+    # Notices (``balancer.notices``): a release wakes the other workers' cycles after this many
+    # seconds, and a join or an operator's control ends their quiet waits, as PostgreSQL's and Redis'
+    # channels do across processes; None: no notices (Blob without a channel layer: waiting receivers
+    # poll, and nobody waits quietly).
     notice_latency: float | None = 0.005
     # hot-partition: every partition's events per second, the hot one's from the disturbance on. Its
     # owners checkpoint each partition they hold once a cycle (where the load-weighted plan reads rates).

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from balancer.changes import Changes
 from balancer.model import Checkpoint, Control, HubRef, Member, OwnershipRecord
 from balancer.protocol import Snapshot
 from balancer.stores.memory import MemoryStore
@@ -90,6 +91,11 @@ class LatentStore:
 
     async def snapshot(self, ref: HubRef) -> Snapshot:
         return await self._call(lambda: self._store.snapshot(ref))
+
+    async def snapshot_since(self, ref: HubRef, cursor: str | None, stale_after: float | None = None) -> Changes:
+        """What changed since ``cursor`` (``balancer.changes.ChangeFeed``), as the SQL and Redis stores
+        offer it: the coordinators read deltas, skip steady plans and wait quietly as they do there."""
+        return await self._call(lambda: self._store.snapshot_since(ref, cursor, stale_after))
 
     async def claim_ownership(self, records: Sequence[OwnershipRecord]) -> list[OwnershipRecord]:
         if self.first_claim_at is None:

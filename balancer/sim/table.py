@@ -59,7 +59,8 @@ class TableRun(Run):
             clock=self._clock_of(w),
             monotonic=self._now,
             on_handoff=self._on_handoff(w),
-            on_released=self._on_released(w),
+            on_released=self._tell,
+            announce_joining=self.s.notice_latency is not None,  # news for the workers waiting quietly
         )
         return coordinator
 

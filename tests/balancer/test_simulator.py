@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
+import random
 import subprocess
 import sys
 import time
@@ -13,11 +15,14 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+from balancer.notices import Released
 from balancer.sim import loop as sim_loop
 from balancer.sim.measures import Processing, longest_unprocessed, min_moves, overlap_seconds
 from balancer.sim.race import RaceRun
 from balancer.sim.run import SCENARIOS, Settings, run_of, simulate
+from balancer.sim.scenarios import REF
 from balancer.sim.table import TableRun
+from balancer.sim.worker import SimWorker
 from balancer.strategies import DEFAULT, STRATEGIES, get_strategy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,7 +115,9 @@ def test_every_strategy_runs_every_scenario(scenario: str) -> None:
             assert result["balanced_runs"] == 1, f"{name} did not balance {scenario}"
             assert result["moves"]["max"] >= result["min_moves"]  # type: ignore[index]
         assert result["overlap_seconds"]["max"] >= 0  # type: ignore[index]
-        assert result["store_requests_per_worker_cycle"]["median"] >= 2  # type: ignore[index]
+        # A steady cycle on the change feed is one read; renewals are steps of their own, counted
+        # with the next cycle (issue 34: the simulator drives the coordinator as the runtime does).
+        assert result["store_requests_per_worker_cycle"]["median"] >= 1  # type: ignore[index]
     if scenario in ("single-partition", "more-workers-than-partitions"):
         assert result["partitions"] < result["workers"]  # type: ignore[operator]
 
@@ -126,8 +133,8 @@ def test_cold_start_one_claim_per_cycle_against_all_at_once() -> None:
     slow = simulate("balanced", "cold-start", 32, 4, seeds=3, settings=QUICK)
     grab = simulate("greedy", "cold-start", 32, 4, seeds=3, settings=QUICK)
     assert slow["balanced_runs"] == grab["balanced_runs"] == 3
-    assert slow["cycles_to_balance"]["median"] >= 8  # type: ignore[index]
-    assert grab["cycles_to_balance"]["max"] <= 32 // 4 + 2  # type: ignore[index]
+    assert slow["reads_to_balance"]["median"] >= 8  # type: ignore[index]
+    assert grab["reads_to_balance"]["max"] <= 32 // 4 + 2  # type: ignore[index]
     assert slow["moves"]["max"] == 0 < grab["moves"]["median"] <= 32 * 3 // 4  # type: ignore[index,operator]
 
 
@@ -179,10 +186,11 @@ def test_a_planned_move_leaves_no_gap_where_the_store_sends_release_notices(scen
 
 def test_simultaneous_starters_claim_a_quarter_interval_after_announcing_with_no_wasted_move() -> None:
     # The cold-start bar: two cycles (announce, claim), no move; the claim comes a quarter interval
-    # (at most a second) after the announcement, not a whole interval.
+    # (at most a second) after the announcement, not a whole interval: within the first interval.
     result = simulate(None, "cold-start", 32, 4, seeds=20)
     assert result["balanced_runs"] == 20
-    assert result["cycles_to_balance"]["max"] == 2 and result["moves"]["max"] == 0  # type: ignore[index]
+    assert result["reads_to_balance"]["max"] == 2 and result["moves"]["max"] == 0  # type: ignore[index]
+    assert result["cycles_to_balance"]["max"] == 1  # type: ignore[index]
     assert result["seconds_to_balance"]["max"] <= 1.0 * 1.1 + 0.2  # type: ignore[index]
 
 
@@ -233,3 +241,59 @@ def test_simulate_refuses_bad_arguments_in_one_line(args: list[str], message: st
     with pytest.raises(CommandError) as raised:
         call_command("simulate", *args)
     assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+# the runtime's schedule -------------------------------------------------------------------------
+
+
+def test_a_steady_fleet_hears_a_join_as_news_and_balances_within_a_second_where_notices_cross() -> None:
+    # The simulator drives its workers by the runtime's schedule (``balancer.schedule``): a steady fleet
+    # waits quietly (until ``quiet_until``), and the newcomer's join notice ends the wait, as in
+    # production on PostgreSQL or Redis. Without notices (Blob) the others read at their next cycle.
+    told = simulate(None, "scale-out", 32, 4, seeds=5)
+    untold = simulate(None, "scale-out", 32, 4, seeds=5, settings=Settings(notice_latency=None))
+    assert told["balanced_runs"] == untold["balanced_runs"] == 5
+    assert told["seconds_to_balance"]["max"] < 1.0 < untold["seconds_to_balance"]["median"]  # type: ignore[index]
+    interval = Settings().interval
+    for result in (told, untold):  # balancing intervals: the seconds over the interval, rounded up
+        seconds = result["seconds_to_balance"]["median"]  # type: ignore[index]
+        assert result["cycles_to_balance"]["median"] == math.ceil(seconds / interval)  # type: ignore[index]
+        assert result["reads_to_balance"]["median"] >= result["cycles_to_balance"]["median"]  # type: ignore[index]
+
+
+def test_leases_are_renewed_by_renewal_steps_between_quiet_reads() -> None:
+    # A steady fleet reads less often than every interval (quiet waits) and renews its leases in
+    # renewal steps between reads: nobody's partition lapses while balance is observed for 20 intervals.
+    settings = Settings(observe_cycles=20)
+    result = simulate(None, "drain", 32, 4, seeds=3, settings=settings)
+    assert result["balanced_runs"] == 3
+    assert result["overlap_seconds"]["max"] == 0 and result["max_unowned_seconds"] <= 0.5  # type: ignore[index,operator]
+    assert result["moves"]["max"] == result["min_moves"]  # type: ignore[index]
+
+
+def test_a_simulated_worker_wakes_on_a_release_and_on_news_only_while_waiting_quietly() -> None:
+    async def main() -> list[bool]:
+        now = asyncio.get_running_loop().time
+        rng = random.Random(0)
+        worker = SimWorker("w0", CyclesOnly(), interval=10.0, jitter=0.0, poll_waiting=False, rng=rng, now=now)
+        seen = []
+        worker.news()  # waiting one interval: news does not end it
+        seen.append(await worker.wait(now() + 10.0))
+        worker.quiet = True
+        worker.news()  # a quiet wait: it does
+        seen.append(await worker.wait(now() + 10.0))
+        worker.hear(Released(REF, ("3",), "w1"))  # a release always does
+        seen.append(await worker.wait(now() + 10.0))
+        return seen
+
+    assert sim_loop.run(main()) == [False, True, True]
+
+
+class CyclesOnly:
+    """Just enough of a ``Balancer`` for a ``SimWorker`` that is never asked what is due."""
+
+    def quiet_until(self, interval: float | None = None) -> float | None:
+        return None
+
+    def next_renewal(self) -> float | None:
+        return None

@@ -33,7 +33,8 @@ class Command(BaseCommand):
         parser.add_argument("--expiry", type=float, default=DEFAULTS.expiry, help="lease expiry in seconds")
         parser.add_argument(
             "--no-notices", action="store_true",
-            help="no release notices: a released partition waits for its receiver's next cycle (the Blob store)",
+            help="no notices (the Blob store without a channel layer): a released partition waits for its "
+                 "receiver's next poll, a join or a control for the others' next cycle, and nobody waits quietly",
         )  # fmt: skip
         parser.add_argument(
             "--load-weighted", action="store_true",
@@ -80,8 +81,9 @@ def summary(r: dict[str, Any]) -> str:
         f"{r['strategy']} / {r['scenario']}: {r['partitions']} partitions, {r['workers']} workers, "
         f"{r['seeds']} seeds (interval {r['interval']:g}s, expiry {r['expiry']:g}s)",
         f"  balanced runs      {r['balanced_runs']}/{r['seeds']}",
-        f"  cycles to balance  {mm('cycles_to_balance')}",
+        f"  cycles to balance  {mm('cycles_to_balance')} (balancing intervals)",
         f"  time to balance    {mm('seconds_to_balance', 's')}",
+        f"  reads to balance   {mm('reads_to_balance')} (the most cycles a worker ran, wake-ups included)",
         f"  moves              {mm('moves')} (fewest possible: {r['min_moves']})",
         f"  overlap            {mm('overlap_seconds', 's')}",
         f"  longest unowned    {r['max_unowned_seconds']:g}s",
