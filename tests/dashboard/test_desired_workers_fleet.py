@@ -63,14 +63,22 @@ def test_desired_workers_rise_above_one_when_the_producer_outpaces_one_slow_work
     producer = spawn(site, "produce", "--rate", "40")
     try:
 
+        seen: list[dict[str, float]] = []
+
         def keeping_up() -> dict[str, float] | None:
             found = metrics(site)
+            seen.append(found)
             working = found.get("leaseboard_processing_workers") == 1
             measured = found.get("leaseboard_enqueue_rate_events_per_second", 0) > 20  # most of the window produced
-            return found if working and measured and found.get("leaseboard_processing_rate_events_per_second") else None
+            rated = working and measured and found.get("leaseboard_processing_rate_events_per_second")
+            # On a busy machine the worker may start behind the producer and rightly ask for a second
+            # worker while it catches up: one is enough once it keeps up, within the deadline.
+            return found if rated and found.get("leaseboard_desired_workers") == 1 else None
 
-        calm = until_sync(keeping_up, "the worker owns every partition and rates are measured", timeout=60, step=0.5)
-        assert calm["leaseboard_desired_workers"] == 1, calm
+        until_sync(
+            keeping_up, "the worker to keep up and one worker to be enough", timeout=60, step=0.5,
+            detail=lambda: str(seen[-1] if seen else "no metrics yet"),
+        )  # fmt: skip
 
         stop(producer)
         producer = spawn(site, "produce", "--rate", "1000")
