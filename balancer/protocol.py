@@ -167,7 +167,8 @@ class Balancer(Protocol):
     before handing an event on; with a handoff hook, stops a partition's processing when the hook
     names it and then calls ``release()`` (or ``release_many()``); with renewal steps, calls
     ``renew()`` at ``next_renewal()`` between cycles; after a steady cycle may wait until
-    ``quiet_until()`` if it hears of every other change at once; and calls ``release_all()`` when
+    ``quiet_until()`` if it hears of every other change at once, asking ``partitions_changed()`` every
+    interval meanwhile; and calls ``release_all()`` when
     stopping. A coordinator without renewal steps or quiet waits answers None to both.
     """
 
@@ -207,6 +208,11 @@ class Balancer(Protocol):
     def quiet_until(self, interval: float | None = None) -> float | None:
         """After a steady cycle, the ``monotonic()`` time by which the next cycle must read the store
         while nothing changes, or None: cycle at the next interval."""
+
+    async def partitions_changed(self) -> bool:
+        """Whether the hub's partitions differ from those the last cycle read: one call of the partition
+        source, no store request. A driver waiting quietly (``quiet_until``) asks every interval, as no
+        store's channel tells of partitions added. Raises what the partition source raises."""
 
     def holds(self, partition_id: str) -> bool:
         """True while this worker may process ``partition_id`` (it holds it, and its lease cannot
@@ -253,6 +259,10 @@ class CyclesAlone:
 
     def quiet_until(self, interval: float | None = None) -> float | None:
         return None
+
+    async def partitions_changed(self) -> bool:
+        """Never asked (no quiet wait without ``quiet_until``): False."""
+        return False
 
     async def release_many(self, partition_ids: Sequence[str], reason: str = "handed off") -> list[BalancerEvent]:
         """``release()`` of each in turn; the events of those that were held. Raises what the first

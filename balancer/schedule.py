@@ -21,7 +21,11 @@ The rules, in order:
   workers an idle fleet's CPU was mostly its steady cycles; at a 2 s interval and a 10 s expiry this
   reads every 3.5 s;
 - else one interval; every wait but the quiet one is spread by ``interval * (1 ± jitter)``;
-- a renewal step comes first when the coordinator has a lease due (``next_renewal``) before the read.
+- a renewal step comes first when the coordinator has a lease due (``next_renewal``) before the read;
+- during a quiet wait the driver looks at the hub's partitions (``Balancer.partitions_changed``: the
+  partition source, no store request) every interval: no store's channel tells of partitions added,
+  and a fleet waiting quietly would otherwise find them only at its next read (53 s at 30 s / 180 s).
+  A change is news: the worker reads at once.
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ class Inputs:
     stopping: bool = False
     # The read already decided (between cycles, as renewal steps are run); None: decide it now.
     read_at: float | None = None
+    quiet: bool = False  # with ``read_at``: the wait under way is a quiet one (it looks at the partitions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,16 +98,22 @@ class Due:
     renew_at: float | None = None  # a renewal step due before that read, else None
     quiet: bool = False  # the wait for ``read_at`` is a quiet one: news ends it
     stop: bool = False  # stopping: nothing is due
+    look_at: float | None = None  # a quiet wait's look at the partitions before that read, else None
 
     @property
     def wake_at(self) -> float:
-        """When the driver wakes next: the renewal step if one comes first, else the read."""
-        return self.read_at if self.renew_at is None else self.renew_at
+        """When the driver wakes next: a renewal step or a look if one comes first, else the read."""
+        return min(t for t in (self.read_at, self.renew_at, self.look_at) if t is not None)
 
     @property
     def renews(self) -> bool:
         """The wake-up at ``wake_at`` is for a renewal step (then ask again), not for the cycle."""
-        return self.renew_at is not None
+        return self.renew_at is not None and self.renew_at == self.wake_at
+
+    @property
+    def looks(self) -> bool:
+        """The wake-up at ``wake_at`` is for a look at the partitions (then ask again), not for the cycle."""
+        return self.look_at is not None and self.look_at == self.wake_at
 
 
 def soon_after(last: Last, interval: float, *, poll_waiting: bool = True) -> float | None:
@@ -147,11 +158,11 @@ def next_due(given: Inputs) -> Due:
     """When the next read, renewal step and wake-up are due (see the module's rules).
 
     With ``given.read_at`` set (between cycles), the read stays where it was decided and only the
-    renewal step is decided again (after a step, ``next_renewal`` has moved on); ``quiet`` is then
-    False (the driver knows whether the wait it is in is a quiet one)."""
+    renewal step and the look are decided again (after a step, ``next_renewal`` has moved on; a look
+    is one interval after the last wake-up); ``given.quiet`` then says whether the wait is quiet."""
     if given.stopping:
         return Due(read_at=given.now, stop=True)
-    quiet = False
+    quiet = given.quiet
     read_at = given.read_at
     if read_at is None:
         delay, quiet = read_delay(given)
@@ -159,4 +170,7 @@ def next_due(given: Inputs) -> Due:
     renew_at = given.next_renewal
     if renew_at is not None and renew_at >= read_at:
         renew_at = None  # the cycle renews it (or the step after it)
-    return Due(read_at=read_at, renew_at=renew_at, quiet=quiet)
+    look_at = given.now + given.interval if quiet else None
+    if look_at is not None and look_at >= read_at:
+        look_at = None  # the read sees them
+    return Due(read_at=read_at, renew_at=renew_at, quiet=quiet, look_at=look_at)

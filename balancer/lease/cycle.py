@@ -33,7 +33,7 @@ class Coordinator(Handoffs):
         started = self.monotonic()
         self._absent_until(started)  # before the view carries the handoff waits into the plan
         self._requests = self._rows = 0
-        pids = tuple(await self.partitions())
+        pids = self._partition_ids = tuple(await self.partitions())
         view = await self._view(pids)
         listed, now = view.ownership, view.now
         plan = self._plan(view)

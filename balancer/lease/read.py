@@ -60,6 +60,14 @@ class Reading(Renewal):
             return None
         return self._read_at + self.expiry - self._stale_after() + interval
 
+    async def partitions_changed(self) -> bool:
+        """Whether the hub's partitions differ from those the last cycle read (one call of the partition
+        source, no store request): news for a worker waiting quietly, which no store's channel carries.
+        False before the first cycle. Raises what the partition source raises."""
+        if self._partition_ids is None:
+            return False
+        return tuple(await self.partitions()) != self._partition_ids
+
     async def _view(self, pids: tuple[str, ...]) -> View:
         """The strategy's view; with heartbeats and controls when the strategy uses them."""
         self._steady, self._read = False, None

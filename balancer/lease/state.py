@@ -128,6 +128,7 @@ class LeaseState:
     _retry_at: float | None = field(default=None, init=False)  # local monotonic time to retry a failed renewal
     _renew_failures: int = field(default=0, init=False)  # failed renewals in a row
     _settled: Settled | None = field(default=None, init=False)
+    _partition_ids: tuple[str, ...] | None = field(default=None, init=False)  # what the last cycle read
     _quiet_empty: bool = field(default=False, init=False)  # this cycle's read: a quiet delta that listed nothing
     _read: tuple[tuple[Member, ...], tuple[Control, ...], frozenset[str]] | None = field(default=None, init=False)
     _steady: bool = field(default=False, init=False)  # this cycle skips its plan

@@ -29,6 +29,8 @@ class Scheduled(Protocol):
 
     def next_renewal(self) -> float | None: ...
 
+    async def partitions_changed(self) -> bool: ...
+
 
 class SimWorker:
     """The schedule's state of one simulated worker (see the module docstring)."""
@@ -62,9 +64,9 @@ class SimWorker:
         renew: Callable[[], Awaitable[None]],
         until: Callable[[float], Awaitable[bool]],
     ) -> None:
-        """Cycle, then wait as the schedule says, renewing where a lease falls due before the next read,
-        for ever (until cancelled): the runtime's ``EventProcessor.run``. ``until(at)`` waits until
-        ``at`` or a notice (True)."""
+        """Cycle, then wait as the schedule says, renewing where a lease falls due before the next read
+        and looking at the partitions in a quiet wait, for ever (until cancelled): the runtime's
+        ``EventProcessor.run``. ``until(at)`` waits until ``at`` or a notice (True)."""
         while True:
             report = None
             with contextlib.suppress(StoreUnavailable):  # as the runtime: try again at the next read
@@ -72,8 +74,11 @@ class SimWorker:
             self.cycled(report)
             due = self.due()
             self.quiet, read_at = due.quiet, due.read_at
-            while not await until(due.wake_at) and due.renews:
-                await renew()
+            while not await until(due.wake_at) and (due.renews or due.looks):
+                if due.renews:
+                    await renew()
+                if due.looks and await self.coordinator.partitions_changed():
+                    break  # partitions added (or gone): news, read now
                 due = self.due(read_at)
             self.quiet = False
 
@@ -120,6 +125,7 @@ class SimWorker:
             quiet_until=coordinator.quiet_until(self.interval),
             next_renewal=coordinator.next_renewal(),
             read_at=read_at,
+            quiet=self.quiet,
         )
         return next_due(given)
 

@@ -71,3 +71,15 @@ def test_last_reads_a_cycle_report_and_soon_is_the_same_rule() -> None:
     assert Last.of(CycleReport(owned=frozenset(), waiting=("1",))) == Last(waiting=True)
     assert soon(CycleReport(owned=frozenset(), announced=True), 10.0) == 1.0
     assert soon(steady, 10.0) is None
+
+
+def test_a_quiet_wait_looks_at_the_partitions_once_an_interval_before_its_read() -> None:
+    quiet = Inputs(0.0, 30.0, last=STEADY, poll_waiting=False, quiet_until=57.0)
+    due = next_due(quiet)
+    assert (due.quiet, due.looks, due.wake_at, due.read_at) == (True, True, 30.0, 57.0)
+    # Between cycles: one interval after the last wake-up, not past the read; a renewal first if sooner.
+    assert next_due(Inputs(30.0, 30.0, read_at=57.0, quiet=True)).look_at is None
+    due = next_due(Inputs(10.0, 30.0, read_at=57.0, quiet=True, next_renewal=20.0))
+    assert (due.renews, due.looks, due.wake_at, due.look_at) == (True, False, 20.0, 40.0)
+    # A wait of one interval does not look: its read does.
+    assert next_due(Inputs(0.0, 30.0, last=Last())).look_at is None

@@ -224,19 +224,31 @@ class EventProcessor:
 
     async def _until_cycle(self, seconds: float) -> None:
         """Wait ``seconds`` for the next cycle (or until ``stop()`` or ``wake()``), running a renewal step
-        whenever the schedule (``balancer.schedule.next_due``) has a lease fall due meanwhile."""
+        whenever the schedule (``balancer.schedule.next_due``) has a lease fall due meanwhile, and, in a
+        quiet wait, looking at the hub's partitions every interval (a change ends the wait)."""
         clock = self.coordinator.monotonic
         read_at = clock() + seconds
         while True:
             due = self._due(read_at)
-            if not due.renews:
+            if not (due.renews or due.looks):
                 await self._wait(due.read_at - clock())
                 return
             if await self._wait(due.wake_at - clock()):
                 return  # stopped, or woken for a cycle now
             if clock() < due.wake_at - EARLY:
                 return  # the sleep came back early (a test's sleep that only yields): cycle
-            await self.renew()
+            if due.renews:
+                await self.renew()
+            if due.looks and await self._partitions_changed():
+                return  # partitions added (or gone): news, read now
+
+    async def _partitions_changed(self) -> bool:
+        """Whether the hub's partitions changed since the last cycle (``Balancer.partitions_changed``);
+        False when the partition source fails (the next cycle reads it, and says so)."""
+        try:
+            return await self.coordinator.partitions_changed()
+        except Exception:
+            return False
 
     async def renew(self) -> CycleReport | None:
         """One renewal step: renew the leases due now (``Balancer.renew``), then stop the pumps of
@@ -313,6 +325,7 @@ class EventProcessor:
             next_renewal=coordinator.next_renewal() if self.renewal_steps else None,
             stopping=self.stopping,
             read_at=read_at,
+            quiet=self._quiet,
         )
         return next_due(given)
 
