@@ -93,7 +93,7 @@ class RawClient:
                     delivery = link.current
 
     def _links(self) -> list[Link]:
-        out = []
+        out: list[Link] = []
         link = self.conn.link_head(0)
         while link is not None:
             out.append(link)
@@ -131,6 +131,7 @@ class RawClient:
         _, payload = self.pump(lambda: self._reply(receiver), what="the $cbs response")
         response = Message()
         response.decode(payload)
+        assert response.properties is not None, "a $cbs response carries its status in its properties"
         return int(response.properties["status-code"])
 
     def _reply(self, receiver: Link) -> tuple[Link, bytes] | None:
@@ -179,7 +180,7 @@ class RawClient:
 def read_until_eof(sock: socket.socket, timeout: float = 5.0) -> bytes:
     """Everything the server writes on ``sock`` until it closes it (for bad-input tests, raw)."""
     sock.settimeout(timeout)
-    chunks = []
+    chunks: list[bytes] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

@@ -225,9 +225,10 @@ def test_a_receiving_sdk_client_keeps_its_connection_with_heartbeats(
     receiving = start_receiving(consumer(served, "sensors"), partition_id="1", starting_position="@latest")
     receivers.append(receiving)
     until_sync(lambda: served.owner_levels("sensors", "1"), "the receiver to attach")
-    heartbeats = lambda: served.call(  # noqa: E731
-        lambda: max((c.heartbeats for c in served.server.connections), default=0)
-    )
+
+    def heartbeats() -> int:
+        return served.call(lambda: max((c.heartbeats for c in served.server.connections), default=0))
+
     until_sync(lambda: heartbeats() >= 4, "four heartbeats (twice the idle timeout)")
     hub.send(b"still there", partition_id="1")
     [event] = receiving.wait_for(1)

@@ -7,12 +7,13 @@ from typing import Any
 import pytest
 from azure.eventhub._pyamqp._decode import decode_payload
 from proton import Data, Described, Message, symbol, ulong
+from proton._data import PythonAMQPData
 
 from workers.hub.amqp.messages import BATCH_FORMAT, BadMessage, encode, parse, runtime_metrics
 from workers.sources.base import PartitionProperties, ReceivedEvent
 
 
-def data_sections(*bodies: bytes, annotations: dict[object, object] | None = None) -> bytes:
+def data_sections(*bodies: bytes, annotations: dict[PythonAMQPData, PythonAMQPData] | None = None) -> bytes:
     out = b""
     if annotations is not None:
         d = Data()
@@ -84,7 +85,9 @@ def test_several_data_sections_come_back_as_several() -> None:
     [{"a": 1, "b": [1, 2]}, {b"binary key": b"v"}, [1, "two", 3.0], 42, None, "text", b"bytes", True],
     ids=["map", "binary-keys", "list", "int", "null", "text", "bytes", "bool"],
 )
-def test_value_bodies_of_every_kind_come_back_as_sent(body: object) -> None:
+def test_value_bodies_of_every_kind_come_back_as_sent(
+    body: bytes | str | dict[Any, Any] | list[Any] | int | None,
+) -> None:
     out = round_trip(Message(body=body, inferred=False).encode())
     expected = body.encode() if isinstance(body, str) else body
     if isinstance(body, dict):
@@ -123,7 +126,7 @@ def test_sections_in_another_order_are_kept_and_go_out_in_the_specs_order() -> N
     assert out.delivery_annotations == {b"d": 2} and out.header.durable is True and out.data == [b"x"]
 
 
-def described(code: int, value: object) -> bytes:
+def described(code: int, value: PythonAMQPData) -> bytes:
     d = Data()
     d.put_object(Described(ulong(code), value))
     return bytes(d.encode())

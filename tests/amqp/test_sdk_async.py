@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import datetime
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
-from azure.eventhub import EventData, PartitionContext
-from azure.eventhub.aio import EventHubConsumerClient, EventHubProducerClient
+from azure.eventhub import EventData
+from azure.eventhub.aio import EventHubConsumerClient, EventHubProducerClient, PartitionContext
 from azure.eventhub.exceptions import AuthenticationError
 
 from tests.support.waiting import until
@@ -44,6 +45,9 @@ class Collector:
 
     async def on_error(self, context: PartitionContext | None, error: Exception) -> None:
         self.errors.append(error)
+
+    def has(self, count: int) -> bool:
+        return len(self.events) >= count
 
 
 async def receiving(client: EventHubConsumerClient, collector: Collector, **kwargs: Any) -> asyncio.Task[None]:
@@ -114,7 +118,7 @@ async def test_receivers_start_at_every_kind_of_position(served: Served) -> None
     try:
         for name, (_, collector, _) in started.items():
             expected = POSITIONS[name][2]
-            await until(lambda c=collector, e=expected: len(c.events) >= len(e), f"{name}: {expected}")  # type: ignore[misc]
+            await until(partial(collector.has, len(expected)), f"{name}: {expected}")
             events = collector.events[: len(expected)]
             assert [e.sequence_number for e in events] == expected, name
             assert bodies(events) == [f"e{s}".encode() for s in expected], name
@@ -168,7 +172,7 @@ async def test_many_links_at_once_lose_nothing(served: Served) -> None:
     await asyncio.gather(*(send(i, client) for i, client in enumerate(producers)))
     total = 6 * 4 * 3
     for _, collector in receivers:  # every receiver (a processor with in-memory ownership) sees everything
-        await until(lambda c=collector: len(c.events) >= total, f"{total} events", timeout=30)  # type: ignore[misc]
+        await until(partial(collector.has, total), f"{total} events", timeout=30)
     for (client, _), task in zip(receivers, tasks, strict=True):
         await closing(client, task)
     stored = {p: hub.reader(p, Position()).receive(1000) for p in hub.partition_ids()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from functools import partial
 
 import pytest
 
@@ -21,7 +22,7 @@ def listen(net: Network) -> None:
         host.popen([sys.executable, "-m", "http.server", "-b", host.address, str(PORT)],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     for name in net.hosts:
-        until_sync(lambda name=name: reaches(net, name, name), f"{name}'s listener")
+        until_sync(partial(reaches, net, name, name), f"{name}'s listener")
 
 
 def reaches(net: Network, a: str, b: str) -> bool:

@@ -17,7 +17,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -43,8 +43,10 @@ class _Poll:
         return AssertionError(message)
 
 
+# An async condition is awaited; either way None (not yet) is not what a successful wait returns.
+@overload
 async def until(
-    condition: Callable[[], T | Awaitable[T]],
+    condition: Callable[[], Awaitable[T | None]],
     what: str,
     timeout: float = TIMEOUT,
     *,
@@ -53,7 +55,30 @@ async def until(
     detail: Callable[[], str] | None = None,
     ignoring: tuple[type[BaseException], ...] = (),
     clock: Callable[[], float] = time.monotonic,
-) -> T:
+) -> T: ...
+@overload
+async def until(
+    condition: Callable[[], T | None],
+    what: str,
+    timeout: float = TIMEOUT,
+    *,
+    step: float = STEP,
+    check: Callable[[], None] | None = None,
+    detail: Callable[[], str] | None = None,
+    ignoring: tuple[type[BaseException], ...] = (),
+    clock: Callable[[], float] = time.monotonic,
+) -> T: ...
+async def until(
+    condition: Callable[[], Any],
+    what: str,
+    timeout: float = TIMEOUT,
+    *,
+    step: float = STEP,
+    check: Callable[[], None] | None = None,
+    detail: Callable[[], str] | None = None,
+    ignoring: tuple[type[BaseException], ...] = (),
+    clock: Callable[[], float] = time.monotonic,
+) -> Any:
     """Poll ``condition`` (sync or async) every ``step`` seconds, yielding to the event loop, until it
     returns something truthy, and return that. Raises AssertionError after ``timeout`` seconds of
     ``clock``, and whatever ``check()`` raises between polls. Exceptions of the ``ignoring`` types
@@ -68,7 +93,7 @@ async def until(
             poll.last = exc
         else:
             if result:
-                return result  # type: ignore[return-value]
+                return result
             poll.last = result
         if check is not None:
             check()
@@ -78,7 +103,7 @@ async def until(
 
 
 def until_sync(
-    condition: Callable[[], T],
+    condition: Callable[[], T | None],
     what: str,
     timeout: float = TIMEOUT,
     *,
