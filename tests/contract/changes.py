@@ -26,6 +26,7 @@ import pytest
 
 from balancer.changes import ChangeFeed, OwnershipTable, read
 from balancer.model import OwnershipRecord, partition_ids
+from balancer.protocol import OwnershipStore
 
 from .base import REF, Store
 
@@ -92,7 +93,7 @@ class ChangeFeedContract:
         raise NotImplementedError
 
     async def test_a_first_read_is_whole_and_the_next_ones_bring_only_what_changed(self, store: Store) -> None:
-        assert isinstance(store, ChangeFeed)
+        assert isinstance(store, ChangeFeed) and isinstance(store, OwnershipStore)
         first = await store.snapshot_since(REF, None)
         assert first.full and first.ownership == []
         won = await store.claim_ownership([OwnershipRecord(REF, p, "a") for p in partition_ids(10)])
@@ -171,7 +172,7 @@ class ChangeFeedContract:
             assert {r.partition_id for r in quiet.ownership} == {"1", "2", "3", "4", "5"}
         else:
             assert as_listed(quiet.ownership) == as_listed([listed[p] for p in ("3", "4", "5")])
-            assert all(listed[p].last_modified >= quiet.fresh_after for p in ("0", "1", "2"))  # type: ignore[operator]
+            assert all(listed[p].last_modified >= quiet.fresh_after for p in ("0", "1", "2"))
         # A bound past every write: every record is listed, as the store holds it.
         aged = await store.snapshot_since(REF, quiet.cursor, -60.0)
         if aged.fresh_after is not None:

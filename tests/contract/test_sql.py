@@ -28,10 +28,11 @@ from dashboard.sql.clock import PG_CLOCK
 from dashboard.sql.rows import CHECKPOINTS, CONTROLS, MEMBERS, OWNERSHIP
 from dashboard.sql.store import SqlStore
 from tests.support.databases import add_django_database, remove_django_database
+from tests.support.notices import listening
 from tests.support.servers import free_port
 from tests.support.waiting import until
 
-from .base import DAMAGES, FUTURE, GARBAGE_ETAG, GHOST, REF, StoreContract, heard_after_publishing, listening
+from .base import DAMAGES, FUTURE, GARBAGE_ETAG, GHOST, REF, StoreContract, heard_after_publishing
 from .changes import ChangeFeedContract, as_listed, brought_up_to_date
 
 T = TypeVar("T")
@@ -193,7 +194,7 @@ class SqlContract(ChangeFeedContract, StoreContract):
         def both() -> list[tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]]:
             connection, found = connections[self.alias], []
             for listing in (OWNERSHIP, CHECKPOINTS, MEMBERS, CONTROLS):
-                rows = listing.model.objects.using(self.alias).filter(**listing.model.scope(REF))
+                rows = listing.model._default_manager.using(self.alias).filter(**listing.model.scope(REF))
                 orm = rows.order_by(*listing.order or ("pk",)).values_list("pk", *listing.columns)
                 read = listing.read(connection, REF)
                 ordered = bool(listing.order)  # unordered listings: compared as sets of rows
@@ -352,13 +353,16 @@ class TestSqlStoreOnPostgres(SqlContract):
         listed = {r.partition_id: r for r in await store.list_ownership(REF)}
         times = {r.last_modified for r in renewed}
         assert [listed[r.partition_id] for r in renewed] == renewed  # the time and ETag written, read back
-        assert len(times) == 1 and min(r.last_modified or 0 for r in held) <= times.pop()  # one statement's clock
+        assert len(times) == 1  # one statement's clock
+        written = times.pop()
+        assert written is not None and min(r.last_modified or 0 for r in held) <= written
         # A stale ETag loses only its own partition.
         won = await store.claim_ownership([replace(held[0], owner_id="b"), replace(renewed[1], owner_id="b")])
         assert [(r.partition_id, r.owner_id) for r in won] == [("1", "b")]
 
     async def test_a_release_listener_whose_connection_the_server_kills_listens_again(self, store: SqlStore) -> None:
-        channel, heard = store.release_channel(REF), []
+        channel = store.release_channel(REF)
+        heard: list[Released] = []
         assert channel is not None
         listener = listening(channel, heard)
         try:
@@ -385,7 +389,8 @@ class TestSqlStoreOnPostgres(SqlContract):
         # Ctrl-C), so an idle listener woke ten times a second; the listener's connection waits for
         # the server, or for its quiet check. Every wait psycopg starts for the listener while a
         # notice arrives is watched: none sets a short timer.
-        channel, heard = store.release_channel(REF), []
+        channel = store.release_channel(REF)
+        heard: list[Released] = []
         assert channel is not None
         listener = listening(channel, heard)
         try:
