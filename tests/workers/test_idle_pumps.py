@@ -25,7 +25,8 @@ from balancer.stores.memory import MemoryStore
 from tests.azure_source.fake import CONNECTION_STRING, Clients, Hub, sdk_event
 from tests.support.waiting import until, until_sync
 from workers.handlers import PartitionContext
-from workers.hub.embedded import EmbeddedHub, HubReader
+from workers.hub.embedded import EmbeddedHub
+from workers.hub.reader import HubReader
 from workers.runtime.config import PumpConfig
 from workers.runtime.deadletters import DeadLetters
 from workers.runtime.pump import PartitionPump

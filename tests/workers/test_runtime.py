@@ -22,7 +22,8 @@ from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy
 from tests.support.waiting import until
 from workers.handlers import PartitionContext
-from workers.hub.embedded import EmbeddedHub, HubReader
+from workers.hub.embedded import EmbeddedHub
+from workers.hub.reader import HubReader
 from workers.runtime.processor import _resolve
 from workers.runtime.pump import PartitionPump
 from workers.sources.base import ReceivedEvent

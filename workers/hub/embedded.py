@@ -38,55 +38,16 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from workers.hub import placement
-from workers.hub.log import EMPTY, MAX_AMQP, MAX_BODY, MAX_KEY, CorruptLog, Cursor, LogFile, Tail, encode
-from workers.sources.arrivals import WatchedReader
+from workers.hub.log import EMPTY, MAX_AMQP, MAX_BODY, MAX_KEY, CorruptLog, LogFile, Tail, encode
+from workers.hub.reader import HubReader, start_of
 from workers.sources.base import PartitionProperties, Position, ReceivedEvent
 
-__all__ = ["MAX_BODY", "MAX_KEY", "CorruptLog", "EmbeddedHub", "HubReader"]
+__all__ = ["MAX_BODY", "MAX_KEY", "CorruptLog", "EmbeddedHub"]
 
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _META = "hub.json"
-
-
-class HubReader(WatchedReader):
-    """Reads one partition forward from a resolved position. Not thread-safe; one per pump.
-    ``notify(wake)``: ``wake()`` when the log is written (``workers.sources.arrivals``)."""
-
-    def __init__(self, log_file: LogFile, pos: int, next_sequence: int) -> None:
-        self._log, self.watched_path = log_file, log_file.path
-        self._cursor = Cursor(log_file, pos, next_sequence)
-
-    @property
-    def next_sequence_number(self) -> int:
-        return self._cursor.next_sequence
-
-    def receive(self, max_events: int) -> list[ReceivedEvent]:
-        """Up to ``max_events`` next events in sequence order; [] when none are there yet. Raises
-        CorruptLog at a damaged record (once the intact events before it have been handed over),
-        ValueError if closed or ``max_events`` < 1."""
-        if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
-            raise ValueError(f"max_events must be a whole number of at least 1, got {max_events!r}")
-        if self._log.fd < 0:
-            raise ValueError(f"reader of partition {self._log.partition_id} is closed")
-        out: list[ReceivedEvent] = []
-        try:
-            self._cursor.read(max_events, out)
-        except CorruptLog:
-            if not out:
-                raise
-            # Hand over the intact events before the damage; the next call stops at it again.
-        return out
-
-    def nothing_new(self) -> bool:
-        """True when the log holds no byte past the last event read (one ``fstat``: cheap enough for
-        the event loop). An idle pump asks this at its safety read instead of reading in its thread."""
-        return self._log.fd >= 0 and os.fstat(self._log.fd).st_size <= self._cursor.pos
-
-    def close(self) -> None:
-        self.unwatch()
-        self._log.close()
 
 
 class EmbeddedHub:
@@ -168,7 +129,7 @@ class EmbeddedHub:
             raise TypeError(f"position must be a workers.sources.base.Position, got {type(position).__name__}")
         log_file = LogFile(str(self._log_path(partition_id)), self.name, partition_id)
         try:
-            pos, next_sequence = self._resolve(log_file, position)
+            pos, next_sequence = start_of(log_file, position, self._tails.get(partition_id, EMPTY))
         except BaseException:
             log_file.close()
             raise
@@ -322,35 +283,6 @@ class EmbeddedHub:
         if tail.end >= self._tails.get(partition_id, EMPTY).end:
             self._tails[partition_id] = tail
         return tail
-
-    def _resolve(self, log_file: LogFile, position: Position) -> tuple[int, int]:
-        """(byte position, next sequence number) where a reader at ``position`` starts."""
-        offset, sequence = position.offset, position.sequence_number
-        if offset == "@latest" or (offset is None and sequence is None and position.latest):
-            tail = log_file.find_tail(self._tails.get(log_file.partition_id, EMPTY))
-            return tail.end, tail.next_sequence
-        if offset == "-1" or (offset is None and sequence in (None, -1)):
-            return 0, 0
-        if sequence is not None and (isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < -1):
-            raise ValueError(f"sequence number must be a whole number of at least -1, got {sequence!r}")
-        where = f"hub {self.name!r} partition {log_file.partition_id}"
-        if offset is not None:
-            if not isinstance(offset, str) or not offset.isdigit():
-                raise ValueError(f"offset must be a string of digits, got {offset!r}")
-            found = log_file.record_at(int(offset))
-            if found is not None and sequence in (None, found[0]):
-                return int(offset) + found[2], found[0] + 1
-            if sequence is None:
-                raise ValueError(f"{where}: no event starts at offset {offset}")
-            log.info("%s: offset %s does not hold sequence number %d; scanning for it", where, offset, sequence)
-        assert sequence is not None
-        cursor = Cursor(log_file, 0, 0)
-        cursor.read(sequence + 1, None)
-        if cursor.next_sequence != sequence + 1:
-            raise ValueError(
-                f"{where}: cannot start after sequence number {sequence}, the last event is {cursor.next_sequence - 1}"
-            )
-        return cursor.pos, cursor.next_sequence
 
     @contextlib.contextmanager
     def _hub_lock(self) -> Iterator[None]:

@@ -14,7 +14,7 @@ Exclusive receivers (Event Hubs' epochs, the SDKs' owner level, link property
 The registry lives in one server process: two ``runhub`` processes on one hub directory would not
 see each other's receivers.
 
-Events are read from the partition's log without locks (``workers.hub.embedded.HubReader``) on the server's
+Events are read from the partition's log without locks (``workers.hub.reader.HubReader``) on the server's
 loop, as many as the link has credit for, and sent presettled: delivery is at most once per link,
 as with Event Hubs; a receiver that needs more reattaches from its last event.
 """
@@ -32,8 +32,9 @@ from proton import Delivery, Link
 from workers.hub.amqp.addresses import BadAddress, StartAt
 from workers.hub.amqp.links import close
 from workers.hub.amqp.messages import encode, millis, runtime_metrics
-from workers.hub.embedded import EmbeddedHub, HubReader
+from workers.hub.embedded import EmbeddedHub
 from workers.hub.log import CorruptLog, LogFile
+from workers.hub.reader import HubReader
 from workers.sources.base import Position, ReceivedEvent
 
 if TYPE_CHECKING:

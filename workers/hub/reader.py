@@ -1,0 +1,84 @@
+"""Reading an embedded hub's partition: where a reader starts (``start_of``) and the reader itself
+(``HubReader``). Readers never lock; what they see past the last complete record is "not yet
+written" (``workers.hub.log``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from workers.hub.log import CorruptLog, Cursor, LogFile, Tail
+from workers.sources.arrivals import WatchedReader
+from workers.sources.base import Position, ReceivedEvent
+
+log = logging.getLogger("workers.hub.embedded")  # the hub's logger: its lines keep the name they had
+
+
+class HubReader(WatchedReader):
+    """Reads one partition forward from a resolved position. Not thread-safe; one per pump.
+    ``notify(wake)``: ``wake()`` when the log is written (``workers.sources.arrivals``)."""
+
+    def __init__(self, log_file: LogFile, pos: int, next_sequence: int) -> None:
+        self._log, self.watched_path = log_file, log_file.path
+        self._cursor = Cursor(log_file, pos, next_sequence)
+
+    @property
+    def next_sequence_number(self) -> int:
+        return self._cursor.next_sequence
+
+    def receive(self, max_events: int) -> list[ReceivedEvent]:
+        """Up to ``max_events`` next events in sequence order; [] when none are there yet. Raises
+        CorruptLog at a damaged record (once the intact events before it have been handed over),
+        ValueError if closed or ``max_events`` < 1."""
+        if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
+            raise ValueError(f"max_events must be a whole number of at least 1, got {max_events!r}")
+        if self._log.fd < 0:
+            raise ValueError(f"reader of partition {self._log.partition_id} is closed")
+        out: list[ReceivedEvent] = []
+        try:
+            self._cursor.read(max_events, out)
+        except CorruptLog:
+            if not out:
+                raise
+            # Hand over the intact events before the damage; the next call stops at it again.
+        return out
+
+    def nothing_new(self) -> bool:
+        """True when the log holds no byte past the last event read (one ``fstat``: cheap enough for
+        the event loop). An idle pump asks this at its safety read instead of reading in its thread."""
+        return self._log.fd >= 0 and os.fstat(self._log.fd).st_size <= self._cursor.pos
+
+    def close(self) -> None:
+        self.unwatch()
+        self._log.close()
+
+
+def start_of(log_file: LogFile, position: Position, hint: Tail) -> tuple[int, int]:
+    """(byte position, next sequence number) where a reader at ``position`` starts; ``hint`` is an
+    earlier tail of the log. Raises ValueError for a position beyond the last event or naming no event."""
+    offset, sequence = position.offset, position.sequence_number
+    if offset == "@latest" or (offset is None and sequence is None and position.latest):
+        tail = log_file.find_tail(hint)
+        return tail.end, tail.next_sequence
+    if offset == "-1" or (offset is None and sequence in (None, -1)):
+        return 0, 0
+    if sequence is not None and (isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < -1):
+        raise ValueError(f"sequence number must be a whole number of at least -1, got {sequence!r}")
+    where = f"hub {log_file.hub!r} partition {log_file.partition_id}"
+    if offset is not None:
+        if not isinstance(offset, str) or not offset.isdigit():
+            raise ValueError(f"offset must be a string of digits, got {offset!r}")
+        found = log_file.record_at(int(offset))
+        if found is not None and sequence in (None, found[0]):
+            return int(offset) + found[2], found[0] + 1
+        if sequence is None:
+            raise ValueError(f"{where}: no event starts at offset {offset}")
+        log.info("%s: offset %s does not hold sequence number %d; scanning for it", where, offset, sequence)
+    assert sequence is not None
+    cursor = Cursor(log_file, 0, 0)
+    cursor.read(sequence + 1, None)
+    if cursor.next_sequence != sequence + 1:
+        raise ValueError(
+            f"{where}: cannot start after sequence number {sequence}, the last event is {cursor.next_sequence - 1}"
+        )
+    return cursor.pos, cursor.next_sequence
