@@ -121,7 +121,7 @@ def _at_time(source: EventSource, pid: str, when: float, spec: str, last: int, e
 def _can_remove(stores: Stores) -> bool:
     from ..sql.store import SqlStore
 
-    store = getattr(stores.checkpoints, "_store", stores.checkpoints)  # under workers.metrics.InstrumentedStore
+    store = getattr(stores.checkpoints, "_store", stores.checkpoints)  # under workers.store_metrics.InstrumentedStore
     return hasattr(store, "delete_checkpoint") or isinstance(store, SqlStore)
 
 

@@ -20,7 +20,7 @@ from balancer.model import HubRef, OwnershipRecord
 from balancer.protocol import CheckpointStore, ControlStore, OwnershipStore, SnapshotStore
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import DEFAULT, get_strategy
-from workers import metrics
+from workers import store_metrics as metrics
 from workers.wiring import Stores, instrument
 
 REF = HubRef("instrumented.example", "sensors", "$Default")

@@ -18,7 +18,7 @@ from django.utils.module_loading import import_string
 
 from balancer.protocol import CheckpointStore, ControlStore, OwnershipStore
 
-from .. import metrics
+from ..store_metrics import InstrumentedStore, instrumented
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +103,7 @@ async def close_stores(stores: Stores) -> None:
     seen: set[int] = set()
     for store in (stores.ownership, stores.checkpoints, stores.controls):
         # Judged by the store itself, not by a metrics wrapper around it (``instrument``).
-        inner = store.wrapped if isinstance(store, metrics.InstrumentedStore) else store
+        inner = store.wrapped if isinstance(store, InstrumentedStore) else store
         aclose = getattr(inner, "aclose", None)
         if aclose is not None and id(inner) not in seen | keep:
             seen.add(id(inner))
@@ -111,7 +111,7 @@ async def close_stores(stores: Stores) -> None:
 
 
 def instrument(stores: Stores) -> Stores:
-    """``stores`` with every call counted and timed in Prometheus (``workers.metrics.instrumented``).
+    """``stores`` with every call counted and timed in Prometheus (``workers.store_metrics.instrumented``).
 
     One wrapper per distinct store, so ``ownership is controls`` stays true where it was, and with it
     the one-request snapshot. Raises TypeError when a store lacks the protocol of its place.
@@ -119,7 +119,7 @@ def instrument(stores: Stores) -> Stores:
     wrapped: dict[int, object] = {}
 
     def wrap(store: object) -> object:
-        return wrapped.setdefault(id(store), metrics.instrumented(store))
+        return wrapped.setdefault(id(store), instrumented(store))
 
     ownership, checkpoints, controls = wrap(stores.ownership), wrap(stores.checkpoints), wrap(stores.controls)
     if not isinstance(ownership, OwnershipStore):
