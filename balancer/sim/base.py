@@ -24,6 +24,7 @@ from balancer.errors import OwnershipLost, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, partition_ids
 from balancer.notices import Released
 from balancer.protocol import Balancer, CycleReport, Driver
+from balancer.sim.events import Events
 from balancer.sim.measures import (
     Processing,
     even_by_load,
@@ -77,9 +78,8 @@ class Run(abc.ABC):
         self.done = asyncio.Event()
         self.tasks: dict[str, list[asyncio.Task[None]]] = {w: [] for w in self.names}
         self.locks = {w: asyncio.Lock() for w in self.names}
-        self.checkpoints: dict[str, int] = {}
-        self.hot: str | None = None  # hot-partition: the partition whose rate rises at the disturbance
-        self.lag = random.Random(f"lag/{scenario}/{partitions}/{workers}/{seed}")  # checkpoints behind events
+        lag = random.Random(f"lag/{scenario}/{partitions}/{workers}/{seed}")  # checkpoints behind events
+        self.events = Events(settings, scenario == "hot-partition", lag)
         self.counted: dict[str, int] = dict.fromkeys(self.names, 0)  # requests already attributed
         self.proxies: dict[str, LatentStore] = {}
         self.coordinators: dict[str, Balancer] = {}
@@ -180,7 +180,7 @@ class Run(abc.ABC):
             report = await self.coordinators[w].cycle(DRIVER)
             if self.scenario == "hot-partition":  # events flow: checkpoint what it holds, once a cycle
                 for pid in sorted(report.owned, key=int):
-                    checkpoint = Checkpoint(REF, pid, self._sequence(pid))
+                    checkpoint = Checkpoint(REF, pid, self.events.sequence(pid, self._now()))
                     with contextlib.suppress(OwnershipLost, StoreUnavailable):
                         await self.store.update_checkpoint(checkpoint, w)
         spent = self._spent(w)
@@ -231,35 +231,16 @@ class Run(abc.ABC):
             if not coordinator.handing_off(pid):
                 return
             self.processing.stop(w, pid, self._now())
-            self._sequence(pid)
+            self.events.sequence(pid, self._now())
             # OwnershipLost: taken after the handoff timeout; the new owner resumes from the last checkpoint
             with contextlib.suppress(OwnershipLost, StoreUnavailable):
-                await self.proxies[w].update_checkpoint(Checkpoint(REF, pid, self.checkpoints[pid]), w)
+                await self.proxies[w].update_checkpoint(Checkpoint(REF, pid, self.events.checkpoints[pid]), w)
             with contextlib.suppress(StoreUnavailable):  # the coordinator starts the handoff again
                 await coordinator.release(pid)
         self._judge()
 
-    def rate(self, pid: str) -> float:
-        """Events per second on ``pid`` now."""
-        hot = pid == self.hot and self._now() >= self.disturbed_at
-        return self.s.base_rate * (self.s.hot_factor if hot else 1.0)
-
     def _rates(self) -> dict[str, float]:
-        return {p: self.rate(p) for p in _ids(self.hub_size)}
-
-    def _sequence(self, pid: str) -> int:
-        """The sequence number to checkpoint ``pid`` at now: where its events are (hot-partition, where
-        they come at ``rate``), else one more than the last checkpoint (recorded in ``checkpoints``)."""
-        last = self.checkpoints.get(pid, 0)
-        position = last + 1
-        if self.scenario == "hot-partition":
-            now = self._now()
-            position = int(self.s.base_rate * now)
-            if pid == self.hot and now > self.disturbed_at:
-                position += int(self.s.base_rate * (self.s.hot_factor - 1) * (now - self.disturbed_at))
-            position -= int(self.rate(pid) * self.lag.uniform(0, self.s.checkpoint_lag))
-        self.checkpoints[pid] = max(last, position)
-        return self.checkpoints[pid]
+        return {p: self.events.rate(p, self._now()) for p in _ids(self.hub_size)}
 
     def _held(self) -> dict[str, list[str]]:
         """The partitions each live, undrained worker holds now (by the store's records)."""
@@ -364,7 +345,7 @@ class Run(abc.ABC):
             await self.store.put_control(Control(REF, ControlKind.DRAIN, victim))
             self._tell(Released(REF, (), OPERATOR))  # news, as the dashboard's action sends it
         elif kind == "hot-partition":
-            self.hot = env.choice(_ids(self.hub_size))
+            self.events.hot, self.events.since = env.choice(_ids(self.hub_size)), self._now()
         elif kind == "pin":
             others = [p for p in _ids(self.hub_size) if p not in self.coordinators[victim].owned]
             pid = env.choice(others) if others else "0"
