@@ -15,7 +15,7 @@ from typing import Any
 
 import requests
 import schemathesis
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseBase
 
 from dashboard.web.openapi import document
 
@@ -59,6 +59,7 @@ def conforms(
     _loaded()[path][method.upper()].validate_response(answer)
 
 
-def conforms_response(method: str, url: str, response: HttpResponse) -> None:
+def conforms_response(method: str, url: str, response: HttpResponseBase) -> None:
     """``conforms`` for a Django test client's response."""
+    assert isinstance(response, HttpResponse), f"{url}: a streamed response ({type(response).__name__})"
     conforms(method, url, response.status_code, response["Content-Type"], response.content, dict(response.items()))

@@ -93,7 +93,7 @@ async def test_refusals_come_back_with_a_code_and_a_sentence(fleet: Stores) -> N
 
 async def test_an_unknown_worker_or_partition_or_a_bad_position_is_a_400_that_says_what_is_wrong(fleet: Stores) -> None:
     client = await logged_in()
-    asked = {
+    asked: dict[str, dict[str, Any]] = {
         "pin to an unknown worker": {"action": "pin", "target": "0", "value": "w9"},
         "pin an unknown partition": {"action": "pin", "target": "99", "value": "w1"},
         "unpin a partition that is no id": {"action": "unpin", "target": "abc"},

@@ -129,7 +129,7 @@ async def test_a_round_reads_the_store_once_for_all_partitions(
     for pid in map(str, range(PARTITIONS)):
         hub.send_batch([b"{}"] * 2, partition_id=pid)
     counting = Counting(stores.ownership)
-    counted = Stores(ownership=counting, checkpoints=counting, controls=counting)  # type: ignore[arg-type]
+    counted = Stores(ownership=counting, checkpoints=counting, controls=counting)
     db = DatabaseThread("test-sampling")
     watched = Monitor(ref, db)
     try:

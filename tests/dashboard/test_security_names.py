@@ -77,10 +77,10 @@ async def static_get(raw: bytes) -> int:
         "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 8000),
     }
-    app = ApplicationCommunicator(asgi.StaticFiles(asgi.django_asgi_app), scope)  # type: ignore[no-untyped-call]
-    await app.send_input({"type": "http.request", "body": b"", "more_body": False})  # type: ignore[no-untyped-call]
-    start = await app.receive_output(timeout=10)  # type: ignore[no-untyped-call]
-    await app.wait(timeout=10)  # type: ignore[no-untyped-call]
+    app = ApplicationCommunicator(asgi.StaticFiles(asgi.django_asgi_app), scope)
+    await app.send_input({"type": "http.request", "body": b"", "more_body": False})
+    start = await app.receive_output(timeout=10)
+    await app.wait(timeout=10)
     assert start["type"] == "http.response.start"
     return int(start["status"])
 

@@ -56,7 +56,9 @@ def rows_of(f: File, malformed: set[tuple[str, int]]) -> list[tuple[str, int]]:
     return [(f.partition, n) for n in range(f.first, f.last + 1) if (f.partition, n) not in malformed]
 
 
-def run(files: list[File], cuts: list[int], malformed: set[tuple[str, int]]) -> tuple[list[tuple[str, int]], dict]:
+def run(
+    files: list[File], cuts: list[int], malformed: set[tuple[str, int]]
+) -> tuple[list[tuple[str, int]], ranges.Ranges]:
     """The job's dedupe over the landing, batch by batch: the rows counted and the final state."""
     counted: ranges.Ranges = {}
     out: list[tuple[str, int]] = []
@@ -100,7 +102,9 @@ def reference(files: list[File], malformed: set[tuple[str, int]]) -> set[tuple[s
 
 @settings(max_examples=400, deadline=None)
 @given(landings())
-def test_every_event_of_a_readable_file_is_counted_exactly_once(landing: tuple) -> None:
+def test_every_event_of_a_readable_file_is_counted_exactly_once(
+    landing: tuple[list[File], list[int], set[tuple[str, int]]],
+) -> None:
     files, cuts, malformed = landing
     counted_rows, state = run(files, cuts, malformed)
     assert len(counted_rows) == len(set(counted_rows)), "an event was counted twice"
