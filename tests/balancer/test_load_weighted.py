@@ -36,10 +36,10 @@ def view(
     )
 
 
-def load_of(assignment: dict[str, str], rates: dict[str, float]) -> Counter[str]:
-    totals: Counter[str] = Counter()
+def load_of(assignment: dict[str, str], rates: dict[str, float]) -> dict[str, float]:
+    totals: dict[str, float] = {}
     for p, w in assignment.items():
-        totals[w] += rates[p]
+        totals[w] = totals.get(w, 0.0) + rates[p]
     return totals
 
 
@@ -242,5 +242,7 @@ def test_the_simulated_hot_partition_spreads_within_a_quarter_with_weights_and_n
     assert by_count["load_weighted"] is False and weighted["load_weighted"] is True
     assert by_count["load_spread"]["median"] > 1.5  # type: ignore[index]
     assert weighted["load_spread"]["max"] <= 1.25  # type: ignore[index]
-    assert weighted["balanced_runs"] == 3 and weighted["max_unowned_seconds"] <= 0.5
+    unowned = weighted["max_unowned_seconds"]
+    assert isinstance(unowned, int | float) and unowned <= 0.5
+    assert weighted["balanced_runs"] == 3
     assert weighted["overlap_seconds"] == {"median": 0, "max": 0}

@@ -10,6 +10,7 @@ Every event (kind, partition, owners, time) and the final table must be the same
 from __future__ import annotations
 
 import asyncio
+import random
 from dataclasses import dataclass, replace
 
 from hypothesis import HealthCheck, example, given, settings
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 from balancer.model import BalancerEvent, Control, ControlKind
 from balancer.protocol import CycleReport
-from balancer.strategies import Plan, View
+from balancer.strategies import Plan, PlanFunction, View
 
 from .cluster import REF, Cluster
 
@@ -70,8 +71,8 @@ class Fleet:
         coordinator = self.cluster.add(name)
         coordinator.strategy = replace(coordinator.strategy, plan=self._counted(coordinator.strategy.plan))
 
-    def _counted(self, plan):  # type: ignore[no-untyped-def]
-        def counted(view: View, rng) -> Plan:  # type: ignore[no-untyped-def]
+    def _counted(self, plan: PlanFunction) -> PlanFunction:
+        def counted(view: View, rng: random.Random) -> Plan:
             self.plans += 1
             return plan(view, rng)
 
