@@ -84,7 +84,7 @@ def sdk_event(
 
 def sdk_error(condition: ErrorCondition | bytes, description: str) -> EventHubError:
     """The exception the SDK raises for an AMQP link error, through its own mapping."""
-    error = PyamqpTransport._create_eventhub_exception(  # type: ignore[no-untyped-call]
+    error = PyamqpTransport._create_eventhub_exception(
         AMQPLinkError(condition, description=description), is_consumer=True
     )
     assert isinstance(error, EventHubError)
@@ -345,7 +345,9 @@ class FakeConsumer:
         return True
 
     def _handle_exception(self, exception: Exception) -> Exception:
-        return PyamqpTransport._handle_exception(exception, self)  # type: ignore[no-untyped-call, no-any-return]
+        handled = PyamqpTransport._handle_exception(exception, self)
+        assert isinstance(handled, Exception)
+        return handled
 
     def _close_handler(self) -> None:
         self.running = False

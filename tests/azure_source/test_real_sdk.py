@@ -164,7 +164,12 @@ def test_a_reader_on_the_amqp_hub_reads_without_the_sdks_event_processor(amqp_hu
     with EventHubsSource("sensors", connection_string=amqp_hub.connection_string) as source:
         reader = source.reader("1", Position(sequence_number=1))
         got: list[int] = []
-        until_sync(lambda: got.extend(e.sequence_number for e in reader.receive(10)) or len(got) >= 3, "3 events")
+
+        def three_read() -> bool:
+            got.extend(e.sequence_number for e in reader.receive(10))
+            return len(got) >= 3
+
+        until_sync(three_read, "3 events")
         assert got == [2, 3, 4]
         assert amqp_hub.owner_levels("sensors", "1") == [0]
         assert not _processor_threads() - before  # this reader started no EventProcessor

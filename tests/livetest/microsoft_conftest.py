@@ -43,7 +43,7 @@ from workers.hub.embedded import EmbeddedHub
 
 PARTITION_COUNT = 2
 CONN_STR = "Endpoint=sb://{}/;SharedAccessKeyName={};SharedAccessKey={};EntityPath={}"
-CLIENT_ARGS = {"connection_verify": os.environ["LIVETEST_CA_FILE"]}
+CLIENT_ARGS: dict[str, Any] = {"connection_verify": os.environ["LIVETEST_CA_FILE"]}  # the SDK clients' keywords
 # certifi's public authorities and runhub's CA: what the SDK trusts when a test names no CA file.
 certifi.where = lambda: os.environ["LIVETEST_TRUST_FILE"]
 

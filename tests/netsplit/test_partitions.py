@@ -235,8 +235,8 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
         for line in unsent:
             print(f"    never reported: {line}")
         print(f"  per nemesis [{store}]:")
-        for line in figures:
-            print(f"    {line.line()}")
+        for figure in figures:
+            print(f"    {figure.line()}")
         if report.violations:  # what the workers involved logged: the run's files go with its clone
             for line in worker_lines(fleet.root, report.violations):
                 print(line)
