@@ -59,12 +59,14 @@ def test_an_expiry_the_stores_clock_cannot_judge_is_refused_with_the_next_one_th
 
 
 class _StoreWithAChannel:
+    channel = object()  # stands for the store's channel
+
     def __init__(self) -> None:
         self.asked = 0
 
     def release_channel(self, ref: object) -> object:
         self.asked += 1
-        return "the store's channel"
+        return self.channel
 
 
 @pytest.mark.parametrize(("flag", "setting", "across"), [
@@ -91,4 +93,4 @@ def test_release_notices_cross_processes_unless_turned_off_by_option_or_setting(
     off = Notices(store, REF, across_processes=False)
     assert (store.asked, off.across_processes) == (0, False)
     assert off.kind == "in this process only (turned off across processes)"
-    assert Notices(store, REF).channel == "the store's channel"
+    assert Notices(store, REF).channel is store.channel

@@ -116,7 +116,7 @@ async def test_a_batch_handler_gets_each_partition_in_order_in_batches_of_its_si
     rig.send("0", 7)
     batches: list[list[int]] = []
 
-    @batch_handler(max_events=3)
+    @batch_handler(max_events=3)  # type: ignore[untyped-decorator]  # batch_handler(...) is typed as Any
     def batches_of_three(events: list[ReceivedEvent], ctx: PartitionContext) -> None:
         batches.append([e.sequence_number for e in events])
 
@@ -163,7 +163,7 @@ async def test_a_jump_in_sequence_numbers_is_logged_as_lost_data(rig: Rig, caplo
     rig.send("0", 6)
     recorder = Recorder()
     a = rig.worker("a", recorder)
-    a._source = DroppingSource(rig.hub, drop=3)  # type: ignore[assignment]
+    a._source = DroppingSource(rig.hub, drop=3)
     gaps = metric("leaseboard_sequence_gaps_total")
     await own_all(a, 4)
     await until(lambda: recorder.count() == 5, what="the five events that came")

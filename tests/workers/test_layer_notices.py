@@ -233,7 +233,7 @@ async def test_with_the_layer_down_workers_poll_and_hear_notices_again_once_it_i
         joins += 1
         await add(group, channel)
 
-    b_layer.group_add = counted_add  # type: ignore[method-assign]
+    b_layer.group_add = counted_add
     a, b = Notices(object(), REF, layer=a_layer), Notices(object(), REF, layer=b_layer)
     b0 = Worker("B-0")
     try:
