@@ -36,7 +36,7 @@ async def test_a_checkpoint_is_written_every_n_events_and_once_more_on_stop(any_
     recorder = Recorder()
     a = any_rig.worker("a", recorder, checkpoint_events=5)
     recording = RecordingCheckpoints(any_rig.store)
-    a._checkpoints = recording  # type: ignore[assignment]
+    a._checkpoints = recording
     await own_all(a, 4)
     await until(lambda: recorder.count() == 12, what="12 events handled")
     await until(lambda: len(recording.written) == 2, what="two checkpoints")
@@ -134,7 +134,11 @@ async def test_checkpoints_never_go_backwards_when_ownership_moves_back_and_fort
         await own_all(worker, 4)
         rig.send("0", 5)
         total = 25 + 5 * round_
-        await until(lambda total=total: len(set(recorder.sequences("0"))) == total, what=f"{owner}'s events")
+
+        def all_handled(total: int = total) -> bool:
+            return len(set(recorder.sequences("0"))) == total
+
+        await until(all_handled, what=f"{owner}'s events")
         await worker.shutdown()
         seen.append((await checkpoints(rig))["0"])
     assert seen == sorted(seen) and seen[-1] == 39

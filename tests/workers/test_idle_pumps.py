@@ -320,7 +320,7 @@ class DeafSource:
         self.readers: list[Deaf] = []
 
     def reader(self, partition_id: str, position: Position) -> Deaf:
-        reader = Deaf(self.hub.reader(partition_id, position), self.broken)  # type: ignore[arg-type]
+        reader = Deaf(self.hub.reader(partition_id, position), self.broken)
         self.readers.append(reader)
         return reader
 

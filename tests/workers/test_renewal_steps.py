@@ -13,7 +13,8 @@ import logging
 
 import pytest
 
-from balancer.protocol import Driver
+from balancer.lease import Coordinator
+from balancer.protocol import CYCLES_ONLY, CycleReport, Driver
 from tests.support.waiting import until
 from workers.runtime.processor import EventProcessor
 
@@ -97,7 +98,7 @@ async def test_a_renewal_that_works_on_its_retry_moves_the_deadline_and_logs_tha
     rig.store.down = True
     renew = a.coordinator.renew
 
-    async def heal_after_the_first(driver: Driver) -> object:
+    async def heal_after_the_first(driver: Driver = CYCLES_ONLY) -> CycleReport:
         try:
             return await renew(driver)
         finally:
@@ -147,6 +148,7 @@ async def test_a_renewal_step_that_lost_a_partition_stops_its_pump(rig: Rig) -> 
 async def test_run_has_the_coordinator_renew_between_cycles(rig: Rig) -> None:
     a = rig.worker("a", Recorder(), interval=2.0, expiry=10.0)
     assert not a.renewal_steps  # cycles alone renew until a loop renews between them
+    assert isinstance(a.coordinator, Coordinator)
     assert not a.coordinator.renewal_steps  # told with each call, never set on the coordinator
     a.stop()
     await a.run()

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from balancer.lease import Coordinator
 from balancer.model import EventKind, OwnershipRecord
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy
+from tests.support.clock import FakeClock
 from tests.support.waiting import until
 from workers.handlers import PartitionContext
 from workers.hub.embedded import EmbeddedHub
@@ -28,7 +29,7 @@ from workers.runtime.processor import _resolve
 from workers.runtime.pump import PartitionPump
 from workers.sources.base import ReceivedEvent
 
-from .conftest import REF, FakeClock, Recorder, Rig, checkpoints, metric, own_all, quick_sleep
+from .conftest import REF, Recorder, Rig, checkpoints, metric, own_all, quick_sleep
 
 # ownership and pumps -------------------------------------------------------------------------------
 
@@ -45,6 +46,7 @@ async def test_pumps_run_exactly_for_the_partitions_the_worker_holds_and_stop_wh
     await until(lambda: recorder.count() == 40, what="all 40 events handled")
 
     # A second worker joins and steals one partition (a is above the maximum of 2).
+    assert isinstance(a.coordinator, Coordinator)
     b = Coordinator(REF, "b", any_rig.store, a.coordinator.partitions, get_strategy("balanced"), expiry=30.0,
                     clock=any_rig.clock, monotonic=any_rig.clock)  # fmt: skip
     await b.cycle()
@@ -127,11 +129,19 @@ async def test_idle_pumps_do_not_wake_at_their_leases_old_deadlines_and_pause_wh
         old = max(a.coordinator.deadline(p) for p in "0123")
         due = a.coordinator.next_renewal()
         assert due is not None
-        await until(lambda due=due: time.monotonic() >= due, what="the renewal to fall due")
+
+        def renewal_due(due: float = due) -> bool:
+            return time.monotonic() >= due
+
+        await until(renewal_due, what="the renewal to fall due")
         report = await a.renew()
         assert report is not None and not report.lost
         assert min(a.coordinator.deadline(p) for p in "0123") > old
-        await until(lambda old=old: time.monotonic() > old + 0.05, what="the old deadlines to pass")
+
+        def old_deadlines_passed(old: float = old) -> bool:
+            return time.monotonic() > old + 0.05
+
+        await until(old_deadlines_passed, what="the old deadlines to pass")
         assert a.paused == frozenset() and all(s.idle_waits == 1 for s in a.stats().values())
     told: list[str] = []  # what the timer tells the pumps
 
@@ -295,7 +305,7 @@ async def test_handoffs_that_finish_together_are_released_in_one_request(tmp_pat
         gate, in_flight, requests = asyncio.Event(), [0], []
         claim = store.claim_ownership
 
-        async def gated(records: list[OwnershipRecord]) -> list[OwnershipRecord]:
+        async def gated(records: Sequence[OwnershipRecord]) -> list[OwnershipRecord]:
             if records and all(r.owner_id == "" for r in records):
                 requests.append(len(records))
                 in_flight[0] = len(records)
@@ -497,7 +507,11 @@ async def test_news_ends_a_quiet_wait_but_not_a_waits_of_one_interval(rig: Rig) 
     task = asyncio.create_task(a.run())
     try:
         for n in range(2, 14):  # wake it cycle after cycle until one is steady
-            await until(lambda n=n: a._waiting is not None and a.cycles == n - 1, what=f"cycle {n - 1} and its wait")  # type: ignore[misc]
+
+            def waiting_after(cycles: int = n - 1) -> bool:
+                return a._waiting is not None and a.cycles == cycles
+
+            await until(waiting_after, what=f"cycle {n - 1} and its wait")
             if a._quiet:
                 break
             rig.clock.advance(2.0)
