@@ -203,7 +203,7 @@ LEASEBOARD_LOAD_WEIGHTED = envbool("LEASEBOARD_LOAD_WEIGHTED", False)
 LEASEBOARD_STORES: dict[str, dict[str, object]] = {
     "sql": {"BACKEND": "dashboard.sql.store.SqlStore", "CONFIG": {}},
     "memory": {"BACKEND": "balancer.stores.memory.MemoryStore", "CONFIG": {}, "PROCESS_WIDE": True},
-    "redis": {"BACKEND": "balancer.stores.redis.RedisStore", "CONFIG": {}},
+    "redis": {"BACKEND": "balancer.stores.redis.store.RedisStore", "CONFIG": {}},
     "blob": {"BACKEND": "balancer.stores.azure_blob.BlobStore", "CONFIG": {}},
 }
 # Where workers hand balancer events besides the log and the metrics: the dotted path of a callable

@@ -1,6 +1,6 @@
 """The lease race's hashes and channels in Redis (001's own store), for ``balancer.race.coordinator``.
 
-Keys and channels sit under the hub and consumer group's scope (``balancer.stores.redis_layout.scope``,
+Keys and channels sit under the hub and consumer group's scope (``balancer.stores.redis.layout.scope``,
 the same hash tag as the store's keys), so one scope is one cluster slot and nothing outside it is
 touched::
 
@@ -27,9 +27,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from balancer.aio import stop_if_cancelled, within
 from balancer.model import HubRef
 from balancer.race.backend import Channel, Deliver, Hash
-from balancer.stores.redis import Connection, RedisStore
-from balancer.stores.redis_layout import scope
-from balancer.stores.redis_notices import CLOSE, close_subscription
+from balancer.stores.redis.connection import Connection
+from balancer.stores.redis.layout import scope
+from balancer.stores.redis.notices import CLOSE, close_subscription
+from balancer.stores.redis.store import RedisStore
 
 # KEYS: one hash. ARGV: field, value. Deletes the field only while it holds the value.
 DELETE_IF = """

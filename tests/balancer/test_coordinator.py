@@ -162,8 +162,7 @@ async def test_one_cycle_costs_one_list_and_one_claim_request_in_steady_state() 
 def test_every_core_module_but_the_adapters_imports_without_django_or_an_sdk() -> None:
     # import-linter (`make lint`) checks the import statements; this checks what really gets imported,
     # lazy imports included, for every module of the core that is not an adapter of a client library.
-    adapters = {"balancer.stores.redis", "balancer.stores.redis_layout", "balancer.stores.redis_records",
-                "balancer.stores.redis_notices",
+    adapters = {"balancer.stores.redis.connection", "balancer.stores.redis.notices", "balancer.stores.redis.store",
                 "balancer.stores.azure_blob", "balancer.stores.blob_service", "balancer.race.redis"}  # fmt: skip
     code = (
         "import importlib, pkgutil, sys\n"

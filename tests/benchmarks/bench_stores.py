@@ -126,7 +126,7 @@ def main() -> None:
         except Exception as exc:
             print(f"Blob not measured: {exc}")
         try:
-            from balancer.stores.redis import RedisStore
+            from balancer.stores.redis.store import RedisStore
             from tests.support.redis_server import start_redis
 
             redis_server = start_redis()

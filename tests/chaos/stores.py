@@ -213,7 +213,7 @@ class RedisKit:
         return {"DATABASE_URL": self.database_url, "REDIS_URL": self.server.url}
 
     async def open(self) -> Any:
-        from balancer.stores.redis import RedisStore
+        from balancer.stores.redis.store import RedisStore
 
         return RedisStore(self.server.url)
 
@@ -236,7 +236,7 @@ class RedisKit:
     async def corrupt(self, store: Any, ref: HubRef, partition_id: str) -> str:
         """Either damage the parser refuses (not JSON), or a well-formed record naming an unknown
         owner with a last-modified time that is not a number (never expires unless caught)."""
-        from balancer.stores.redis import Keys
+        from balancer.stores.redis.layout import Keys
 
         unreadable = random.random() < 0.5
         value = "not json" if unreadable else '{"owner": "ghost", "etag": "corrupt", "modified": "nan", "level": 0}'
@@ -248,7 +248,7 @@ class RedisKit:
         return "ownership field overwritten: " + ("not JSON" if unreadable else "unknown owner, modified NaN")
 
     async def clear(self, store: Any, ref: HubRef, partition_id: str) -> str:
-        from balancer.stores.redis import Keys
+        from balancer.stores.redis.layout import Keys
 
         client = store.new_client()
         try:
@@ -271,7 +271,7 @@ class Kits:
 
 def available_kits() -> Kits:
     kits = Kits(["postgresql", "blob"])
-    if importlib.util.find_spec("balancer.stores.redis") is not None:
+    if importlib.util.find_spec("balancer.stores.redis.store") is not None:
         kits.names.append("redis")
     else:
         kits.missing["redis"] = "balancer/redisstore.py does not exist"

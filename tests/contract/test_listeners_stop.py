@@ -27,8 +27,8 @@ from channels_redis.core import RedisChannelLayer
 from balancer.model import HubRef
 from balancer.notices import Released
 from balancer.race.redis import RedisRaceBackend
-from balancer.stores import redis_notices
-from balancer.stores.redis import RedisStore
+from balancer.stores.redis import notices as redis_notices
+from balancer.stores.redis.store import RedisStore
 from tests.support.redis_server import RedisServer, start_redis
 from workers import layer_notices
 from workers.layer_notices import ChannelLayerReleaseChannel

@@ -1,4 +1,4 @@
-"""The store contract on ``balancer.stores.redis.RedisStore`` against a real ``redis-server`` (flushed
+"""The store contract on ``balancer.stores.redis.store.RedisStore`` against a real ``redis-server`` (flushed
 before each test), plus what only the Redis store has: one slot per scope, scripts that touch only
 their scope's keys (an ACL user allowed nothing else runs them), the server's clock, unreadable
 records, outages and refused credentials."""
@@ -21,9 +21,10 @@ from redis.crc import key_slot
 from balancer.errors import StoreError, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.notices import Released
-from balancer.stores import redis_notices
-from balancer.stores.redis import Keys, RedisStore, scope
-from balancer.stores.redis_notices import QUIET
+from balancer.stores.redis import notices as redis_notices
+from balancer.stores.redis.layout import Keys, scope
+from balancer.stores.redis.notices import QUIET
+from balancer.stores.redis.store import RedisStore
 from tests.support.redis_server import RedisServer, start_redis
 from tests.support.servers import free_port
 from tests.support.waiting import until

@@ -254,7 +254,7 @@ class RedisMonitor:
             self._socket = None
 
     def history(self, ref: HubRef) -> History:
-        from balancer.stores.redis_layout import Keys
+        from balancer.stores.redis.layout import Keys
 
         keys = Keys.of(ref)
         self.stop()

@@ -18,7 +18,7 @@ from balancer.model import HubRef, partition_ids
 from balancer.race.coordinator import RaceCoordinator
 from balancer.race.redis import RedisRaceBackend
 from balancer.race.times import RaceTimes
-from balancer.stores.redis import RedisStore
+from balancer.stores.redis.store import RedisStore
 from tests.support.redis_server import start_redis
 from tests.support.waiting import until
 

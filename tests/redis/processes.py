@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from balancer.model import HubRef
-from balancer.stores.redis import Keys, scope
+from balancer.stores.redis.layout import Keys, scope
 from tests.support.processes import Processes, last_enqueued, manage, worker_env
 from tests.support.redis_server import RedisServer
 from workers.hub.embedded import EmbeddedHub

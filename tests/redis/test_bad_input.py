@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from balancer.model import HubRef
-from balancer.stores.redis import Keys, scope
+from balancer.stores.redis.layout import Keys, scope
 from tests.support.redis_server import RedisServer
 from tests.support.servers import free_port
 

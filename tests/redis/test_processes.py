@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from balancer.stores.redis import scope
+from balancer.stores.redis.layout import scope
 from tests.support.redis_server import RedisServer
 
 from .processes import INTERVAL, REF, SPANS, Site, handled_by, start_producing

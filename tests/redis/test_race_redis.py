@@ -19,7 +19,8 @@ from balancer.race.coordinator import RaceCoordinator
 from balancer.race.redis import RedisRaceBackend
 from balancer.race.times import RaceTimes
 from balancer.stores.memory import MemoryStore
-from balancer.stores.redis import RedisStore, scope
+from balancer.stores.redis.layout import scope
+from balancer.stores.redis.store import RedisStore
 from tests.support.redis_server import RedisServer
 from tests.support.waiting import until
 

@@ -186,7 +186,7 @@ def test_the_stores_get_their_connections_from_settings_and_read_no_environment(
 ) -> None:
     from balancer.errors import StoreError
     from balancer.stores.azure_blob import BlobStore
-    from balancer.stores.redis import RedisStore
+    from balancer.stores.redis.store import RedisStore
     from tests.support.azurite import connection_string
 
     monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/9")  # the environment after start: nobody reads it

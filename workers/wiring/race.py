@@ -33,7 +33,7 @@ _redis_stores: dict[str, Any] = {}  # one RedisStore per URL per process, shared
 
 def race_backend(ref: HubRef, store: object, redis_url: str | None) -> RaceBackend:
     """Redis's race for ``ref`` when there is a Redis, else this process's in-memory one."""
-    from balancer.stores.redis import (
+    from balancer.stores.redis.store import (
         RedisStore,  # imported here: the race without Redis needs no Redis client
     )
 

@@ -1,7 +1,7 @@
 """The Redis store's layout: the keys of one hub and consumer group, and the Lua scripts that change
 them atomically on the server (see ``balancer.stores.redis`` for why each is a script).
 
-Pure text: the adapter (``balancer.stores.redis``) and the race's (``balancer.race.redis``) send them.
+Pure text: the adapter (``balancer.stores.redis.store``) and the race's (``balancer.race.redis``) send them.
 """
 
 from __future__ import annotations

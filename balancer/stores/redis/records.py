@@ -91,7 +91,7 @@ def parse_ownership(ref: HubRef, field: str, raw: str, flaws: list[str]) -> Owne
         level = 0
     etag = value.get("etag")
     if not isinstance(etag, str) or not etag:
-        listed = made_up_etag(stored_bytes(raw))  # what the scripts make up for it too (redis_layout._READ)
+        listed = made_up_etag(stored_bytes(raw))  # what the scripts make up for it too (layout._READ)
         flaws.append(f"'etag' is {etag!r}, not a non-empty string: listed as {listed!r}")
         etag = listed
     return OwnershipRecord(ref, pid, owner, etag, _loose_time(value, "modified", flaws), level)

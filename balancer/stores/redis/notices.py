@@ -24,7 +24,7 @@ from balancer.errors import StoreUnavailable
 from balancer.model import HubRef
 from balancer.notices import Released
 
-from .redis_layout import scope
+from .layout import scope
 
 log = logging.getLogger("leaseboard.notices")
 

@@ -1,123 +1,31 @@
-"""The Redis store: ownership, checkpoints, heartbeats and controls in Redis hashes.
-
-Keys (one hash per kind of record, so every listing is ONE ``HGETALL``)::
-
-    leaseboard:{<namespace>/<hub>/<consumer group>}:ownership    partition -> {"owner", "etag", "modified", "level"}
-    leaseboard:{...}:checkpoints                                 partition -> {"sequence", "offset", "modified"}
-    leaseboard:{...}:members                                     owner id  -> {"seen", "info"}
-    leaseboard:{...}:controls                                    "<kind>/<target>" -> {"value", "created"}
-    leaseboard:{...}:etags                                       counter, part of every ETag
-
-The scope in braces is a Redis Cluster hash tag: every key of one hub and consumer group lives in
-one slot, so the scripts (some touch two keys at once) would run on a cluster too. Scope parts are
-percent-encoded, so no name can contain a brace and widen or split the tag. Every script receives
-its keys in ``KEYS`` and touches nothing else; a test runs the store as an ACL user allowed only
-one scope's keys to prove it. Keys and scripts are in ``redis_layout``, the reading of each
-record in ``redis_records``; this module sends them.
-
-Compare-and-set runs on the server, in Lua: a claim compares the stored ETag and writes in one
-atomic step, and a checkpoint is written only while the ownership record names the caller (the
-same script reads one key and writes the other, so no claim can land in between). Times are the
-server's: each script reads Redis ``TIME`` for ``modified``/``seen``/``created``, ``now()`` is
-``TIME`` too, so expiry is judged by one clock whatever the workers' clocks say. Times are kept
-as decimal strings with microseconds (Lua's JSON encoder would round a number to 14 digits).
-ETags are ``<server time>-<counter>``: unique even after a restart without persistence resets
-the counter, so an ETag seen before a restart can never match a record written after it.
-
-Errors: a Redis that cannot be reached (refused, reset, timed out, still loading) raises
-StoreUnavailable naming host, port and database, never the password; refused credentials or a
-command the server rejects (an ACL, a read-only replica) raise StoreError. A hand-edited record
-costs only itself (``balancer.stores.flaws``): one whose time is not a finite number is listed with
-None (an ownership record so is expired), one whose ETag is no non-empty string with a made-up one
-naming its stored value (the claim script makes up the same), so the claim carrying the listed ETag
-replaces it; one that cannot be read at all (not JSON, no owner, no partition id, a member without
-a ``seen`` time, a checkpoint without a sequence number: read as absent, so its partition resumes
-from the processor's starting position rather than stalling, and its owner's next checkpoint
-rewrites it) is skipped, and a first claim may overwrite an unreadable ownership record, so it
-never blocks its partition. Each is logged once, as a warning, and listed in ``corrupt``.
-
-One ``RedisStore`` may be used from several event loops (a management command after another, a
-test's threads): each loop gets its own client and connection pool.
+"""The Redis store's operations: ownership, checkpoints, heartbeats and controls, each a script or a
+command sent over the connection of the running event loop (``connection``). How the records are
+kept, compared and timed, and what a hand-edited record costs: see the package
+(``balancer.stores.redis``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from dataclasses import field as dataclass_field
+from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
-
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
-from redis.commands.core import AsyncScript
-from redis.exceptions import AuthenticationError, ResponseError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from typing import Any
 
 from balancer.changes import Changes
-from balancer.errors import CorruptRecord, OwnershipLost, StoreError, StoreUnavailable
+from balancer.errors import CorruptRecord, OwnershipLost, StoreError
 from balancer.model import RESET_OWNER, Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.protocol import Snapshot
-from balancer.stores.redis_layout import CHANGES, CHECKPOINT, CLAIM, STAMPED, Keys, scope
-from balancer.stores.redis_notices import RedisReleaseChannel
-from balancer.stores.redis_records import (
-    ENCODING_ERRORS,
-    Skipped,
-    parse_checkpoint,
-    parse_control,
-    parse_member,
-    parse_ownership,
-    server_time,
-    text,
-    texts,
-)
 from balancer.stores.unchanged import LastReads
+
+from .connection import URL_ENV, Connection, RedisConnections, describe_url
+from .layout import CHANGES, Keys, scope
+from .notices import RedisReleaseChannel
+from .records import Skipped, parse_checkpoint, parse_control, parse_member, parse_ownership, server_time, text, texts
 
 __all__ = ["URL_ENV", "Connection", "Keys", "RedisStore", "describe_url", "scope"]
 
-T = TypeVar("T")
 
-URL_ENV = "REDIS_URL"  # the setting of the URL, named in messages; the wiring passes its value in
-
-
-# the store -----------------------------------------------------------------------------------
-
-
-@dataclass
-class Connection:
-    """One event loop's client and its registered scripts."""
-
-    client: Redis
-    claim: AsyncScript
-    checkpoint: AsyncScript
-    stamped: AsyncScript
-    scripts: dict[str, AsyncScript] = dataclass_field(default_factory=dict)
-
-    def script(self, source: str) -> AsyncScript:
-        """``source`` registered on this client (once)."""
-        found = self.scripts.get(source)
-        if found is None:
-            found = self.scripts[source] = self.client.register_script(source)
-        return found
-
-
-def describe_url(url: str) -> str:
-    """``host:port/db`` of a Redis URL: what error messages name (never the user or password)."""
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        return f"unix:{parts.path}"
-    database = parts.path.strip("/") or "0"
-    return f"{parts.hostname or 'localhost'}:{parts.port or 6379}/{database}"
-
-
-class RedisStore:
+class RedisStore(RedisConnections):
     """Every store protocol on one Redis database (``url``: ``redis://[:password@]host:port/db``).
 
     ``requests`` counts round trips to Redis; ``corrupt`` lists the records the latest listings
@@ -132,24 +40,9 @@ class RedisStore:
         timeout: float = 3.0,
         client_name: str | None = None,
     ) -> None:
-        if not url:
-            raise StoreError(f"no Redis URL: set {URL_ENV} (redis://host:port/db) or pass one")
-        parts = urlsplit(url)
-        if parts.scheme not in ("redis", "rediss", "unix"):
-            raise StoreError(f"{URL_ENV} must be a redis://, rediss:// or unix:// URL, got scheme {parts.scheme!r}")
-        self.url = url
-        self.where = describe_url(url)
-        self._secret = parts.password or ""
-        self._connect_timeout = connect_timeout
-        self._timeout = timeout
-        self._client_name = client_name
-        self._lock = threading.Lock()
-        self._connections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Connection] = (
-            weakref.WeakKeyDictionary()
-        )
+        super().__init__(url, connect_timeout=connect_timeout, timeout=timeout, client_name=client_name)
         self._skipped = Skipped()
         self._unchanged = LastReads()  # the members and controls hashes, by key
-        self.requests = 0
 
     def __repr__(self) -> str:
         return f"RedisStore({self.where!r})"
@@ -164,86 +57,11 @@ class RedisStore:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def aclose(self) -> None:
-        """Close this event loop's connections (others close with their loops)."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            connection = self._connections.pop(loop, None)
-        if connection is not None:
-            await connection.client.aclose()
-
-    # connections ---------------------------------------------------------------------------
-
-    def client(self) -> Redis:
-        """The client of the running event loop (made on first use)."""
-        return self._connection().client
-
-    def new_client(self, retries: int = 2, *, read_timeout: bool = True) -> Redis:
-        """A client of its own (e.g. for a subscription), on the same URL and timeouts. Without
-        ``read_timeout`` its commands have none of their own: the caller bounds them (``run``)."""
-        # Retries cover a pooled connection that died with a restarted server: the command never
-        # ran there, so sending it again on a fresh connection is safe. Timeouts are not retried:
-        # a renewal must fail fast rather than outlast its lease.
-        retry = Retry(ExponentialBackoff(cap=0.2, base=0.02), retries, supported_errors=(RedisConnectionError,))
-        return Redis.from_url(
-            self.url,
-            socket_connect_timeout=self._connect_timeout,
-            socket_timeout=self._timeout if read_timeout else None,
-            retry=retry,
-            client_name=self._client_name,
-            decode_responses=True,
-            encoding_errors=ENCODING_ERRORS,  # a hand edit's bytes that are not UTF-8 cannot fail a listing
-        )
+    # notices and hashes --------------------------------------------------------------------
 
     def release_channel(self, ref: HubRef) -> RedisReleaseChannel:
         """Release notices of ``ref`` on Redis pub/sub (``balancer.notices``)."""
         return RedisReleaseChannel(self.client, self.new_client, self.where, ref)
-
-    def _connection(self) -> Connection:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            connection = self._connections.get(loop)
-            if connection is None:
-                # No read timeout in redis-py: with one, every command's send is an asyncio.wait_for,
-                # a task of its own on Python 3.11 (a third of the loop's turns of an idle worker's
-                # cycle). ``run`` bounds each round trip with asyncio.timeout instead.
-                client = self.new_client(read_timeout=False)
-                connection = Connection(
-                    client,
-                    client.register_script(CLAIM),
-                    client.register_script(CHECKPOINT),
-                    client.register_script(STAMPED),
-                )
-                self._connections[loop] = connection
-        return connection
-
-    def scrub(self, message: str) -> str:
-        """``message`` without the password (for messages that quote the server or the client)."""
-        return message.replace(self._secret, "***") if self._secret else message
-
-    def error(self, doing: str, exc: BaseException) -> StoreError:
-        """The StoreError (or StoreUnavailable) that says why ``doing`` failed."""
-        reason = self.scrub(str(exc) or type(exc).__name__)
-        if isinstance(exc, AuthenticationError) or (
-            isinstance(exc, ResponseError) and str(exc).startswith(("NOAUTH", "WRONGPASS"))
-        ):
-            return StoreError(f"Redis at {self.where} refused the credentials of {URL_ENV} ({doing}): {reason}")
-        if isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError):
-            return StoreUnavailable(f"cannot reach Redis at {self.where} ({doing}): {reason}")
-        return StoreError(f"Redis at {self.where} refused {doing}: {reason}")
-
-    async def run(self, doing: str, call: Callable[[Connection], Awaitable[T]], count: bool = True) -> T:
-        """One round trip (counted in ``requests`` unless the caller counts it itself); Redis errors
-        become StoreError/StoreUnavailable (see ``error``)."""
-        self.requests += count
-        connection = self._connection()
-        try:
-            async with asyncio.timeout(self._timeout):
-                return await call(connection)
-        except TimeoutError:  # the connection was dropped mid-command: the next one connects afresh
-            raise self.error(doing, RedisTimeoutError(f"no answer within {self._timeout:g}s")) from None
-        except (RedisConnectionError, RedisTimeoutError, ResponseError, OSError) as exc:
-            raise self.error(doing, exc) from None
 
     async def _hash(self, doing: str, key: str) -> dict[str, str]:
         async def hgetall(c: Connection) -> dict[str, str]:
@@ -370,7 +188,7 @@ class RedisStore:
         ``RESET_OWNER`` (an operator's reset), not below the stored sequence (checked in the same script).
 
         Raises OwnershipLost, writing nothing, when it does not own it; StoreError for a write that
-        would move the checkpoint back (see ``redis_layout.CHECKPOINT``).
+        would move the checkpoint back (see ``layout.CHECKPOINT``).
         """
         keys = Keys.of(checkpoint.ref)
         payload = json.dumps({"sequence": str(checkpoint.sequence_number), "offset": checkpoint.offset})
