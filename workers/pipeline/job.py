@@ -157,6 +157,16 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.astimezone(UTC) if value.tzinfo is None else value
 
 
+@dataclass(frozen=True, slots=True)
+class _Outputs:
+    """What one batch's pass over its events gave (``PipelineJob._outputs``)."""
+
+    events: int  # after dedupe
+    stats: dict[str, Any]  # transforms.totals
+    minutes: list[tuple[datetime, str, int, int]]  # (minute, sensor, events, alerts)
+    alerts: list[dict[str, Any]]  # the newest, at most summary.ALERTS_KEPT
+
+
 class PipelineJob:
     """One hub's streaming query and what it does with each micro-batch."""
 
@@ -231,56 +241,70 @@ class PipelineJob:
         unread = {f for f in files or [] if str(audit.local_path(f)) in {item.path for item in bad}}
         before = summary.counted_ranges(self.hub, self.database)
         plan = ranges.plan(before, files, [item.path for item in bad])
+        fresh = self._fresh(batch, files, batch_id, plan)
+        # Only the slow path reads the events again (their ranges), so only it caches them.
+        events = fresh.persist() if plan.after is None else fresh
+        tallied = transforms.tallies(events).persist()
+        try:
+            out = self._outputs(tallied, batch_id)
+            counted = plan.after if plan.after is not None else self._ranges(events, before, out.events)
+        finally:
+            for frame in (tallied, events):
+                frame.unpersist()
+        result = summary.BatchResult(
+            hub=self.hub, query_id=query_id, batch_id=batch_id, finished_at=self._clock(), events=out.events,
+            newest_enqueued=_utc(out.stats["newest_enqueued"]), newest_event=_utc(out.stats["newest_event"]),
+            oldest_enqueued=_utc(out.stats["oldest_enqueued"]),
+            write_seconds=time.perf_counter() - started, minutes=out.minutes, alerts=out.alerts, unreadable=bad,
+            counted=counted, input_rows=self._rows(files, unread),
+        )  # fmt: skip
+        self._commit(result, files)
+
+    def _fresh(self, batch: DataFrame, files: list[str] | None, batch_id: int, plan: ranges.Plan) -> DataFrame:
+        """The batch's well-formed events that no earlier batch counted (``plan``), each once."""
         # Rows missing a required field are dropped, unless the files' footers rule them out. The
         # stream reads only the used columns (``start``), so the check reads the batch's files again,
         # every column (offset and event_id only for it).
         checked = batch if audit.nulls_ruled_out(files) else self._well_formed(batch, files, batch_id)
         fresh = transforms.drop_counted(checked, plan.exclude)
-        if plan.dedupe:
-            fresh = transforms.deduplicate(fresh)
-        # One pass over the events (``transforms.tallies``: per cell, each alerting event a row of its
-        # own; small, cached) gives the aggregates, the alerts and the minute figures. Only the slow
-        # path reads the events again (their ranges), so only it caches them.
-        events = fresh.persist() if plan.after is None else fresh
-        tallied = transforms.tallies(events).persist()
-        try:
-            aggregates, alerts, per_minute = transforms.of_tallies(tallied)
-            minute_rows = per_minute.collect()  # the first action: the pass, and the cache
-            stats = transforms.totals(minute_rows)
-            count = int(stats["events"])
-            newest_alerts: list[dict[str, Any]] = []
-            minutes: list[tuple[datetime, str, int, int]] = []
-            if count:
-                minutes = [
-                    (_utc(r["minute"]), r["sensor"], int(r["events"]), int(r["alerts"]))  # type: ignore[misc]
-                    for r in minute_rows
-                ]
-                newest = alerts.orderBy(F.desc("event_time"), F.desc("enqueued_time")).limit(summary.ALERTS_KEPT)
-                # Three short Spark jobs over the cached tallies, at once: much of each is the driver's
-                # planning and scheduling and the write's commit, which overlap. One after another
-                # they took about a third of a 1 M-event batch.
-                *_, newest_rows = together(
-                    lambda: self._write(aggregates, "aggregates", batch_id),
-                    lambda: self._write(alerts, "alerts", batch_id),
-                    newest.collect,
-                )
-                newest_alerts = [self._alert(row.asDict()) for row in newest_rows]
-            counted = plan.after
-            if counted is None:  # the slow path: the ranges from the data
-                found: dict[str, list[tuple[int, int]]] = {}
-                for row in transforms.islands(events).collect() if count else []:
-                    found.setdefault(row["partition_id"], []).append((int(row["first"]), int(row["last"])))
-                counted = ranges.add(before, found)
-        finally:
-            for frame in (tallied, events):
-                frame.unpersist()
-        result = summary.BatchResult(
-            hub=self.hub, query_id=query_id, batch_id=batch_id, finished_at=self._clock(), events=count,
-            newest_enqueued=_utc(stats["newest_enqueued"]), newest_event=_utc(stats["newest_event"]),
-            oldest_enqueued=_utc(stats["oldest_enqueued"]),
-            write_seconds=time.perf_counter() - started, minutes=minutes, alerts=newest_alerts, unreadable=bad,
-            counted=counted, input_rows=self._rows(files, unread),
-        )  # fmt: skip
+        return transforms.deduplicate(fresh) if plan.dedupe else fresh
+
+    def _outputs(self, tallied: DataFrame, batch_id: int) -> _Outputs:
+        """The batch's aggregates and alerts written to ``results/``, its minute figures and newest
+        alerts collected. One pass over the events (``transforms.tallies``: per cell, each alerting
+        event a row of its own; small, cached) gives them all."""
+        aggregates, alerts, per_minute = transforms.of_tallies(tallied)
+        minute_rows = per_minute.collect()  # the first action: the pass, and the cache
+        stats = transforms.totals(minute_rows)
+        count = int(stats["events"])
+        if not count:
+            return _Outputs(count, stats, [], [])
+        minutes: list[tuple[datetime, str, int, int]] = [
+            (_utc(r["minute"]), r["sensor"], int(r["events"]), int(r["alerts"]))  # type: ignore[misc]
+            for r in minute_rows
+        ]
+        newest = alerts.orderBy(F.desc("event_time"), F.desc("enqueued_time")).limit(summary.ALERTS_KEPT)
+        # Three short Spark jobs over the cached tallies, at once: much of each is the driver's
+        # planning and scheduling and the write's commit, which overlap. One after another
+        # they took about a third of a 1 M-event batch.
+        *_, newest_rows = together(
+            lambda: self._write(aggregates, "aggregates", batch_id),
+            lambda: self._write(alerts, "alerts", batch_id),
+            newest.collect,
+        )
+        return _Outputs(count, stats, minutes, [self._alert(row.asDict()) for row in newest_rows])
+
+    @staticmethod
+    def _ranges(events: DataFrame, before: ranges.Ranges, count: int) -> ranges.Ranges:
+        """The slow path: the counted ranges after the batch, from its data (its events' islands)."""
+        found: dict[str, list[tuple[int, int]]] = {}
+        for row in transforms.islands(events).collect() if count else []:
+            found.setdefault(row["partition_id"], []).append((int(row["first"]), int(row["last"])))
+        return ranges.add(before, found)
+
+    def _commit(self, result: summary.BatchResult, files: list[str] | None) -> None:
+        """Applies the batch's summary unless the batch log has it already; then reports and counts it."""
+        batch_id, count = result.batch_id, result.events
         if not summary.apply(result, self.database):
             if self.on_batch is not None:
                 self.on_batch(batch_id, 0, files)
@@ -292,14 +316,14 @@ class PipelineJob:
         metrics.BATCHES.inc()
         metrics.EVENTS.inc(count)
         metrics.ALERTS.inc(result.alert_count)
-        metrics.UNREADABLE_FILES.inc(len(bad))
+        metrics.UNREADABLE_FILES.inc(len(result.unreadable))
         log.info(
             "batch %d: %d events from %s files, %d alerts, %d unreadable files, written in %.2fs",
             batch_id,
             count,
             "?" if files is None else len(files),
             result.alert_count,
-            len(bad),
+            len(result.unreadable),
             result.write_seconds,
         )
 
