@@ -204,7 +204,7 @@ LEASEBOARD_STORES: dict[str, dict[str, object]] = {
     "sql": {"BACKEND": "dashboard.sql.store.SqlStore", "CONFIG": {}},
     "memory": {"BACKEND": "balancer.stores.memory.MemoryStore", "CONFIG": {}, "PROCESS_WIDE": True},
     "redis": {"BACKEND": "balancer.stores.redis.store.RedisStore", "CONFIG": {}},
-    "blob": {"BACKEND": "balancer.stores.azure_blob.BlobStore", "CONFIG": {}},
+    "blob": {"BACKEND": "balancer.stores.blob.store.BlobStore", "CONFIG": {}},
 }
 # Where workers hand balancer events besides the log and the metrics: the dotted path of a callable
 # taking a BalancerEvent (async preferred: the in-memory channel layer must be used from the loop that

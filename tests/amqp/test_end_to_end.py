@@ -26,7 +26,7 @@ from azure.eventhub.aio import PartitionContext as AioPartitionContext
 from azure.eventhub.extensions.checkpointstoreblobaio import BlobCheckpointStore
 
 from balancer.model import HubRef
-from balancer.stores.azure_blob import BlobStore
+from balancer.stores.blob.store import BlobStore
 from tests.support.azurite import Azurite, start_azurite
 from tests.support.processes import Processes, last_enqueued, manage, migrate, worker_env
 from workers.hub.embedded import EmbeddedHub

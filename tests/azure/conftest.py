@@ -9,7 +9,7 @@ import pytest
 from azure.storage.blob.aio import ContainerClient
 
 from balancer.model import HubRef
-from balancer.stores.azure_blob import BlobStore
+from balancer.stores.blob.store import BlobStore
 from tests.support.azurite import Azurite, start_azurite
 
 # An Event Hubs namespace as Microsoft's processors name it, and the default consumer group with

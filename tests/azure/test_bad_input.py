@@ -14,7 +14,7 @@ from azure.storage.blob.aio import ContainerClient
 from balancer.errors import StoreError, StoreUnavailable
 from balancer.lease import Coordinator
 from balancer.model import Checkpoint, Control, ControlKind, Member, OwnershipRecord, partition_ids
-from balancer.stores.azure_blob import BlobStore
+from balancer.stores.blob.store import BlobStore
 from balancer.strategies import get_strategy
 from tests.support.azurite import KEY, Azurite, connection_string
 from tests.support.servers import free_port

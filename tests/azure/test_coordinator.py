@@ -7,7 +7,7 @@ from collections import Counter
 
 from balancer.lease import Coordinator
 from balancer.model import partition_ids
-from balancer.stores.azure_blob import BlobStore
+from balancer.stores.blob.store import BlobStore
 from balancer.strategies import get_strategy
 
 from .conftest import REF

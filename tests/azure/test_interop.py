@@ -19,7 +19,7 @@ from azure.storage.blob.aio import ContainerClient
 from balancer.errors import OwnershipLost
 from balancer.lease import Coordinator
 from balancer.model import Checkpoint, Control, ControlKind, Member, OwnershipRecord, partition_ids
-from balancer.stores.azure_blob import BlobStore
+from balancer.stores.blob.store import BlobStore
 from balancer.strategies import get_strategy
 from tests.support.azurite import Azurite
 from workers.sources.base import Position

@@ -9,7 +9,7 @@ import pytest
 
 from balancer.errors import StoreUnavailable
 from balancer.model import Checkpoint, OwnershipRecord
-from balancer.stores.azure_blob import BlobStore
+from balancer.stores.blob.store import BlobStore
 from tests.support.azurite import start_azurite
 
 from .conftest import REF

@@ -234,7 +234,7 @@ def access_lines(azurite: Any, container: str, since: int) -> tuple[int, int]:
 
 async def measure(fleet: Fleet, events: int, partitions: int, steady: float) -> dict[str, float]:
     from balancer.model import HubRef
-    from balancer.stores.azure_blob import BlobStore
+    from balancer.stores.blob.store import BlobStore
 
     ref = HubRef(fleet.hub.namespace, HUB, "$Default")
     result: dict[str, float] = {}

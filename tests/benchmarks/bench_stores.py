@@ -113,7 +113,7 @@ def main() -> None:
         except Exception as exc:
             print(f"PostgreSQL not measured: {exc}")
         try:
-            from balancer.stores.azure_blob import BlobStore
+            from balancer.stores.blob.store import BlobStore
             from tests.support.azurite import start_azurite
 
             azurite = start_azurite()

@@ -157,7 +157,7 @@ class BlobKit:
         }
 
     async def open(self) -> Any:
-        from balancer.stores.azure_blob import BlobStore
+        from balancer.stores.blob.store import BlobStore
 
         return BlobStore(self.azurite.connection_string, self.container)
 
@@ -173,7 +173,7 @@ class BlobKit:
     async def corrupt(self, store: Any, ref: HubRef, partition_id: str) -> str:
         from azure.storage.blob.aio import ContainerClient
 
-        from balancer.stores.azure_blob import ownership_blob
+        from balancer.stores.blob.layout import ownership_blob
 
         async with ContainerClient.from_connection_string(self.azurite.connection_string, self.container) as client:
             await client.get_blob_client(ownership_blob(ref, partition_id)).set_blob_metadata(
@@ -184,7 +184,7 @@ class BlobKit:
     async def clear(self, store: Any, ref: HubRef, partition_id: str) -> str:
         from azure.storage.blob.aio import ContainerClient
 
-        from balancer.stores.azure_blob import ownership_blob
+        from balancer.stores.blob.layout import ownership_blob
 
         async with ContainerClient.from_connection_string(self.azurite.connection_string, self.container) as client:
             await client.get_blob_client(ownership_blob(ref, partition_id)).delete_blob()

@@ -1,4 +1,4 @@
-"""The store contract on ``balancer.stores.azure_blob.BlobStore`` against Azurite (a fresh container per
+"""The store contract on ``balancer.stores.blob.store.BlobStore`` against Azurite (a fresh container per
 test), plus what only the blob store has: Microsoft's names and metadata, one request per listing,
 and a clock that costs no request."""
 
@@ -15,8 +15,8 @@ from azure.storage.blob.aio import ContainerClient
 
 from balancer.errors import StoreError
 from balancer.model import Checkpoint, Control, ControlKind, Member, OwnershipRecord
-from balancer.stores.azure_blob import BlobStore, checkpoint_blob, ownership_blob
-from balancer.stores.blob_layout import member_blob
+from balancer.stores.blob.layout import checkpoint_blob, member_blob, ownership_blob
+from balancer.stores.blob.store import BlobStore
 from tests.support.azurite import Azurite, start_azurite
 
 from .base import REF, StoreContract

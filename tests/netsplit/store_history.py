@@ -351,7 +351,7 @@ class AzuriteLog:
         pass
 
     def history(self, ref: HubRef) -> History:
-        from balancer.stores.blob_layout import scope_prefix
+        from balancer.stores.blob.layout import scope_prefix
 
         with self.path.open(encoding="utf-8", errors="replace") as lines:
             return azurite_history(lines, self.container, scope_prefix(ref))

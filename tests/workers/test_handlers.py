@@ -49,7 +49,7 @@ def test_runworkers_refuses_bad_options_in_one_line(options: list[str], message:
 
 
 def test_an_expiry_the_stores_clock_cannot_judge_is_refused_with_the_next_one_that_works() -> None:
-    from balancer.stores.azure_blob import BlobStore
+    from balancer.stores.blob.store import BlobStore
     from workers.wiring import check_resolution
 
     check_resolution(BlobStore, 10.0, "--expiry")  # whole seconds: fine

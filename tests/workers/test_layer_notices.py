@@ -303,7 +303,7 @@ async def handoff(
 ) -> tuple[dict[str, float], Any]:
     """A holds every partition, B joins, A hands two over: per moved partition, A's last sample to
     B's first (seconds); and the processes (their logs)."""
-    from balancer.stores.azure_blob import BlobStore
+    from balancer.stores.blob.store import BlobStore
     from tests.support.processes import Processes, manage
     from workers.hub.embedded import EmbeddedHub
 

@@ -185,7 +185,7 @@ def test_the_stores_get_their_connections_from_settings_and_read_no_environment(
     settings: LazySettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from balancer.errors import StoreError
-    from balancer.stores.azure_blob import BlobStore
+    from balancer.stores.blob.store import BlobStore
     from balancer.stores.redis.store import RedisStore
     from tests.support.azurite import connection_string
 
@@ -202,7 +202,7 @@ def test_the_stores_get_their_connections_from_settings_and_read_no_environment(
     assert isinstance(blob, BlobStore) and blob.container == "from-settings"
     settings.LEASEBOARD_STORES = {  # "CONFIG" wins over the settings' connection
         **settings.LEASEBOARD_STORES,
-        "blob": {"BACKEND": "balancer.stores.azure_blob.BlobStore", "CONFIG": {"container": "from-config"}},
+        "blob": {"BACKEND": "balancer.stores.blob.store.BlobStore", "CONFIG": {"container": "from-config"}},
     }
     blob = build_stores("blob").ownership
     assert isinstance(blob, BlobStore) and blob.container == "from-config"

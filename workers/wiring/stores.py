@@ -59,7 +59,7 @@ def _store_entry(name: str) -> Mapping[str, Any]:
 # The connection each adapter is given from settings (read when a store is built), by backend path.
 CONNECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
     "balancer.stores.redis.store.RedisStore": lambda: {"url": settings.REDIS_URL},
-    "balancer.stores.azure_blob.BlobStore": lambda: {
+    "balancer.stores.blob.store.BlobStore": lambda: {
         "connection_string": settings.AZURE_STORAGE_CONNECTION_STRING,
         "container": settings.LEASEBOARD_BLOB_CONTAINER,
     },

@@ -3,7 +3,7 @@
 ``BlobContainer`` holds the SDK's container client (one per event loop: an aiohttp session belongs
 to the loop that opened it), creates the container on first use, counts HTTP requests, keeps the
 service's clock from the Date header of every response, and turns the SDK's errors into
-StoreError or StoreUnavailable with every secret redacted. ``balancer.stores.azure_blob`` builds
+StoreError or StoreUnavailable with every secret redacted. ``balancer.stores.blob.store`` builds
 the store's operations on it.
 """
 
@@ -216,7 +216,7 @@ class BlobContainer:
         return await self.run(f"listing {prefix!r}", listing)
 
     async def now(self) -> float:
-        """The service's clock (see ``balancer.stores.azure_blob``); costs a request only before the first one."""
+        """The service's clock (see ``balancer.stores.blob``); costs a request only before the first one."""
         if self._anchor is None:
             await self.ready()
         if self._anchor is None:

@@ -1,48 +1,6 @@
-"""The Azure Blob Storage store: ownership, checkpoints, heartbeats and controls as empty blobs.
-
-Names and metadata are those of Microsoft's blob checkpoint store (``azure-eventhub-checkpointstoreblob``
-and ``-aio``), so its processors and Leaseboard's can share one container (names lowercased whole,
-as Microsoft does, so the consumer group ``$Default`` is ``$default`` in a name)::
-
-    <namespace>/<hub>/<consumer group>/ownership/<partition>   metadata: ownerid
-    <namespace>/<hub>/<consumer group>/checkpoint/<partition>  metadata: offset, sequencenumber
-
-Leaseboard's own records sit beside them, where Microsoft's processor never lists::
-
-    <prefix>/leaseboard/members/<owner id>            metadata: info (JSON)    heartbeats
-    <prefix>/leaseboard/controls/<kind>/<target>      metadata: value          drain, pin, rebalance
-
-(owner ids, targets and values percent-encoded). Data lives in metadata (``002``), so every listing
-is ONE List Blobs request with metadata, whatever the number of partitions.
-
-Claims are compare-and-set on the blob's ETag: ``If-Match`` with the ETag seen for a record that
-exists, create-if-absent (``If-None-Match: *``) for a partition never owned. A lost race (412, 409, or
-404 for a blob that is gone) means "not won"; every other failure is raised as StoreUnavailable
-(the service cannot be reached or answers 5xx) or StoreError (refused credentials, a deleted
-container, a request the service rejects), never swallowed.
-
-Clock: expiry is judged by the *service's* clock. ``last_modified`` is the blob's Last-Modified and
-``now()`` is the Date header of the latest response plus the whole seconds elapsed on this machine's
-monotonic clock since it arrived. Both have one-second resolution and both are truncated, so
-``now()`` never runs ahead of a Last-Modified the service writes later, and no request is spent on
-the clock. A worker whose wall clock is minutes off judges leases exactly as the others do.
-
-Requests: a listing 1, a claim 1 per record (sent concurrently), a checkpoint 2 (read the ownership
-blob, write the checkpoint if its ETag is still the one this store wrote; 3 the first time, reading
-that ETag too), a heartbeat or control 1, ``now()`` none. A steady cycle of the
-cooperative strategy is 4 + the partitions held (list, heartbeat, list members, list controls, one
-renewal each); Microsoft's processor spends 1 + the partitions held.
-
-A blob that cannot be read (metadata missing or malformed: a hand edit, an older layout) is skipped,
-logged by name once, and listed in ``corrupt``; an unreadable ownership blob is overwritten by the
-next claim of its partition, so it cannot block that partition forever.
-
-The only extra key Leaseboard ever writes into Microsoft's metadata is ``ownerlevel``, and only when
-an owner level other than 0 is claimed; Microsoft's processor ignores it (and drops it when it claims).
-
-The parts: ``blob_layout`` has the names and the reading of each blob's metadata (no SDK),
-``blob_service`` the container as the SDK reaches it (clients, errors, the service's clock); this
-module is the store's operations on them.
+"""The blob store's operations: ownership, checkpoints, heartbeats and controls as empty blobs in
+one container (``service``), named and read as ``layout`` says. The layout, the claims, the clock
+and the requests each call costs: see the package (``balancer.stores.blob``).
 """
 
 from __future__ import annotations
@@ -51,7 +9,6 @@ import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import NamedTuple
 from urllib.parse import quote
 
 from azure.core import MatchConditions
@@ -59,10 +16,12 @@ from azure.core.exceptions import AzureError, ResourceExistsError, ResourceModif
 from azure.storage.blob import BlobProperties
 from azure.storage.blob.aio import ContainerClient
 
-from balancer.errors import CorruptRecord, OwnershipLost, StoreError
-from balancer.model import RESET_OWNER, Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
+from balancer.errors import CorruptRecord
+from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.protocol import Snapshot
-from balancer.stores.blob_layout import (
+
+from .checkpoints import CheckpointWrites
+from .layout import (
     NO_OFFSET,
     Skipped,
     bare_etag,
@@ -70,7 +29,6 @@ from balancer.stores.blob_layout import (
     control_blob,
     header_value,
     member_blob,
-    metadata_of,
     ownership_blob,
     parse_checkpoint,
     parse_control,
@@ -79,35 +37,12 @@ from balancer.stores.blob_layout import (
     scope_prefix,
     written_at,
 )
-from balancer.stores.blob_service import (
-    CONNECTION_STRING_ENV,
-    CONTAINER_ENV,
-    DEFAULT_CONTAINER,
-    BlobContainer,
-    container_gone,
-)
+from .service import CONNECTION_STRING_ENV, CONTAINER_ENV, DEFAULT_CONTAINER, BlobContainer, container_gone
 
 __all__ = [
     "CONNECTION_STRING_ENV", "CONTAINER_ENV", "DEFAULT_CONTAINER", "NO_OFFSET", "BlobStore", "checkpoint_blob",
     "ownership_blob", "scope_prefix",
 ]  # fmt: skip
-
-
-class _Written(NamedTuple):
-    """A checkpoint blob's ETag (None: no blob) and sequence number (None: none readable)."""
-
-    etag: str | None
-    sequence: int | None
-
-
-async def _properties(client: ContainerClient, name: str) -> BlobProperties | None:
-    """The blob's properties (no SDK retry), None when it does not exist; a deleted container raises."""
-    try:
-        return await client.get_blob_client(name).get_blob_properties(retry_total=0)
-    except ResourceNotFoundError as exc:
-        if container_gone(exc):
-            raise
-        return None
 
 
 class BlobStore:
@@ -135,9 +70,7 @@ class BlobStore:
         container name is invalid; the service itself is first contacted by the first call."""
         self._service = BlobContainer(connection_string, container, timeout=timeout, retries=retries)
         self._skipped = Skipped(self._service.where)
-        # Per partition, the checkpoint blob's ETag and sequence as this store last wrote them: the
-        # If-Match of its next checkpoint (see ``update_checkpoint``).
-        self._checkpoints_written: dict[tuple[HubRef, str], _Written] = {}
+        self._checkpoints = CheckpointWrites(self._service)  # remembers the ETags it wrote: its next If-Match
 
     def __repr__(self) -> str:
         return f"BlobStore({self.where})"
@@ -271,95 +204,11 @@ class BlobStore:
         ``RESET_OWNER`` (an operator's reset), the stored checkpoint is not further on.
 
         Raises OwnershipLost, writing nothing, when it does not own it; StoreError for a write that
-        would move the checkpoint back, as the Redis store does.
-
-        The write is conditional on the checkpoint blob itself: ``If-Match`` with the ETag read or
-        last written by this store (``If-None-Match: *`` for a partition never checkpointed), so a
-        checkpoint written by anyone else between the check and the write (a new owner's, an
-        operator's reset) is never overwritten by an older one: the write is refused (412), both
-        blobs are read again and it is tried once more. What remains is the ownership check and the
-        write being two requests (a blob write cannot be conditioned on *another* blob): an old
-        owner's checkpoint can land after a steal, before the new owner's first one, which is of
-        events the old owner did process, and never takes the checkpoint back. Microsoft's own store
-        checks neither.
-
-        Requests: 2 in steady state (read the ownership blob, write), 3 the first time (or after a
-        refused write) as the checkpoint blob's ETag is read too, concurrently with the ownership.
+        would move the checkpoint back, as the Redis store does. The write is conditional on the
+        checkpoint blob's ETag too; the race that closes, the one that remains, and the requests it
+        costs (2 in steady state): see ``checkpoints``.
         """
-        ref, pid = checkpoint.ref, checkpoint.partition_id
-        offset = NO_OFFSET if checkpoint.offset is None else header_value(checkpoint.offset, "offset")
-        metadata = {"offset": offset, "sequencenumber": str(checkpoint.sequence_number)}
-        owner_name, checkpoint_name = ownership_blob(ref, pid), checkpoint_blob(ref, pid)
-
-        # No retry by the SDK (its backoff is a second or two): the pump waits for this call, and it
-        # must go on handling events through an outage. It tries again at its next checkpoint.
-        async def owned(client: ContainerClient) -> None:
-            owner_props = await _properties(client, owner_name)
-            if owner_props is None:
-                raise OwnershipLost(pid, owner_id, None)
-            holder = metadata_of(owner_props).get("ownerid", "")
-            if not owner_id or holder != owner_id:
-                raise OwnershipLost(pid, owner_id, holder or None)
-
-        async def stored(client: ContainerClient) -> _Written:
-            props = await _properties(client, checkpoint_name)
-            if props is None:
-                return _Written(None, None)
-            try:
-                sequence: int | None = parse_checkpoint(ref, pid, props).sequence_number
-            except ValueError:
-                sequence = None  # unreadable: no position to keep, overwritten like an absent one
-            return _Written(bare_etag(str(props["etag"])), sequence)
-
-        async def write(client: ContainerClient) -> Checkpoint:
-            key = (ref, pid)
-            for attempt in (1, 2):
-                cached = self._checkpoints_written.get(key)
-                if cached is None:
-                    _, known = await asyncio.gather(owned(client), stored(client))
-                else:
-                    await owned(client)
-                    known = cached
-                if (
-                    known.sequence is not None
-                    and checkpoint.sequence_number < known.sequence
-                    and owner_id != RESET_OWNER
-                ):
-                    raise StoreError(
-                        f"checkpoint of partition {pid} would go back from {known.sequence} to "
-                        f"{checkpoint.sequence_number}: refused (a stale write; only an operator's reset moves it back)"
-                    )
-                blob = client.get_blob_client(checkpoint_name)
-                try:
-                    if known.etag is None:
-                        props = await blob.upload_blob(b"", metadata=metadata, overwrite=False, retry_total=0)
-                    else:
-                        props = await blob.upload_blob(
-                            b"", metadata=metadata, overwrite=True, retry_total=0,
-                            etag=known.etag, match_condition=MatchConditions.IfNotModified,
-                        )  # fmt: skip
-                except (ResourceModifiedError, ResourceExistsError):
-                    self._checkpoints_written.pop(key, None)  # written by someone else since: read again
-                    if attempt == 2:
-                        raise StoreError(
-                            f"checkpoint of partition {pid} was written by someone else while this one was: "
-                            "not written (the next checkpoint reads it again)"
-                        ) from None
-                    continue
-                except ResourceNotFoundError as exc:
-                    self._checkpoints_written.pop(key, None)  # deleted since its ETag was read
-                    if container_gone(exc) or attempt == 2:
-                        raise
-                    continue
-                self._checkpoints_written[key] = _Written(bare_etag(str(props["etag"])), checkpoint.sequence_number)
-                return replace(checkpoint, last_modified=written_at(props))
-            raise AssertionError("unreachable")
-
-        try:
-            return await self._service.run(f"checkpointing partition {pid}", write)
-        except StoreError:
-            self._checkpoints_written.pop((ref, pid), None)  # a write that may have landed: read again
-            raise
+        return await self._checkpoints.update(checkpoint, owner_id)
 
     # members and controls ------------------------------------------------------------------
 

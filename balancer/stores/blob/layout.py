@@ -1,6 +1,6 @@
 """The names and metadata of the blob store's records: those of Microsoft's blob checkpoint store
 for ownership and checkpoints, so its processors and Leaseboard's can share one container, and
-Leaseboard's own beside them (the layout is drawn in ``balancer.stores.azure_blob``).
+Leaseboard's own beside them (the layout is drawn in ``balancer.stores.blob``).
 
 Pure: listed blobs come in as ``ListedBlob`` (what the SDK's ``BlobProperties`` has), records come out.
 """
