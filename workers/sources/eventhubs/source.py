@@ -100,27 +100,7 @@ class EventHubsSource:
         self._properties: dict[str, tuple[float, PartitionProperties]] = {}
         self._tracked: dict[str, tuple[float, LastEnqueued]] = {}
         self._readers: weakref.WeakSet[EventHubsReader] = weakref.WeakSet()
-        try:
-            self._client = client_factory(self._connection_string, hub, self.consumer_group)
-            self._ids = self._fetch_ids()
-        except AuthenticationError as exc:
-            raise EventHubsConfigError(
-                f"Event Hubs namespace {self.namespace} refused the credentials of {ENV_CONNECTION_STRING} for"
-                f" event hub {hub!r}: {self._redact(exc)}"
-            ) from None
-        except Exception as exc:
-            raise EventHubsConfigError(
-                f"cannot read event hub {hub!r} in namespace {self.namespace} (consumer group"
-                f" {self.consumer_group!r}): {type(exc).__name__}: {self._redact(exc)}"
-            ) from None
-        self._ids_at = clock()
-        log.info(
-            "event hub %s/%s: %d partitions, consumer group %r",
-            self.namespace,
-            hub,
-            len(self._ids),
-            self.consumer_group,
-        )
+        self._open()
 
     # -- the EventSource protocol ------------------------------------------------------------------
 
@@ -241,6 +221,30 @@ class EventHubsSource:
                 " namespace-level connection string"
             )
         return parsed.fully_qualified_namespace
+
+    def _open(self) -> None:
+        """Makes the management client and asks the hub for its partition ids. Raises EventHubsConfigError."""
+        try:
+            self._client = self._factory(self._connection_string, self.hub, self.consumer_group)
+            self._ids = self._fetch_ids()
+        except AuthenticationError as exc:
+            raise EventHubsConfigError(
+                f"Event Hubs namespace {self.namespace} refused the credentials of {ENV_CONNECTION_STRING} for"
+                f" event hub {self.hub!r}: {self._redact(exc)}"
+            ) from None
+        except Exception as exc:
+            raise EventHubsConfigError(
+                f"cannot read event hub {self.hub!r} in namespace {self.namespace} (consumer group"
+                f" {self.consumer_group!r}): {type(exc).__name__}: {self._redact(exc)}"
+            ) from None
+        self._ids_at = self._clock()
+        log.info(
+            "event hub %s/%s: %d partitions, consumer group %r",
+            self.namespace,
+            self.hub,
+            len(self._ids),
+            self.consumer_group,
+        )
 
     def _fetch_ids(self) -> tuple[str, ...]:
         with self._lock:
