@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
@@ -230,7 +231,7 @@ async def test_release_many_hands_partitions_over_in_one_request() -> None:
     requests: list[list[OwnershipRecord]] = []
     claim = cluster.store.claim_ownership
 
-    async def counted(records: list[OwnershipRecord]) -> list[OwnershipRecord]:
+    async def counted(records: Sequence[OwnershipRecord]) -> list[OwnershipRecord]:
         requests.append(list(records))
         return await claim(records)
 
@@ -250,7 +251,7 @@ async def test_release_many_keeps_every_lease_when_the_store_is_down() -> None:
     a = cluster.add("a")
     await cluster.cycle(2)
 
-    async def down(records: list[OwnershipRecord]) -> list[OwnershipRecord]:
+    async def down(records: Sequence[OwnershipRecord]) -> list[OwnershipRecord]:
         raise StoreUnavailable("down")
 
     claim, cluster.store.claim_ownership = cluster.store.claim_ownership, down  # type: ignore[method-assign]

@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, aclosing
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from redis.asyncio import Redis
@@ -25,6 +25,7 @@ from balancer.stores.redis import notices as redis_notices
 from balancer.stores.redis.layout import Keys, scope
 from balancer.stores.redis.notices import QUIET
 from balancer.stores.redis.store import RedisStore
+from tests.support.notices import listening
 from tests.support.redis_server import RedisServer, start_redis
 from tests.support.servers import free_port
 from tests.support.waiting import until
@@ -38,7 +39,6 @@ from .base import (
     REF,
     StoreContract,
     heard_after_publishing,
-    listening,
 )
 from .changes import ChangeFeedContract
 
@@ -74,7 +74,8 @@ class TestRedisStore(ChangeFeedContract, StoreContract):
     async def test_a_release_listener_whose_connection_the_server_kills_subscribes_again(
         self, store: RedisStore, redis_server: RedisServer
     ) -> None:
-        channel, heard = store.release_channel(REF), []
+        channel = store.release_channel(REF)
+        heard: list[Released] = []
         listener = listening(channel, heard)
         try:
             await heard_after_publishing(channel, Released(REF, ("1",), "a"), heard, "the first notice")
@@ -94,12 +95,13 @@ class TestRedisStore(ChangeFeedContract, StoreContract):
         asked: list[float | None] = []
         get_message = PubSub.get_message
 
-        async def counted(pubsub: PubSub, *args: Any, timeout: float | None = 0.0, **kwargs: Any) -> Any:
+        async def counted(pubsub: PubSub, ignore_subscribe_messages: bool = False, timeout: float | None = 0.0) -> Any:
             asked.append(timeout)
-            return await get_message(pubsub, *args, timeout=timeout, **kwargs)
+            return await get_message(pubsub, ignore_subscribe_messages, timeout)
 
         monkeypatch.setattr(PubSub, "get_message", counted)
-        channel, heard = store.release_channel(REF), []
+        channel = store.release_channel(REF)
+        heard: list[Released] = []
         listener = listening(channel, heard)
         try:
             await until(lambda: asked, "the listener to wait for a message")
@@ -198,7 +200,7 @@ class TestRedisStore(ChangeFeedContract, StoreContract):
         await store.claim_ownership([OwnershipRecord(tricky, "0", "a")])
         await store.update_checkpoint(Checkpoint(tricky, "0", 3), "a")
         async with Redis.from_url(redis_server.url, decode_responses=True) as raw:
-            written = sorted(await raw.keys("*"))
+            written = sorted(cast(list[str], await raw.keys("*")))  # decode_responses: str, not bytes
         keys = Keys.of(tricky)
         assert written == sorted([keys.ownership, keys.etags, keys.changes, keys.epoch, keys.checkpoints,
                                   keys.owner_changes, keys.modified])  # fmt: skip
@@ -255,7 +257,9 @@ class TestRedisStore(ChangeFeedContract, StoreContract):
         assert (await store.list_members(REF))[0] is first.members[0]
         # A change the records' equality does not see (Member.info does not count in it) still shows.
         async with Redis.from_url(store.url) as raw:
-            stored = json.loads(await raw.hget(Keys.of(REF).members, "a"))
+            member = await raw.hget(Keys.of(REF).members, "a")
+            assert member is not None
+            stored = json.loads(member)
             await raw.hset(Keys.of(REF).members, "a", json.dumps({**stored, "info": {"strategy": "eph"}}))
         [edited] = (await store.snapshot_since(REF, again.cursor, 3600.0)).members
         assert edited.info == {"strategy": "eph"}

@@ -37,10 +37,13 @@ import threading
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from balancer.model import HubRef
 from tests.netsplit.history import CheckpointWrite, History, Write
+
+if TYPE_CHECKING:
+    import psycopg
 
 # PostgreSQL ------------------------------------------------------------------------------------
 
@@ -105,7 +108,7 @@ class PostgresHistory:
     def __init__(self, url: str) -> None:
         self.url = url
 
-    def _connect(self):  # type: ignore[no-untyped-def]
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         import psycopg
 
         return psycopg.connect(self.url, connect_timeout=10, autocommit=True)
@@ -123,15 +126,15 @@ class PostgresHistory:
         return postgres_history(rows)
 
 
-def postgres_history(rows: Iterable[tuple[object, ...]]) -> History:
+def postgres_history(rows: Iterable[tuple[Any, ...]]) -> History:
     """A History from ``netsplit_history`` rows (kind, partition, owner, etag, sequence, stamped, at, client)."""
     found = History("postgresql", "triggers on its tables (row's last_modified, clock_timestamp())", 1e-6)
     for kind, pid, owner, etag, sequence, stamped, at, client in rows:
         if kind == "ownership":
-            found.writes.append(Write(str(pid), str(owner or ""), float(stamped), float(at), str(etag or ""),  # type: ignore[arg-type]
+            found.writes.append(Write(str(pid), str(owner or ""), float(stamped), float(at), str(etag or ""),
                                       str(client)))  # fmt: skip
         else:
-            found.checkpoints.append(CheckpointWrite(str(pid), int(sequence), float(at), str(client)))  # type: ignore[call-overload]
+            found.checkpoints.append(CheckpointWrite(str(pid), int(sequence), float(at), str(client)))
     return found
 
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -77,7 +77,7 @@ class Site(Processes):
     def allocation(self) -> dict[str, str]:
         """The race's allocation hash: partition -> the node processing it."""
         try:
-            return dict(self.client.hgetall(f"{scope(REF)}:race:allocation"))
+            return cast(dict[str, str], self.client.hgetall(f"{scope(REF)}:race:allocation"))  # decode_responses
         except redis.ConnectionError:
             return {}
 
@@ -86,7 +86,7 @@ class Site(Processes):
         import json
 
         try:
-            raw = self.client.hgetall(Keys.of(REF).ownership)
+            raw = cast(dict[str, str], self.client.hgetall(Keys.of(REF).ownership))  # decode_responses
         except redis.ConnectionError:
             return {}
         return {p: json.loads(v)["owner"] for p, v in raw.items()}
@@ -101,7 +101,7 @@ class Site(Processes):
 
     def members(self) -> set[str]:
         try:
-            return set(self.client.hkeys(Keys.of(REF).members))
+            return set(cast(list[str], self.client.hkeys(Keys.of(REF).members)))  # decode_responses
         except redis.ConnectionError:
             return set()
 

@@ -9,9 +9,11 @@ import re
 import signal
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis
+from redis.typing import EncodableT
 
 from balancer.model import HubRef
 from balancer.stores.redis.layout import Keys, scope
@@ -73,7 +75,7 @@ async def test_a_running_race_never_touches_another_consumer_groups_keys(
 ) -> None:
     neighbour = scope(HubRef(REF.namespace, REF.hub, "analytics"))
     raw = redis.Redis.from_url(redis_server.url)
-    theirs = {
+    theirs: dict[str, dict[EncodableT, EncodableT]] = {
         f"{neighbour}:race:allocation": {"0": "x-0", "1": "x-0"},
         f"{neighbour}:race:grab": {"0": "x-0"},
         f"{neighbour}:ownership": {"0": '{"owner": "x-0", "etag": "e", "modified": "1.0", "level": 0}'},
@@ -92,7 +94,7 @@ async def test_a_running_race_never_touches_another_consumer_groups_keys(
     finally:
         site.stop_all()
     assert {key: raw.dump(key) for key in theirs} == before
-    ours = [k.decode() for k in raw.keys("*") if k.decode() not in theirs]
+    ours = [k.decode() for k in cast(list[bytes], raw.keys("*")) if k.decode() not in theirs]  # bytes: not decoded
     # the store's and the race's keys are in our scope; the channel layer's are its own
     assert all(k.startswith(scope(REF) + ":") or not k.startswith("leaseboard:{") for k in ours), ours
     assert Keys.of(REF).ownership in ours

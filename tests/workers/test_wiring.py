@@ -14,6 +14,7 @@ from balancer.race.times import RaceTimes
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy
 from tests.support.waiting import until_sync
+from workers.sources.base import PartitionProperties, PartitionReader, Position
 from workers.wiring import build_coordinator, build_sink, build_stores, close_stores, instrument, store_names
 
 RECEIVED: list[BalancerEvent] = []
@@ -34,7 +35,7 @@ async def test_a_store_named_only_in_settings_is_built_and_offered_to_runworkers
     }
     assert "mine" in store_names()
     stores = build_stores("mine")
-    assert isinstance(stores.ownership, MemoryStore)
+    assert isinstance(stores.ownership, MemoryStore) and isinstance(stores.checkpoints, MemoryStore)
     assert stores.ownership is stores.checkpoints is stores.controls
     assert build_stores("mine").ownership is not stores.ownership  # not process-wide: a new one each time
     await close_stores(stores)
@@ -130,7 +131,18 @@ async def test_a_process_wide_store_stays_open_even_behind_the_metrics_wrapper(s
 
 
 class _Source:
+    """An event source of no partitions: only whether it was closed is looked at."""
+
     closed = False
+
+    def partition_ids(self) -> tuple[str, ...]:
+        return ()
+
+    def properties(self, partition_id: str) -> PartitionProperties:
+        raise ValueError(partition_id)
+
+    def reader(self, partition_id: str, position: Position) -> PartitionReader:
+        raise ValueError(partition_id)
 
     def close(self) -> None:
         self.closed = True
