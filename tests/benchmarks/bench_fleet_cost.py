@@ -179,7 +179,7 @@ class Cycles:
         from prometheus_client import CollectorRegistry, multiprocess
 
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry, path=str(path))  # type: ignore[no-untyped-call]
+        multiprocess.MultiProcessCollector(registry, path=str(path))
         buckets: dict[float, float] = {}
         count, rows = 0.0, None
         for family in registry.collect():
@@ -480,20 +480,20 @@ def pumps_section(pumps: int, amqp_pumps: int, tmp: Path) -> None:
             print(f"  embedded hub, {pumps} pumps, {how:<28} CPU {cpu:6.1f} % of a core; append to handler "
                   f"p50 {p50:6.1f} ms, p99 {p99:6.1f} ms", flush=True)  # fmt: skip
     if amqp_pumps:
-        hub = start_runhub(tmp / "amqp", amqp_pumps)
+        runhub = start_runhub(tmp / "amqp", amqp_pumps)
         try:
             for notified in (False, True):
                 with (
-                    EventHubsSource(HUB, connection_string=hub.connection_string) as source,
-                    EmbeddedHub(hub.hub_dir, HUB) as writer,
+                    EventHubsSource(HUB, connection_string=runhub.connection_string) as source,
+                    EmbeddedHub(runhub.hub_dir, HUB) as writer,
                 ):
                     cpu, p50, p99 = asyncio.run(pumps_alone(source, writer, amqp_pumps, seconds, notified, 6.0))
                 how = "woken (after)" if notified else "polled every 50 ms (before)"
                 print(f"  AMQP (runhub), {amqp_pumps} pumps, {how:<28} CPU {cpu:6.1f} % of a core; append to "
                       f"handler p50 {p50:6.1f} ms, p99 {p99:6.1f} ms", flush=True)  # fmt: skip
         finally:
-            hub.process.terminate()
-            hub.process.wait(10)
+            runhub.process.terminate()
+            runhub.process.wait(10)
 
 
 # output ---------------------------------------------------------------------------------------------

@@ -416,11 +416,9 @@ def main(argv: list[str] | None = None) -> None:
         for label, job_s, dedupe_s, job_cpu, dedupe_cpu in compared:
             print(f"  the job, {label}: {100 * dedupe_s / job_s:.0f} % of Spark batch + dropDuplicates ({label}) in "
                   f"events/s; {100 * dedupe_cpu / job_cpu:.0f} % in events per CPU second")  # fmt: skip
-        for label, figures in (("cold", runs), ("warm", warm)):
-            seconds = {
-                case: ", ".join(f"{f['seconds']:.2f}" for f in figures.get(case, [])) for case in ("job", "dedupe")
-            }
-            print(f"  ({label} runs, seconds: the job {seconds['job']}; batch + dropDuplicates {seconds['dedupe']})")
+        for label, done in (("cold", runs), ("warm", warm)):
+            listed = {case: ", ".join(f"{f['seconds']:.2f}" for f in done.get(case, [])) for case in ("job", "dedupe")}
+            print(f"  ({label} runs, seconds: the job {listed['job']}; batch + dropDuplicates {listed['dedupe']})")
 
         if args.flat_events:
             from workers.models import CountedRange

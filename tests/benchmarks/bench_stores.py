@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -170,4 +169,4 @@ def print_table(rows: list[tuple[str, str, dict[str, float | str], str]]) -> Non
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

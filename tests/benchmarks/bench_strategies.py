@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 from balancer.sim.run import SCENARIOS, Settings, simulate
@@ -179,7 +179,11 @@ def main(argv: list[str] | None = None) -> None:
     ):  # the progress line (a terminal only) counts the seeds of the rows done
         futures = {i: pool.submit(_simulate, todo[i]) for i in order}
         for i, future in futures.items():
-            future.add_done_callback(lambda _f, seeds=todo[i][4]: task.advance(seeds))
+
+            def advance(_done: Future[dict[str, Any]], seeds: int = todo[i][4]) -> None:
+                task.advance(seeds)
+
+            future.add_done_callback(advance)
         done = {i: future.result() for i, future in futures.items()}
     rows = [row(done[i]) for i in range(len(todo))]
     title = (

@@ -67,12 +67,12 @@ async def trivial_async(event: ReceivedEvent, ctx: PartitionContext) -> None:
     """The same, on the event loop."""
 
 
-@batch_handler(max_events=100)
+@batch_handler(max_events=100)  # type: ignore[untyped-decorator]  # batch_handler(...) is typed as Any
 def batch_100(events: list[ReceivedEvent], ctx: PartitionContext) -> None:
     """The same, 100 events per call."""
 
 
-@batch_handler(max_events=1000)
+@batch_handler(max_events=1000)  # type: ignore[untyped-decorator]  # batch_handler(...) is typed as Any
 def batch_1000(events: list[ReceivedEvent], ctx: PartitionContext) -> None:
     """The same, 1000 events per call."""
 

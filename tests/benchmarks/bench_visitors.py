@@ -35,7 +35,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import psutil
+import psutil  # type: ignore[import-untyped]  # no stubs installed (types-psutil is no dev dependency)
 import websockets
 
 from tests.benchmarks.size import size

@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import django
 
@@ -41,6 +41,9 @@ from workers.runtime.sink import EventSink  # noqa: E402
 from workers.sources.base import ReceivedEvent  # noqa: E402
 from workers.wiring import Stores, build_coordinator  # noqa: E402
 
+if TYPE_CHECKING:
+    from dashboard.sql.store import SqlStore
+
 REF = HubRef("bench", "bench", "$Default")
 BODY = b'{"event_id":"0","home":"home-00042","sensor":"door","sensor_id":"door-1","event":"opened","armed":false}'
 
@@ -53,12 +56,12 @@ async def trivial_async(event: ReceivedEvent, ctx: PartitionContext) -> None:
     """The same, as a coroutine (runs on the event loop instead of the partition's thread)."""
 
 
-@batch_handler(max_events=500)
+@batch_handler(max_events=500)  # type: ignore[untyped-decorator]  # batch_handler(...) is typed as Any
 def trivial_batch(events: list[ReceivedEvent], ctx: PartitionContext) -> None:
     """The same, taking up to 500 events per call."""
 
 
-def sql_store(root: Path) -> Any:
+def sql_store(root: Path) -> SqlStore:
     """A SqlStore on a fresh, migrated SQLite file (WAL, as in the demo)."""
     from dashboard.sql.store import SqlStore
     from tests.support.databases import add_django_database
@@ -106,7 +109,7 @@ async def run(
         await runner
         checkpointed = {c.partition_id: c.sequence_number for c in await store.list_checkpoints(REF)}
         assert checkpointed == {p: per_partition - 1 for p in hub.partition_ids()}, checkpointed
-        if store_kind == "sql":
+        if not isinstance(store, MemoryStore):  # the SQL store
             await store.aclose()
         hub.close()
         return elapsed
