@@ -25,7 +25,7 @@ from django.conf import settings
 
 from balancer.model import HubRef
 from balancer.notices import Released, release_channel
-from workers.runtime.processor import WAKE_GROUP
+from workers.runtime.runner import WAKE_GROUP
 from workers.wiring import Stores
 
 from ..live.broadcast import apublish

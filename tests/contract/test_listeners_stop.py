@@ -32,7 +32,7 @@ from balancer.stores.redis.store import RedisStore
 from tests.support.redis_server import RedisServer, start_redis
 from workers import layer_notices
 from workers.layer_notices import ChannelLayerReleaseChannel
-from workers.runtime.processor import listen_for_wakeups
+from workers.runtime.runner import listen_for_wakeups
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("listeners-stop")]  # one spinner at a time
 

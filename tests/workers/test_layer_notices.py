@@ -402,7 +402,7 @@ async def test_the_rebalance_wake_up_listener_stops_at_once_when_cancelled(
     a worker's stop, it ends its receive with a message of its own, never waits on it for good."""
     from channels.layers import channel_layers, get_channel_layer
 
-    from workers.runtime.processor import WAKE_GROUP, listen_for_wakeups
+    from workers.runtime.runner import WAKE_GROUP, listen_for_wakeups
 
     settings.CHANNEL_LAYERS = {
         "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [redis_server.url]}}

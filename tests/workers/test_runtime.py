@@ -25,8 +25,8 @@ from tests.support.waiting import until
 from workers.handlers import PartitionContext
 from workers.hub.embedded import EmbeddedHub
 from workers.hub.reader import HubReader
-from workers.runtime.processor import _resolve
 from workers.runtime.pump import PartitionPump
+from workers.runtime.waiting import _resolve
 from workers.sources.base import ReceivedEvent
 
 from .conftest import REF, Recorder, Rig, checkpoints, metric, own_all, quick_sleep
@@ -426,7 +426,7 @@ async def test_on_the_loops_own_sleep_a_wait_ends_at_its_time_or_at_once_on_wake
 
 async def test_a_worker_that_sees_a_rebalance_request_wakes_every_worker_of_its_process(rig: Rig) -> None:
     from balancer.model import Control, ControlKind
-    from workers.runtime.processor import run_workers
+    from workers.runtime.runner import run_workers
 
     workers = [rig.worker(w, lambda event, ctx: None, sleep=_sleep_forever, strategy="cooperative") for w in "ab"]
     task = asyncio.create_task(run_workers(workers, signals=False))
@@ -447,7 +447,7 @@ async def test_a_worker_that_sees_a_rebalance_request_wakes_every_worker_of_its_
 async def test_a_wake_message_on_the_channel_layer_wakes_the_workers() -> None:
     from channels.layers import get_channel_layer
 
-    from workers.runtime.processor import WAKE_GROUP, listen_for_wakeups
+    from workers.runtime.runner import WAKE_GROUP, listen_for_wakeups
 
     woken = asyncio.Event()
     listener = asyncio.create_task(listen_for_wakeups(woken.set))

@@ -30,7 +30,7 @@ from workers.hub.embedded import EmbeddedHub
 from workers.management.commands.produce import Command as Produce
 from workers.management.commands.runworkers import add_worker_options, fleet_of
 from workers.pipeline.launcher import start_pipeline, stop_pipeline
-from workers.runtime.processor import run_workers
+from workers.runtime.runner import run_workers
 from workers.sensors import run_producer
 from workers.wiring import Fleet, close_stores, hub_ref
 

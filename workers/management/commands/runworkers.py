@@ -20,7 +20,7 @@ from balancer.race.build import add_race_options
 from balancer.strategies import DEFAULT, NAMES
 from workers import metrics
 from workers.handlers import DEFAULT_HANDLER
-from workers.runtime.processor import run_workers
+from workers.runtime.runner import run_workers
 from workers.sources.base import EventSource
 from workers.wiring import (
     SOURCES,

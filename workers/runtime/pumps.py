@@ -1,0 +1,196 @@
+"""The pumps of one worker: started for the partitions it holds, stopped for those it lost or hands
+off, woken after each cycle, looked at together while idle, and told by one timer when a lease's
+deadline passes unrenewed; what each did (its stats), and the bounded stop of them all."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Callable
+
+from balancer.lease import EARLY
+from balancer.protocol import Balancer
+from workers.runtime.config import PumpStats
+from workers.runtime.pump import PartitionPump, Sleep
+from workers.runtime.sink import OutageLog
+
+log = logging.getLogger("leaseboard.worker")
+
+
+class Pumps:
+    """The running pumps of one worker (``running``: partition -> the pump and its task).
+
+    ``build`` makes the pump of a partition; ``sleep`` is the worker's sleep (looked up when the
+    deadline timer is armed); ``stopped`` says whether the worker is stopping (no timer then)."""
+
+    def __init__(
+        self,
+        coordinator: Balancer,
+        *,
+        idle_seconds: float,
+        build: Callable[[str], PartitionPump],
+        sleep: Sleep,
+        stopped: Callable[[], bool],
+    ) -> None:
+        self._coordinator = coordinator
+        self._idle_seconds = idle_seconds
+        self._build = build
+        self._sleep = sleep
+        self._stopped = stopped
+        self.running: dict[str, tuple[PartitionPump, asyncio.Task[PumpStats]]] = {}
+        self._lost_at: dict[str, int] = {}  # partition -> cycle count when its pump was refused a checkpoint
+        self._failures: dict[str, OutageLog] = {}
+        self.history: dict[str, PumpStats] = {}  # the last finished pump of each partition
+        # One timer for every pump's lease deadline (``watch_deadlines``): (the deadline, its task).
+        self._deadline_watch: tuple[float, asyncio.Task[None]] | None = None
+        # When the idle pumps are next looked at (``_safety_reads``).
+        self._next_look = coordinator.monotonic() + idle_seconds
+
+    @property
+    def _owner_id(self) -> str:
+        return self._coordinator.owner_id
+
+    @property
+    def pumping(self) -> frozenset[str]:
+        """Partitions with a pump that is running (or paused) and not stopping."""
+        return frozenset(p for p, (pump, task) in self.running.items() if not task.done() and not pump.stopping)
+
+    @property
+    def paused(self) -> frozenset[str]:
+        """Partitions whose pump is paused: its lease may have run out, and it waits for a renewal."""
+        return frozenset(p for p, (pump, task) in self.running.items() if not task.done() and pump.paused)
+
+    def stats(self) -> dict[str, PumpStats]:
+        """The stats of each partition's current pump, else of its last one."""
+        current = {p: pump.stats for p, (pump, _) in self.running.items()}
+        return {**self.history, **current}
+
+    def reconcile(self, lost: frozenset[str], *, start: bool, cycles: int) -> None:
+        """Stop the pumps of partitions no longer owned, being handed off, or ``lost`` in this cycle (even
+        if claimed back in the same cycle: that pump's position and pending checkpoint are stale);
+        wake the others (a paused pump whose lease was renewed resumes); with ``start``, start pumps for
+        held ones (cycles do; a renewal step leaves that to the next cycle). ``cycles``: the worker's
+        successful cycles so far."""
+        coordinator = self._coordinator
+        owned = coordinator.owned
+        for pid, (pump, task) in list(self.running.items()):
+            if task.done():
+                del self.running[pid]
+                self.finished(pid, task, cycles)
+            elif pump.stopping:
+                continue
+            elif pid not in owned or pid in lost:
+                pump.stop(lost=True)  # lost or released: not one more event, nor a checkpoint
+            elif coordinator.handing_off(pid):
+                pump.stop()  # the event in hand, then the final checkpoint
+            else:
+                pump.wake()  # a paused pump whose lease this cycle renewed resumes now
+        if start:
+            # Past its deadline a partition is not started: its pump would only pause.
+            held = {p for p in owned if coordinator.holds(p) and not coordinator.handing_off(p)}
+            for pid in sorted(held - self.running.keys()):
+                if self._lost_at.get(pid, -1) >= cycles:
+                    continue  # the store said someone else owns it: wait for a cycle to settle that
+                self._lost_at.pop(pid, None)
+                self._start(pid)
+        self.watch_deadlines()
+        self._safety_reads()
+
+    def _safety_reads(self) -> None:
+        """Every ``idle_seconds``, after a cycle or renewal step: the safety read of every idle pump
+        (``PartitionPump.look``: a pump whose reader says nothing came stays idle). One look for all
+        the pumps, on a wake the worker makes anyway, where each idle pump used to wake on a timer."""
+        now = self._coordinator.monotonic()
+        if now < self._next_look:
+            return
+        self._next_look = now + self._idle_seconds
+        for pump, task in self.running.values():
+            if not task.done() and not pump.stopping:
+                pump.look()
+
+    def watch_deadlines(self) -> None:
+        """Tell the running pumps whose lease deadline passed unrenewed (an idle pump then pauses, as a
+        busy one does at its next event), and arm one timer at the earliest deadline still ahead to do
+        the same there. A renewal moves the deadlines on before they pass, so in steady state the timer
+        is re-armed at each renewal and never fires: one timer per worker, where each idle pump used to
+        wake at its lease's old deadline after every renewal."""
+        deadline, now = self._coordinator.deadline, self._coordinator.monotonic()
+        ahead = []
+        for pid, (pump, task) in self.running.items():
+            if task.done() or pump.stopping:
+                continue
+            at = deadline(pid)
+            if not math.isfinite(at):
+                continue  # not held: the processor stops this pump
+            if at > now:
+                ahead.append(at)
+            elif not pump.paused:
+                pump.deadline_passed()
+        first = min(ahead, default=None)
+        watch = self._deadline_watch
+        if watch is not None and watch[0] == first and not watch[1].done():
+            return
+        if watch is not None:
+            watch[1].cancel()
+        self._deadline_watch = None
+        if first is not None and not self._stopped():
+            timer = asyncio.get_running_loop().create_task(self._at_deadline(first), name=f"deadlines {self._owner_id}")
+            self._deadline_watch = (first, timer)
+
+    async def _at_deadline(self, at: float) -> None:
+        clock = self._coordinator.monotonic
+        await self._sleep(max(0.0, at - clock()) + EARLY)  # EARLY: a timer may fire a hair early
+        if clock() < at:
+            return  # a test's sleep that only yields: the next cycle or renewal arms it again
+        self._deadline_watch = None
+        self.watch_deadlines()  # tells the pumps whose deadline passed; arms the next one ahead
+
+    def unwatch_deadlines(self) -> None:
+        if self._deadline_watch is not None:
+            self._deadline_watch[1].cancel()
+            self._deadline_watch = None
+
+    def _start(self, pid: str) -> None:
+        pump = self._build(pid)
+        task = asyncio.get_running_loop().create_task(pump.run(), name=f"pump {self._owner_id} {pid}")
+        self.running[pid] = (pump, task)
+
+    def finished(self, pid: str, task: asyncio.Task[PumpStats], cycles: int) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None:
+            stats = task.result()
+            self.history[pid] = stats
+            self._failures.pop(pid, None)
+            if stats.ended == "lost":
+                self._lost_at[pid] = cycles
+            return
+        # An error from the source or the store the pump could not handle: restarted from the
+        # checkpoint at the next cycle; the first failure in a row gets a traceback.
+        outage = self._failures.setdefault(
+            pid, OutageLog(log, f"worker {self._owner_id}: pump of partition {pid}", "restarting from its checkpoint")
+        )
+        outage.failed(error)
+
+    async def stop_all(self, timeout: float, cycles: int) -> None:
+        """Stop every pump after its event in hand and its final checkpoint, waiting at most ``timeout``
+        (the late ones are cancelled), and keep what each did."""
+        running = {task: pid for pid, (_, task) in self.running.items() if not task.done()}
+        for pump, _ in self.running.values():
+            pump.stop()
+        if running:
+            _, late = await asyncio.wait(running, timeout=timeout)
+            for task in late:
+                log.warning(
+                    "worker %s: partition %s still busy after %gs; releasing it anyway (its event in hand "
+                    "will be handled again by the next owner)", self._owner_id, running[task], timeout,
+                )
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=1.0)
+        for pid, (_, task) in list(self.running.items()):
+            if task.done():
+                self.finished(pid, task, cycles)
+        self.running.clear()
