@@ -59,6 +59,7 @@ lint: venv
 	$(VENV)/bin/ruff check balancer dashboard workers tests manage.py
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+	$(PY) .ci/sizes.py
 
 check-deploy: venv
 	DJANGO_SETTINGS_MODULE=dashboard.production DJANGO_SECRET_KEY="$$($(PY) -c 'import secrets; print(secrets.token_urlsafe(50))')" \
