@@ -18,55 +18,38 @@ paused pump, which ends "expired" WITHOUT a checkpoint (the next owner starts af
 stored). A checkpoint refused with ``OwnershipLost`` (the store says another worker owns the
 partition) ends the pump at once ("lost").
 
-Idle. A reader that offers ``notify(wake)`` (``workers.sources.arrivals``: the embedded hub's
-files through one watcher per process, Event Hubs through its long-polling receive) wakes the pump
-when new events may be there: an idle pump waits for that and costs nothing meanwhile, bounded only
-by a pending checkpoint's time, its lease's deadline passing unrenewed (so it pauses when the lease
-may have run out: ``deadline_passed()``, from the processor's one timer for all its pumps) and a
-safety read every ``idle_seconds``. A reader that can tell cheaply that nothing came (``nothing_new()``:
-the embedded hub's readers, from the log's size) is asked that on the event loop instead, and read
-only if something did; under a processor (``looked_after``) the processor asks for all its pumps at
-once after a cycle (``look()``), so such a pump keeps no timer of its own. A reader without
-``notify`` is polled every ``poll_seconds``.
+Idle. A pump with nothing new to read waits for its reader to say events came, bounded by a pending
+checkpoint's time, its lease's deadline passing unrenewed and a safety read (``idle.py``).
 
 Checkpoints: ``checkpoints.py`` (every ``checkpoint_events`` events or ``checkpoint_seconds``
 seconds, and once more when the pump is stopped on purpose; delivery is at least once). Sequence
 numbers: ``sequence.py`` (a jump is logged as lost data, and processing goes on).
 
-Handler errors (the worker never dies of one):
-1. the failure is logged and counted (``leaseboard_handler_errors_total``, the pump's ``errors``);
-2. the same event (or batch) is retried up to ``retries`` times, waiting ``backoff_seconds``,
-   doubling, at most ``backoff_max`` between tries; ``MalformedEvent`` skips the retries;
-3. then the event (every event of a failed batch) is set aside to the dead-letter file
-   (``deadletters.py``), and processing goes on with the next event, which moves the checkpoint
-   past the dead-lettered one.
-If the pump is stopped during retries, the failing event is neither handled nor set aside: the
-checkpoint stays before it and the next owner tries it again. A pump paused during retries goes on
-retrying once it resumes.
+Handler errors (the worker never dies of one): retried, then set aside as dead letters
+(``retries.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import workers.metrics as metrics
 from balancer.model import HubRef
 from balancer.protocol import CheckpointStore
-from workers.handlers import Handler, MalformedEvent, NotHeld, PartitionContext, batch_size, is_async
+from workers.handlers import Handler, NotHeld, PartitionContext
 from workers.runtime.checkpoints import Checkpointer, CheckpointOutage, PauseLog
 from workers.runtime.config import PumpConfig, PumpStats
 from workers.runtime.deadletters import DeadLetters
+from workers.runtime.handling import HandlerCalls
+from workers.runtime.idle import Idle
 from workers.runtime.lane import ThreadLane
 from workers.runtime.sequence import SequenceGuard
-from workers.runtime.syncwork import SyncWork
-from workers.sources.base import EventSource, PartitionReader, PartitionTaken, Position, ReceivedEvent
+from workers.sources.base import EventSource, PartitionReader, PartitionTaken, Position
 
 log = logging.getLogger("leaseboard.pump")
 Sleep = Callable[[float], Awaitable[None]]
@@ -104,11 +87,7 @@ class PartitionPump:
         self._holds = holds
         self._store = checkpoints
         self._source = source
-        self._handler = handler
-        self._batch = batch_size(handler)
-        self._async = is_async(handler)
         self._config = config
-        self._dead = dead_letters
         self._monotonic = monotonic
         self._sleep = sleep
         self.ctx = PartitionContext(ref, partition_id, owner_id, holds=self._handler_holds)
@@ -117,11 +96,6 @@ class PartitionPump:
         self._outage = outage or CheckpointOutage(owner_id)  # shared by the worker's pumps
         self._pauses = pauses or PauseLog(owner_id, monotonic)  # shared by the worker's pumps
         self._wake = asyncio.Event()  # set by wake() and stop(): a paused pump looks again
-        self._arrived = asyncio.Event()  # set by the reader's notify() and by stop(): an idle pump reads again
-        self._notified = False  # the reader offers notify(): idle waits for it instead of polling
-        self._nothing_new: Callable[[], bool] | None = None  # the reader's cheap check at the safety read
-        self._looked_after = looked_after
-        self._idling = False  # waiting in _idle for an arrival: look() may find one
         self._lost = False  # stopped because the partition was lost: not one more checkpoint
         self.paused = False
         self._label = f"partition {partition_id} ({owner_id})"
@@ -131,15 +105,19 @@ class PartitionPump:
             config=config,
             stats=self.stats, outage=self._outage, monotonic=monotonic, label=self._label,
         )  # fmt: skip
+        self._idle = Idle(
+            config=config, checkpoints=self._checkpoints, stats=self.stats, monotonic=monotonic, sleep=sleep,
+            stopping=self._stopping, looked_after=looked_after, label=self._label,
+        )  # fmt: skip
         # Without a deadline (a pump built by hand) the lane asks ``holds`` once per chunk of events.
         self._deadline = deadline or (lambda pid: math.inf if holds(pid) else -math.inf)
-        self._sync: SyncWork | None = None
-        if not self._async:
-            self._sync = SyncWork(
-                handler=handler, ctx=self.ctx, batch=self._batch, max_events=config.max_events,
-                deadline=self._deadline, monotonic=monotonic, may_go_on=self._may_go_on, advance=self._advance,
-                sequence=self._sequence, checkpoints=self._checkpoints,
-            )  # fmt: skip
+        self._calls = HandlerCalls(
+            handler=handler, ctx=self.ctx, config=config, dead_letters=dead_letters, checkpoints=self._checkpoints,
+            stats=self.stats, label=self._label, sequence=self._sequence, deadline=self._deadline,
+            monotonic=monotonic, hold=self._hold, may_go_on=self._may_go_on, lease_gone=self._lease_gone,
+            pause=self._idle.pause,
+        )  # fmt: skip
+        self._sync = self._calls.sync
 
     def stop(self, *, lost: bool = False) -> None:
         """Ask the pump to stop after the event in hand and write a final checkpoint. None when ``lost``
@@ -150,7 +128,7 @@ class PartitionPump:
             self._sync.stop()
         self._stopping.set()
         self._wake.set()
-        self._arrived.set()
+        self._idle.arrive()
 
     def wake(self) -> None:
         """Let a paused pump look at its lease now (the processor calls it after every cycle)."""
@@ -159,13 +137,12 @@ class PartitionPump:
     def deadline_passed(self) -> None:
         """The lease's deadline passed unrenewed (the processor keeps one timer for all its pumps'
         deadlines): an idle pump stops waiting and pauses; a busy one pauses at its next event anyway."""
-        self._arrived.set()
+        self._idle.arrive()
 
     def look(self) -> None:
         """The safety read of an idle pump, by the processor for all its pumps: if its reader cannot
         say nothing came since the last read, the pump reads. Called on the event loop."""
-        if self._idling and self._nothing_new is not None and not self._nothing_left():
-            self._arrived.set()
+        self._idle.look()
 
     @property
     def stopping(self) -> bool:
@@ -241,9 +218,7 @@ class PartitionPump:
             if position is None:
                 return self._end()
             reader = await lane.call(self._source.reader, self.partition_id, position)
-            self._notified = self._listen(reader)
-            nothing_new = getattr(reader, "nothing_new", None)
-            self._nothing_new = nothing_new if callable(nothing_new) else None
+            self._idle.attach(reader)
             self._checkpoints.start()
             while await self._hold():
                 await self._step(lane, reader)
@@ -285,7 +260,7 @@ class PartitionPump:
             except Exception as exc:
                 metrics.STORE_ERRORS.labels(operation="list_checkpoints").inc()
                 self._outage.failed(self.partition_id, exc)
-                await self._pause(self._config.backoff_max)
+                await self._idle.pause(self._config.backoff_max)
                 continue
             self._outage.ok(self.partition_id)
             found = next((c for c in listed if c.partition_id == self.partition_id), None)
@@ -304,212 +279,41 @@ class PartitionPump:
         if self._sync is None:
             await self._step_on_loop(lane, reader)
             return
-        self._arrived.clear()  # before the read: what arrives from now on wakes the idle wait below
+        self._idle.clear()  # before the read: what arrives from now on wakes the idle wait below
         run = await lane.call(self._sync.work, reader)
         if run.error is not None:
-            if not await self._recover(lane, run.failed, run.error):
+            if not await self._calls.recover(lane, run.failed, run.error):
                 return
         elif run.stopped:
             return
         # Before a held-back read error ends the pump, what was handled is checkpointed.
         if await self._checkpoints.write(final=self._sync.deferred is not None) and run.idle:
-            await self._idle()
+            await self._idle.wait()
 
     async def _step_on_loop(self, lane: ThreadLane, reader: PartitionReader) -> None:
         """Read once (in the lane) and hand what came to an async handler on the loop, pausing in
         place (with the events in hand) while the lease may have run out."""
-        self._arrived.clear()
-        events = await lane.call(reader.receive, self._batch or self._config.max_events)
+        self._idle.clear()
+        events = await lane.call(reader.receive, self._calls.batch or self._config.max_events)
         events = self._sequence.contiguous(events)
         if not events:
             if await self._checkpoints.write():
-                await self._idle()
+                await self._idle.wait()
             return
-        if self._batch is not None:
-            await self._handle_batch(lane, events)
+        if self._calls.batch is not None:
+            await self._calls.handle_batch(lane, events)
             return
         done = 0
         while done < len(events):
             if not await self._hold():
                 return  # stopped or lost: the rest is the next owner's
             chunk = events[done : done + self._checkpoints.room()]
-            handled, error = await self._run_async(chunk)
-            self._advance(chunk[:handled])
+            handled, error = await self._calls.run_async(chunk)
+            self._calls.advance(chunk[:handled])
             done += handled
             if error is not None:
-                if not await self._recover(lane, [chunk[handled]], error):
+                if not await self._calls.recover(lane, [chunk[handled]], error):
                     return
                 done += 1
             # Not written when no longer held (handled < len(chunk)): _hold pauses, then writes it.
             await self._checkpoints.write()
-
-    # handler calls -------------------------------------------------------------------------
-
-    async def _run_async(self, events: Sequence[ReceivedEvent]) -> tuple[int, Exception | None]:
-        """Hand ``events`` one by one to the async handler, on the loop; (how many were handled, the
-        error of the next one or None)."""
-        for n, event in enumerate(events):
-            if not self._may_go_on():
-                return n, None
-            try:
-                await self._handler(event, self.ctx)
-            except Exception as exc:
-                # NotHeld: the handler found the lease gone before its work became visible.
-                return (n, None) if self._lease_gone(exc) else (n, exc)
-        return len(events), None
-
-    async def _call_once(self, lane: ThreadLane, events: list[ReceivedEvent]) -> Exception | None:
-        """One handler call with ``events`` (one event, or a batch); the error or None."""
-        arg: Any = events if self._batch is not None else events[0]
-        try:
-            if self._async:
-                await self._handler(arg, self.ctx)
-            else:
-                await lane.call(self._handler, arg, self.ctx)
-        except Exception as exc:
-            return exc
-        return None
-
-    async def _handle_batch(self, lane: ThreadLane, events: list[ReceivedEvent]) -> None:
-        while True:
-            if not await self._hold():
-                return
-            error = await self._call_once(lane, events)
-            if not self._lease_gone(error):
-                break  # else the handler found the lease gone: pause, then the same batch again
-        if error is None:
-            self._advance(events)
-        elif not await self._recover(lane, events, error):
-            return
-        await self._checkpoints.write()
-
-    async def _recover(self, lane: ThreadLane, events: list[ReceivedEvent], error: Exception) -> bool:
-        """Retry ``events`` per the policy, else set them aside. False when the pump must stop (paused
-        meanwhile, it goes on retrying once the lease is renewed)."""
-        attempts = 1
-        first = events[0].sequence_number
-        while True:
-            metrics.HANDLER_ERRORS.inc()
-            self.stats.errors += 1
-            log.warning(
-                "%s: handler failed on sequence number %d (attempt %d of %d): %s: %s",
-                self._label, first, attempts, self._config.retries + 1, type(error).__name__, error,
-            )
-            if isinstance(error, MalformedEvent) or attempts > self._config.retries:
-                break
-            delay = min(self._config.backoff_seconds * 2 ** (attempts - 1), self._config.backoff_max)
-            await self._pause(delay)
-            if not await self._hold():
-                return False  # the next owner (or the next run) tries the event again
-            retry_error = await self._call_once(lane, events)
-            while self._lease_gone(retry_error):  # not an attempt: the lease ran out during it
-                if not await self._hold():
-                    return False
-                retry_error = await self._call_once(lane, events)
-            if retry_error is None:
-                self._advance(events)
-                return True
-            error = retry_error
-            attempts += 1
-        for event in events:
-            await lane.call(self._dead.add, self.ref, self.owner_id, event, error, attempts)
-        metrics.DEAD_LETTERS.inc(len(events))
-        self.stats.dead_lettered += len(events)
-        log.error(
-            "%s: set aside %d event(s) from sequence number %d to %s after %d attempt(s): %s: %s",
-            self._label, len(events), first, self._dead.path(self.ref, self.partition_id) or "memory",
-            attempts, type(error).__name__, error,
-        )
-        self._advance(events)
-        return True
-
-    def _advance(self, events: Sequence[ReceivedEvent]) -> None:
-        if not events:
-            return
-        self._checkpoints.done(events)
-        self.stats.processed += len(events)
-        self.stats.last_sequence = events[-1].sequence_number
-        metrics.EVENTS_PROCESSED.inc(len(events))
-
-    # idle --------------------------------------------------------------------------------------
-
-    def _listen(self, reader: PartitionReader) -> bool:
-        """Ask ``reader`` to wake this pump on new events; False if it cannot (it is polled then)."""
-        notify = getattr(reader, "notify", None)
-        if not callable(notify):
-            return False
-        loop = asyncio.get_running_loop()
-        arrived = self._arrived
-
-        def wake() -> None:  # any thread, once per write to the partition: cheap when already set
-            if not arrived.is_set():
-                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-                    loop.call_soon_threadsafe(arrived.set)
-
-        try:
-            notify(wake)
-        except OSError as exc:
-            log.warning("%s: the source cannot wake this pump (%s); polling every %gs", self._label, exc,
-                        self._config.poll_seconds)  # fmt: skip
-            return False
-        return True
-
-    async def _idle(self) -> None:
-        """Nothing new to read: wait until the reader says events came (or ``stop()``), a pending
-        checkpoint is due, ``deadline_passed()`` (the lease ran out unrenewed), or ``idle_seconds`` went by. A reader
-        without ``notify`` is read again after ``poll_seconds``."""
-        self.stats.idle_waits += 1
-        if not self._notified:
-            await self._pause(self._config.poll_seconds)
-            return
-        # Looked after, a pump whose reader answers nothing_new waits with no timer of its own for it.
-        looked_after = self._looked_after and self._nothing_new is not None
-        until = math.inf if looked_after else self._monotonic() + self._config.idle_seconds
-        self._idling = True
-        try:
-            while not self._arrived.is_set() and not self._stopping.is_set():
-                now = self._monotonic()
-                bound = min(until, now + self._checkpoints.due_in(now))
-                await self._await_arrival(max(bound - now, self._config.poll_seconds))
-                now = self._monotonic()
-                if self._checkpoints.due(now):
-                    return  # a checkpoint
-                if now >= until:
-                    if not self._nothing_left():
-                        return  # the safety read
-                    until = now + self._config.idle_seconds
-        finally:
-            self._idling = False
-
-    def _nothing_left(self) -> bool:
-        """The reader says cheaply that nothing came since the last read (a safety read would find
-        nothing). False where it cannot tell, or fails to: the pump reads, and the read says why."""
-        if self._nothing_new is None:
-            return False
-        try:
-            return bool(self._nothing_new())
-        except Exception:  # e.g. a closed or vanished log: the read in the pump's thread reports it
-            return False
-
-    async def _await_arrival(self, seconds: float) -> None:
-        """Wait for the reader's wake-up, ``stop()`` or ``seconds``, whichever comes first."""
-        if self._arrived.is_set():
-            return
-        if math.isinf(seconds):  # nothing to time: an arrival (or a look, a deadline, stop()) ends it
-            await self._arrived.wait()
-            return
-        sleeper = asyncio.ensure_future(self._sleep(seconds))
-        waiter = asyncio.ensure_future(self._arrived.wait())
-        try:
-            await asyncio.wait([sleeper, waiter], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            waiter.cancel()
-
-    async def _pause(self, seconds: float) -> None:
-        """Sleep ``seconds`` in short steps, ending early when the pump is asked to stop."""
-        # Counted in steps rather than read off the clock, so a test's fake clock need not move.
-        left = seconds
-        while left > 0 and not self._stopping.is_set():
-            await self._sleep(min(left, 0.05))
-            left -= 0.05
