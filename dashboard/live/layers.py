@@ -2,7 +2,7 @@
 
 channels_redis waits for a message with a ``BZPOPMIN`` of 5 s, then issues it again (after an
 ``EVAL`` of its own): every idle receiver wakes, with two round trips, every 5 s. Every worker
-process holds one such receiver (``workers.runtime.processor.listen_for_wakeups``) and every
+process holds one such receiver (``workers.runtime.runner.listen_for_wakeups``) and every
 websocket another, all of them idle nearly always. This layer waits ``IDLE_WAIT`` seconds instead,
 where every host's reads are allowed longer than that (``socket_timeout``, given with a margin);
 else channels_redis's 5 s. A message still arrives at once: only an idle wait is longer.

@@ -398,7 +398,7 @@ async def test_on_blob_with_the_layer_down_a_handoff_waits_for_polling_not_the_i
 async def test_the_rebalance_wake_up_listener_stops_at_once_when_cancelled(
     redis_server: RedisServer, settings: Any
 ) -> None:
-    """The same for the listener of operators' wake-ups (``processor.listen_for_wakeups``): cancelled at
+    """The same for the listener of operators' wake-ups (``runner.listen_for_wakeups``): cancelled at
     a worker's stop, it ends its receive with a message of its own, never waits on it for good."""
     from channels.layers import channel_layers, get_channel_layer
 
