@@ -57,6 +57,7 @@ demo: venv
 
 lint: venv
 	$(VENV)/bin/ruff check balancer dashboard workers tests manage.py
+	$(VENV)/bin/ruff format --check balancer dashboard workers tests manage.py
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) .ci/sizes.py

@@ -168,9 +168,12 @@ class Read:
 
 
 async def read(
-    feed: ChangeFeed, ref: HubRef, table: OwnershipTable, monotonic: Callable[[], float],
+    feed: ChangeFeed,
+    ref: HubRef,
+    table: OwnershipTable,
+    monotonic: Callable[[], float],
     stale_after: float | None = None,
-) -> Read:  # fmt: skip
+) -> Read:
     """Bring ``table`` up to date from ``feed``: what changed since its cursor, or everything when it
     cannot be trusted; a read that leaves it disagreeing with the store's count is done again in full
     (records were deleted past the feed). ``ownership`` None: even that one disagreed (records deleted

@@ -19,9 +19,7 @@ class OwnershipLost(StoreError):
         self.caller = caller
         self.current_owner = current_owner
         holder = repr(current_owner) if current_owner else "nobody"
-        super().__init__(
-            f"worker {caller!r} may not checkpoint partition {partition_id}: it is owned by {holder}"
-        )
+        super().__init__(f"worker {caller!r} may not checkpoint partition {partition_id}: it is owned by {holder}")
 
 
 class CorruptRecord(StoreError):

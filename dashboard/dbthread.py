@@ -65,9 +65,14 @@ class DatabaseThread:
     """
 
     def __init__(
-        self, name: str, alias: str = DEFAULT_DB_ALIAS, *, checks: bool = True, retry: bool = False,
+        self,
+        name: str,
+        alias: str = DEFAULT_DB_ALIAS,
+        *,
+        checks: bool = True,
+        retry: bool = False,
         deadline: float | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.name = name
         self.deadline = deadline
         self.alias = alias

@@ -177,8 +177,20 @@ class EventLog(Scoped):
             handoff=event.handoff,
         )
 
-    JSON_FIELDS = ("id", "kind", "namespace", "hub", "consumer_group", "partition_id", "owner_id",
-                   "previous_owner", "reporter", "reason", "at", "handoff")  # fmt: skip
+    JSON_FIELDS = (
+        "id",
+        "kind",
+        "namespace",
+        "hub",
+        "consumer_group",
+        "partition_id",
+        "owner_id",
+        "previous_owner",
+        "reporter",
+        "reason",
+        "at",
+        "handoff",
+    )
 
     def as_json(self) -> dict[str, object]:
         return self.json_of({name: getattr(self, name) for name in self.JSON_FIELDS})

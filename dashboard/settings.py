@@ -101,11 +101,15 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     if not 0 < _tcp < 3600:
         raise ImproperlyConfigured(f"LEASEBOARD_DB_TCP_TIMEOUT must be between 0 and 3600 seconds, got {_tcp}")
     DATABASES["default"]["OPTIONS"] = {
-        **DATABASES["default"].get("OPTIONS", {}), "connect_timeout": max(1, round(_tcp)), "keepalives": 1,
-        "keepalives_idle": max(1, round(_tcp / 2)), "keepalives_interval": max(1, round(_tcp / 4)),
-        "keepalives_count": 2, "tcp_user_timeout": round(_tcp * 1000),
+        **DATABASES["default"].get("OPTIONS", {}),
+        "connect_timeout": max(1, round(_tcp)),
+        "keepalives": 1,
+        "keepalives_idle": max(1, round(_tcp / 2)),
+        "keepalives_interval": max(1, round(_tcp / 4)),
+        "keepalives_count": 2,
+        "tcp_user_timeout": round(_tcp * 1000),
         "options": f"-c idle_in_transaction_session_timeout={round(_tcp * 1000)}",
-    }  # fmt: skip
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

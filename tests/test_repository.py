@@ -10,8 +10,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_top_level_layout_is_as_designed() -> None:
-    for name in ("manage.py", "pyproject.toml", "balancer", "dashboard", "workers", "templates", "static",
-                 "tests", "docker-compose.yml", "README.md", "Makefile", ".ci/run"):
+    for name in (
+        "manage.py",
+        "pyproject.toml",
+        "balancer",
+        "dashboard",
+        "workers",
+        "templates",
+        "static",
+        "tests",
+        "docker-compose.yml",
+        "README.md",
+        "Makefile",
+        ".ci/run",
+    ):
         assert (ROOT / name).exists(), name
 
 
@@ -22,8 +34,17 @@ def test_ci_runs_make_test() -> None:
 def test_compose_describes_the_production_topology() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert {"postgres", "redis", "azurite", "dashboard", "workers", "spark-master", "spark-worker",
-            "prometheus", "grafana"} <= set(services)
+    assert {
+        "postgres",
+        "redis",
+        "azurite",
+        "dashboard",
+        "workers",
+        "spark-master",
+        "spark-worker",
+        "prometheus",
+        "grafana",
+    } <= set(services)
     assert services["workers"]["deploy"]["replicas"] >= 2
     dockerfile = ROOT / services["dashboard"]["build"]["dockerfile"]
     assert dockerfile.is_file()

@@ -155,9 +155,13 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def write_atomically(
-    directory: Path, name: str, table: pa.Table, *, beside: str | None = None,
+    directory: Path,
+    name: str,
+    table: pa.Table,
+    *,
+    beside: str | None = None,
     before_rename: Callable[[], None] | None = None,
-) -> Path:  # fmt: skip
+) -> Path:
     """Write ``table`` as ``directory/name``, durably: temporary file, fsync, rename, fsync of the folder.
 
     ``beside``: never replace a file already named ``name``; the table is then kept as the hidden
@@ -223,9 +227,12 @@ def writer_metadata(ctx: PartitionContext) -> dict[str, object]:
     if tenure is None:
         tenure = ctx.state["tenure"] = uuid.uuid4().hex[:16]
     return {
-        "owner_id": ctx.owner_id, "tenure": tenure, "host": socket.gethostname(), "pid": os.getpid(),
+        "owner_id": ctx.owner_id,
+        "tenure": tenure,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
         "landed_at": time.time(),
-    }  # fmt: skip
+    }
 
 
 def writer_of(path: Path) -> dict[str, object] | None:
@@ -315,9 +322,12 @@ class LandingHandler:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), WRITER_KEY: json.dumps(writer)})
         beside = _UNSAFE.sub("_", f"{ctx.owner_id}.{writer['tenure']}.{uuid.uuid4().hex[:8]}")
         path = write_atomically(
-            self.root / ctx.ref.hub / ctx.partition_id, file_name(first, last), table, beside=beside,
+            self.root / ctx.ref.hub / ctx.partition_id,
+            file_name(first, last),
+            table,
+            beside=beside,
             before_rename=lambda: _still_held(ctx),
-        )  # fmt: skip
+        )
         metrics.LANDING_WRITE.observe(time.perf_counter() - started)
         metrics.LANDED_EVENTS.inc(len(landed))
         metrics.LANDING_FILES.inc()

@@ -164,8 +164,11 @@ class ChannelLayerReleaseChannel:
                     log.warning(
                         "release notices: the channel layer (%s) failed (%s: %s); joining group %s again with "
                         "backoff, receivers claim at their next cycle meanwhile",
-                        _where(self.layer), type(exc).__name__, exc, self.group,
-                    )  # fmt: skip
+                        _where(self.layer),
+                        type(exc).__name__,
+                        exc,
+                        self.group,
+                    )
                     self._health(False)
                 failing = True
             finally:

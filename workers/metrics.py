@@ -188,10 +188,14 @@ def _initialise(counter: Counter, labels: Sequence[tuple[str, ...]]) -> None:
         counter.labels(*values)
 
 
-_initialise(OWNERSHIP_CHANGES, [(str(k),) for k in (EventKind.CLAIM, EventKind.EXPIRE, EventKind.STEAL,
-                                                     EventKind.RELEASE, EventKind.LOST)])
-_initialise(OWNERSHIP_CHANGE_REASONS, [(k, r) for k, pairs in REASONS.items() for _, r in pairs]
-            + [(EventKind.RELEASE, HANDOFF)])
+_initialise(
+    OWNERSHIP_CHANGES,
+    [(str(k),) for k in (EventKind.CLAIM, EventKind.EXPIRE, EventKind.STEAL, EventKind.RELEASE, EventKind.LOST)],
+)
+_initialise(
+    OWNERSHIP_CHANGE_REASONS,
+    [(k, r) for k, pairs in REASONS.items() for _, r in pairs] + [(EventKind.RELEASE, HANDOFF)],
+)
 _initialise(STORE_ERRORS, [(op,) for op in ("cycle", "release", "list_checkpoints", "update_checkpoint")])
 
 

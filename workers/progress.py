@@ -187,9 +187,12 @@ def progress(
                 console = terminal_console()
             if console is not None and console.is_terminal:
                 display = _Display(
-                    *_columns(), console=console, transient=transient, redirect_stdout=redirect,
+                    *_columns(),
+                    console=console,
+                    transient=transient,
+                    redirect_stdout=redirect,
                     redirect_stderr=redirect,
-                )  # fmt: skip
+                )
                 display.start()
                 _live = display
         if display is None:

@@ -81,8 +81,11 @@ class Notices:
             await asyncio.wait_for(self.channel.publish(notice), PUBLISH_TIMEOUT)
         except Exception as exc:  # a hint lost: the receiver claims at its next cycle
             if not self._failing:
-                log.warning("release notices: could not send one (%s: %s); receivers claim at their next cycle",
-                            type(exc).__name__, exc)  # fmt: skip
+                log.warning(
+                    "release notices: could not send one (%s: %s); receivers claim at their next cycle",
+                    type(exc).__name__,
+                    exc,
+                )
             self._failing = True
         else:
             if self._failing:
@@ -111,8 +114,7 @@ class Notices:
                         else:  # a join or an operator's control: news for a worker waiting quietly
                             worker.news()
             except Exception as exc:  # never let a notice take a worker down: listen again
-                log.warning("release notices: the listener failed (%s: %s); listening again",
-                            type(exc).__name__, exc)  # fmt: skip
+                log.warning("release notices: the listener failed (%s: %s); listening again", type(exc).__name__, exc)
             await asyncio.sleep(RESTART)
 
     async def aclose(self) -> None:

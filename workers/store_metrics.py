@@ -37,9 +37,20 @@ STORE_REQUEST_DURATION = Histogram(
 )
 
 OPERATIONS = (
-    "list_ownership", "claim_ownership", "now", "snapshot", "snapshot_since", "list_checkpoints", "update_checkpoint",
-    "heartbeat", "list_members", "remove_member", "list_controls", "put_control", "delete_control",
-)  # fmt: skip
+    "list_ownership",
+    "claim_ownership",
+    "now",
+    "snapshot",
+    "snapshot_since",
+    "list_checkpoints",
+    "update_checkpoint",
+    "heartbeat",
+    "list_members",
+    "remove_member",
+    "list_controls",
+    "put_control",
+    "delete_control",
+)
 OUTCOMES = ("ok", "lost", "unavailable", "error")
 
 

@@ -123,9 +123,10 @@ class Reading(Renewal):
         else:
             known = {m.owner_id for m in snap.members}
             holders = frozenset(
-                r.owner_id for r in listed.values()
+                r.owner_id
+                for r in listed.values()
                 if r.owner_id in known and age(self._modified(r), now, dark, self.expiry) <= self.expiry
-            )  # fmt: skip
+            )
         self._read = (*read, holders)
         members = frozenset(heartbeats) | holders | {self.owner_id}
         standing = Controls.of(snap.controls)
@@ -157,10 +158,15 @@ class Reading(Renewal):
         """Whether this cycle may skip its plan (``steady_cycles``), given what it read."""
         settled = self._settled
         return (
-            settled is not None and self._quiet_empty and not dark and not self._waiting and not self._handing_off
-            and pids == settled.partition_ids and read == (settled.members, settled.controls)
+            settled is not None
+            and self._quiet_empty
+            and not dark
+            and not self._waiting
+            and not self._handing_off
+            and pids == settled.partition_ids
+            and read == (settled.members, settled.controls)
             and settled.leases == self._leases.keys()
-        )  # fmt: skip
+        )
 
     def _settles(self, view: View, plan: Plan, active: Mapping[str, OwnershipRecord]) -> Settled | None:
         """What the next cycle compares its read with to skip its plan, when this one may be the last

@@ -73,7 +73,10 @@ class Renewal(Writes):
         if held and not self._leases and self.controls is not None:
             await self._heartbeat(self._stamp())  # alive by its leases until now: by a heartbeat from now on
         report = CycleReport(
-            owned=self.owned, lost=tuple(lost), requests=self._requests, seconds=self.monotonic() - started,
+            owned=self.owned,
+            lost=tuple(lost),
+            requests=self._requests,
+            seconds=self.monotonic() - started,
             rows=self._rows,
         )
         for event in report.lost:

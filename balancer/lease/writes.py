@@ -122,8 +122,14 @@ class Writes(Liveness):
                 log.warning("partition %s: replaced a %s (%s)", pid, claim.reason, self.ref)
             gained.append(
                 BalancerEvent(
-                    claim.kind, self.ref, pid, self.owner_id, claim.previous_owner,
-                    self.owner_id, claim.reason, now,
+                    claim.kind,
+                    self.ref,
+                    pid,
+                    self.owner_id,
+                    claim.previous_owner,
+                    self.owner_id,
+                    claim.reason,
+                    now,
                 )
             )
         return gained, lost, released

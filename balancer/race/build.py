@@ -23,11 +23,18 @@ def add_race_options(parser: argparse.ArgumentParser) -> None:
     for name in SPANS:
         value = getattr(defaults, name)
         group.add_argument(f"--{name.replace('_', '-')}", type=float, default=value, help=f"(default {value:g})")
-    group.add_argument("--load-weighted", action="store_true",
-                       help="weigh by measured events per second instead of partitions held: the default "
-                            "strategy's load-weighted shares, or the race's wait (LEASEBOARD_LOAD_WEIGHTED)")
-    group.add_argument("--load-unit", type=float, default=100.0,
-                       help="events per second that weigh as much as one partition (default 100)")
+    group.add_argument(
+        "--load-weighted",
+        action="store_true",
+        help="weigh by measured events per second instead of partitions held: the default "
+        "strategy's load-weighted shares, or the race's wait (LEASEBOARD_LOAD_WEIGHTED)",
+    )
+    group.add_argument(
+        "--load-unit",
+        type=float,
+        default=100.0,
+        help="events per second that weigh as much as one partition (default 100)",
+    )
 
 
 def race_times(options: Mapping[str, Any], interval: float) -> RaceTimes:

@@ -137,8 +137,11 @@ class Challenger:
             # stands nobody can win, so no new allocation can be wiped by this.
             log.warning(
                 "%s: partition %s: grab mark of %s is older than the maximum lease time (%gs); clearing it",
-                node.owner_id, pid, grab[pid], node.times.maximum_lease,
-            )  # fmt: skip
+                node.owner_id,
+                pid,
+                grab[pid],
+                node.times.maximum_lease,
+            )
             await self._backend.hdel("allocation", pid)
             if await self._backend.hdel("grab", pid, expect=grab[pid]):
                 grab.pop(pid, None)

@@ -74,4 +74,3 @@ class Subscription:
             log.warning("%s: ignored a %s notification for %r: not a partition id", self._node.owner_id, channel, pid)
             return
         self._deliver(channel, pid)
-

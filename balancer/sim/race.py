@@ -58,10 +58,18 @@ class RaceRun(Run):
     def _coordinator(self, w: str, store: LatentStore) -> RaceCoordinator:
         backend = MemoryRaceBackend(self.hub, REF, self.s.latency, random.Random(self.env.random()))
         race = self.races[w] = RaceCoordinator(
-            REF, w, store, backend, self._partition_ids, self.times,
-            controls=store, on_handoff=self._on_handoff(w), rng=random.Random(f"{self.seed}/{w}"),
-            clock=self._clock_of(w), monotonic=self._now,
-        )  # fmt: skip
+            REF,
+            w,
+            store,
+            backend,
+            self._partition_ids,
+            self.times,
+            controls=store,
+            on_handoff=self._on_handoff(w),
+            rng=random.Random(f"{self.seed}/{w}"),
+            clock=self._clock_of(w),
+            monotonic=self._now,
+        )
         return race
 
     def _spent(self, w: str) -> int:

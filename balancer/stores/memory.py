@@ -113,20 +113,33 @@ class MemoryStore:
             if since is None:
                 ownership = self._listed(ref)
             elif stale_after is None:
-                changed = [stored for key, stored in self._ownership.items()
-                           if key[0] == ref and self._changed.get(key, 0) > since]  # fmt: skip
+                changed = [
+                    stored
+                    for key, stored in self._ownership.items()
+                    if key[0] == ref and self._changed.get(key, 0) > since
+                ]
                 ownership = [_as_listed(stored)[0] for stored in changed]
             else:
                 fresh_after = now - stale_after
-                changed = [stored for key, stored in self._ownership.items()
-                           if key[0] == ref and (self._owner_changed.get(key, 0) > since
-                                                 or _written_before(stored, fresh_after))]  # fmt: skip
+                changed = [
+                    stored
+                    for key, stored in self._ownership.items()
+                    if key[0] == ref
+                    and (self._owner_changed.get(key, 0) > since or _written_before(stored, fresh_after))
+                ]
                 ownership = [_as_listed(stored)[0] for stored in changed]
             count = None if since is None else sum(1 for k in self._ownership if k[0] == ref)
             return Changes(
-                ownership, self._listed_members(ref), self._listed_controls(ref), now,
-                f"{self._epoch}:{serial}", since is None, count, in_partition_order=False, fresh_after=fresh_after,
-            )  # fmt: skip
+                ownership,
+                self._listed_members(ref),
+                self._listed_controls(ref),
+                now,
+                f"{self._epoch}:{serial}",
+                since is None,
+                count,
+                in_partition_order=False,
+                fresh_after=fresh_after,
+            )
 
     # ownership -----------------------------------------------------------------------------
 
@@ -162,8 +175,9 @@ class MemoryStore:
                 self._ownership[key] = stored
                 self._serial[record.ref] = self._changed[key] = self._serial.get(record.ref, 0) + 1
                 renewal = current is not None and (current.owner_id, current.owner_level) == (
-                    record.owner_id, record.owner_level,
-                )  # fmt: skip
+                    record.owner_id,
+                    record.owner_level,
+                )
                 if not renewal:
                     self._owner_changed[key] = self._changed[key]
                 won.append(stored)

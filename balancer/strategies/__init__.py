@@ -56,6 +56,15 @@ def load_weighted(strategy: Strategy) -> Strategy:
 
 
 __all__ = [
-    "DEFAULT", "NAMES", "RACE", "STRATEGIES", "Claim", "Plan", "PlanFunction", "Strategy", "View", "get_strategy",
+    "DEFAULT",
+    "NAMES",
+    "RACE",
+    "STRATEGIES",
+    "Claim",
+    "Plan",
+    "PlanFunction",
+    "Strategy",
+    "View",
+    "get_strategy",
     "load_weighted",
-]  # fmt: skip
+]

@@ -88,9 +88,11 @@ class View:
             return {
                 p: r
                 for p, r in self.ownership.items()
-                if p in known and r.owner_id and (at := r.last_modified) is not None
+                if p in known
+                and r.owner_id
+                and (at := r.last_modified) is not None
                 and -ahead <= now - (max(at, floor) if -inf < at < inf and p not in exact else at) <= expiry
-            }  # fmt: skip
+            }
         return {
             p: r
             for p, r in self.ownership.items()
@@ -187,8 +189,10 @@ def claim_for(view: View, partition_id: str, active: Mapping[str, OwnershipRecor
         return Claim(partition_id, EventKind.CLAIM, seen, "released")
     assert partition_id not in active
     if view.corrupt(seen):
-        ahead = "" if seen.last_modified is None or not math.isfinite(seen.last_modified) else (
-            f", {seen.last_modified - view.now:.0f}s ahead of the store's clock"
+        ahead = (
+            ""
+            if seen.last_modified is None or not math.isfinite(seen.last_modified)
+            else (f", {seen.last_modified - view.now:.0f}s ahead of the store's clock")
         )
         reason = f"corrupt record of {seen.owner_id}: last_modified {seen.last_modified!r}{ahead}"
         return Claim(partition_id, EventKind.EXPIRE, seen, reason)

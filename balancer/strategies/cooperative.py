@@ -61,9 +61,7 @@ def unresponsive(view: View, active: Mapping[str, OwnershipRecord]) -> set[str]:
     holders = {r.owner_id for r in active.values()}
     grace = 2 * view.interval
     return {
-        w
-        for w, seen in view.heartbeats.items()
-        if w != view.owner_id and w not in holders and view.age(seen) > grace
+        w for w, seen in view.heartbeats.items() if w != view.owner_id and w not in holders and view.age(seen) > grace
     }
 
 

@@ -77,9 +77,15 @@ class Context:
         """The feed's record of this action (reported by ``dashboard:<user>``, with the reason), stamped
         with the store's clock as the fleet was read, as the workers stamp theirs."""
         return BalancerEvent(
-            kind, self.fleet.ref, pid, after, before, f"dashboard:{self.user}", f"{why}: {self.request.reason}",
+            kind,
+            self.fleet.ref,
+            pid,
+            after,
+            before,
+            f"dashboard:{self.user}",
+            f"{why}: {self.request.reason}",
             self.fleet.now,
-        )  # fmt: skip
+        )
 
     async def planned(
         self, verb: str, drained: frozenset[str], pins: Mapping[str, str], all_caused: bool = False
@@ -145,6 +151,11 @@ class Action:
             return None if a is None else {"kind": a.kind.value, "help": a.help}
 
         return {
-            "name": self.name, "title": self.title, "help": self.help, "target": arg(self.target),
-            "value": arg(self.value), "force": self.force, "fixed_target": self.fixed_target,
-        }  # fmt: skip
+            "name": self.name,
+            "title": self.title,
+            "help": self.help,
+            "target": arg(self.target),
+            "value": arg(self.value),
+            "force": self.force,
+            "fixed_target": self.fixed_target,
+        }

@@ -38,9 +38,19 @@ from .registry import NAMES, get, parse
 from .request import Move, Preview, Refused, Request
 
 __all__ = [
-    "NAMES", "WAKE_GROUP", "Move", "Preview", "Refused", "Request", "apply", "parse", "preview", "recent_audit",
-    "tell_workers", "wake_workers",
-]  # fmt: skip
+    "NAMES",
+    "WAKE_GROUP",
+    "Move",
+    "Preview",
+    "Refused",
+    "Request",
+    "apply",
+    "parse",
+    "preview",
+    "recent_audit",
+    "tell_workers",
+    "wake_workers",
+]
 
 log = logging.getLogger(__name__)
 

@@ -35,10 +35,17 @@ def save(
     ADMIN_ACTIONS.labels(request.action if request.action in LABELS else "invalid", outcome).inc()
     log.info("audit: %s %s (%s): %s — %s", user, request.describe(), outcome, request.reason, message)
     entry = AuditEntry.objects.create(
-        **AuditEntry.scope(ref), at=time.time(), user=user[:255], action=request.action[:32],
-        target=request.target[:255], value=request.value[:255], reason=request.reason,
-        outcome=outcome, message=message, detail=detail,
-    )  # fmt: skip
+        **AuditEntry.scope(ref),
+        at=time.time(),
+        user=user[:255],
+        action=request.action[:32],
+        target=request.target[:255],
+        value=request.value[:255],
+        reason=request.reason,
+        outcome=outcome,
+        message=message,
+        detail=detail,
+    )
     return entry.as_json()
 
 

@@ -97,9 +97,7 @@ class Fleet:
         counts = Counter(by_worker.values())
         name = min(counts, key=lambda s: (-counts[s], s))
         if len(counts) > 1:
-            detail = "; ".join(
-                f"{s}: {', '.join(w for w, t in by_worker.items() if t == s)}" for s in sorted(counts)
-            )
+            detail = "; ".join(f"{s}: {', '.join(w for w, t in by_worker.items() if t == s)}" for s in sorted(counts))
             notes.append(
                 f"the workers disagree ({detail}): planned with {name}, the most common; "
                 "a mixed fleet may end elsewhere"
@@ -119,9 +117,16 @@ async def read_fleet(ref: HubRef, stores: Stores, expiry: float) -> Fleet:
         ids = tuple(sorted(set(records) | set(checkpoints), key=pid_key))
     standing = Controls.of(controls)
     return Fleet(
-        ref, now, expiry, ids, records, {m.owner_id: m for m in listed},
-        standing.drained, dict(standing.pins), checkpoints,
-    )  # fmt: skip
+        ref,
+        now,
+        expiry,
+        ids,
+        records,
+        {m.owner_id: m for m in listed},
+        standing.drained,
+        dict(standing.pins),
+        checkpoints,
+    )
 
 
 def check_partition(fleet: Fleet, partition: str) -> str:

@@ -56,12 +56,16 @@ def settle(
         before = _owners(table, now, fleet.expiry)
         for worker in cycling:
             view = View(
-                worker, fleet.partition_ids, dict(table), now, fleet.expiry,
+                worker,
+                fleet.partition_ids,
+                dict(table),
+                now,
+                fleet.expiry,
                 members=fleet.alive if controls else frozenset(),
                 drained=drained if controls else frozenset(),
                 pins=dict(pins) if controls else {},
                 waiting=waits[worker],
-            )  # fmt: skip
+            )
             plan = strategy.plan(view, rng)
             waits[worker] = {p: waits[worker].get(p, now) for p in plan.waiting}
             for pid, record in list(table.items()):  # renew what it holds, release what it hands off
@@ -91,7 +95,11 @@ class Forecast:
 
 
 def plan_moves(
-    strategy: Strategy, fleet: Fleet, drained: frozenset[str], pins: Mapping[str, str], interval: float,
+    strategy: Strategy,
+    fleet: Fleet,
+    drained: frozenset[str],
+    pins: Mapping[str, str],
+    interval: float,
     all_caused: bool = False,
 ) -> Forecast:
     """The moves from today's owners to where ``strategy`` settles with ``drained`` and ``pins`` in force;

@@ -143,26 +143,51 @@ async def purge_write(ctx: Context, shown: Preview) -> Done:
 # --- the declarations ----------------------------------------------------------------------------
 
 DRAIN = Action(
-    "drain", "Drains a worker: it hands its partitions off and claims no more.", "Drain {target}",
-    drain_preview, drain_write, target=WORKER,
-)  # fmt: skip
+    "drain",
+    "Drains a worker: it hands its partitions off and claims no more.",
+    "Drain {target}",
+    drain_preview,
+    drain_write,
+    target=WORKER,
+)
 UNDRAIN = Action(
-    "undrain", "Ends a drain: the worker claims partitions again.", "Undrain {target}",
-    undrain_preview, undrain_write, target=WORKER,
-)  # fmt: skip
+    "undrain",
+    "Ends a drain: the worker claims partitions again.",
+    "Undrain {target}",
+    undrain_preview,
+    undrain_write,
+    target=WORKER,
+)
 PIN = Action(
-    "pin", "Pins a partition to a worker: only that worker may own it.", "Pin partition {target}",
-    pin_preview, pin_write, target=PARTITION, value=Argument(Kind.WORKER, "the only worker allowed to own it"),
-)  # fmt: skip
+    "pin",
+    "Pins a partition to a worker: only that worker may own it.",
+    "Pin partition {target}",
+    pin_preview,
+    pin_write,
+    target=PARTITION,
+    value=Argument(Kind.WORKER, "the only worker allowed to own it"),
+)
 UNPIN = Action(
-    "unpin", "Removes a partition's pin: any worker may own it again.", "Unpin partition {target}",
-    unpin_preview, unpin_write, target=PARTITION,
-)  # fmt: skip
+    "unpin",
+    "Removes a partition's pin: any worker may own it again.",
+    "Unpin partition {target}",
+    unpin_preview,
+    unpin_write,
+    target=PARTITION,
+)
 REBALANCE = Action(
-    "rebalance", "Asks every worker to run a load-balancing cycle now instead of at its next interval.",
-    "Rebalance now", rebalance_preview, rebalance_write, fixed_target="*",
-)  # fmt: skip
+    "rebalance",
+    "Asks every worker to run a load-balancing cycle now instead of at its next interval.",
+    "Rebalance now",
+    rebalance_preview,
+    rebalance_write,
+    fixed_target="*",
+)
 PURGE = Action(
-    "purge", "Forgets a dead worker: its heartbeat and drain record are removed.", "Purge {target}",
-    purge_preview, purge_write, target=WORKER,
-)  # fmt: skip
+    "purge",
+    "Forgets a dead worker: its heartbeat and drain record are removed.",
+    "Purge {target}",
+    purge_preview,
+    purge_write,
+    target=WORKER,
+)

@@ -83,9 +83,7 @@ def _resolve(source: EventSource, pid: str, spec: str) -> Target:
         return Target(sequence, event.offset, f"event {sequence}: processing resumes at {sequence + 1}", last)
     when = parse_time(spec)
     if when is None:
-        raise Refused(
-            "bad_request", f"reset to earliest, latest, a sequence number or an ISO 8601 time, not {spec!r}"
-        )
+        raise Refused("bad_request", f"reset to earliest, latest, a sequence number or an ISO 8601 time, not {spec!r}")
     return _at_time(source, pid, when, spec, last, earliest)
 
 
@@ -104,9 +102,11 @@ def _at_time(source: EventSource, pid: str, when: float, spec: str, last: int, e
                     if previous is None:
                         return earliest(f"{spec} (before the first retained event)")  # type: ignore[no-any-return]
                     return Target(
-                        previous.sequence_number, previous.offset,
-                        f"{spec}: processing resumes at event {event.sequence_number}, the first enqueued then", last,
-                    )  # fmt: skip
+                        previous.sequence_number,
+                        previous.offset,
+                        f"{spec}: processing resumes at event {event.sequence_number}, the first enqueued then",
+                        last,
+                    )
                 previous = event
             read += len(events)
     finally:
@@ -215,10 +215,14 @@ async def _remove_checkpoint(stores: Stores, ref: HubRef, pid: str) -> None:
 
 
 RESETCHECKPOINT = Action(
-    "resetcheckpoint", "Resets a partition's checkpoint: the next owner resumes after the new one.",
-    "Reset the checkpoint of partition {target}", reset_preview, reset_write,
+    "resetcheckpoint",
+    "Resets a partition's checkpoint: the next owner resumes after the new one.",
+    "Reset the checkpoint of partition {target}",
+    reset_preview,
+    reset_write,
     target=Argument(Kind.PARTITION, "the partition id"),
-    value=Argument(Kind.POSITION, "where to reset to: earliest, latest, a sequence number or an ISO 8601 time",
-                   option="--to"),
+    value=Argument(
+        Kind.POSITION, "where to reset to: earliest, latest, a sequence number or an ISO 8601 time", option="--to"
+    ),
     force="reset even while a worker owns the partition (it loses it)",
-)  # fmt: skip
+)

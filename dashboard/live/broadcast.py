@@ -51,12 +51,19 @@ async def _send(payload: dict[str, Any]) -> None:
         # One line, no traceback, once an outage (every event fails while Redis is down; after a
         # restart every pooled connection fails once): the rest at DEBUG, counted.
         level = logging.WARNING if _layer.failures == 1 else logging.DEBUG
-        log.log(level, "balancer event %s saved but not sent to the channel layer (%d since it last worked): %s: %s",
-                payload["id"], _layer.failures, type(exc).__name__, exc)  # fmt: skip
+        log.log(
+            level,
+            "balancer event %s saved but not sent to the channel layer (%d since it last worked): %s: %s",
+            payload["id"],
+            _layer.failures,
+            type(exc).__name__,
+            exc,
+        )
         return
     if _layer.failures:
-        log.warning("balancer events reach the channel layer again (%d were not sent; saved all the same)",
-                    _layer.failures)  # fmt: skip
+        log.warning(
+            "balancer events reach the channel layer again (%d were not sent; saved all the same)", _layer.failures
+        )
         _layer.failures = 0
 
 

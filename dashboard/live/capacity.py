@@ -75,13 +75,20 @@ class Capacity:
     def as_json(self) -> dict[str, Any]:
         rnd = _round
         return {
-            "desired_workers": self.desired_workers, "keda_desired_workers": self.keda_desired_workers,
-            "keda_threshold": KEDA_THRESHOLD, "partitions": self.partitions,
-            "target_catchup_seconds": self.target_catchup_seconds, "backlog": self.backlog, "workers": self.workers,
-            "enqueue_rate": rnd(self.enqueue_rate), "processing_rate": rnd(self.processing_rate),
-            "per_worker_rate": rnd(self.per_worker_rate), "measured_capacity": self.measured_capacity,
-            "span_seconds": rnd(self.span_seconds), "reason": self.reason,
-        }  # fmt: skip
+            "desired_workers": self.desired_workers,
+            "keda_desired_workers": self.keda_desired_workers,
+            "keda_threshold": KEDA_THRESHOLD,
+            "partitions": self.partitions,
+            "target_catchup_seconds": self.target_catchup_seconds,
+            "backlog": self.backlog,
+            "workers": self.workers,
+            "enqueue_rate": rnd(self.enqueue_rate),
+            "processing_rate": rnd(self.processing_rate),
+            "per_worker_rate": rnd(self.per_worker_rate),
+            "measured_capacity": self.measured_capacity,
+            "span_seconds": rnd(self.span_seconds),
+            "reason": self.reason,
+        }
 
 
 def _round(value: float | None) -> float | None:
@@ -100,13 +107,15 @@ def _rates(first: Observation, last: Observation) -> tuple[float, float]:
     (a partition whose numbers went down, a recreated hub or a reset checkpoint, counts nothing)."""
     span = last.at - first.at
     enqueued = sum(
-        last.enqueued[p] - first.enqueued[p] for p in last.enqueued.keys() & first.enqueued.keys()
+        last.enqueued[p] - first.enqueued[p]
+        for p in last.enqueued.keys() & first.enqueued.keys()
         if last.enqueued[p] >= first.enqueued[p]
-    )  # fmt: skip
+    )
     checkpointed = sum(
-        last.checkpointed[p] - first.checkpointed[p] for p in last.checkpointed.keys() & first.checkpointed.keys()
+        last.checkpointed[p] - first.checkpointed[p]
+        for p in last.checkpointed.keys() & first.checkpointed.keys()
         if last.checkpointed[p] >= first.checkpointed[p]
-    )  # fmt: skip
+    )
     return enqueued / span, checkpointed / span
 
 

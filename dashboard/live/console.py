@@ -60,14 +60,20 @@ class PartitionRow:
 
     def as_json(self) -> Json:
         return {
-            "id": self.id, "owner": self.owner, "last_modified": self.last_modified,
+            "id": self.id,
+            "owner": self.owner,
+            "last_modified": self.last_modified,
             "sequence_number": self.sequence_number,
             "last_enqueued_sequence_number": self.last_enqueued_sequence_number,
-            "last_enqueued_time": self.last_enqueued_time, "checkpoint_modified": self.checkpoint_modified,
-            "lag": self.lag, "pinned_to": self.pinned_to, "status": self.status.value,
-            "lag_seconds": self.lag_seconds, "lag_status": self.lag_status.value if self.lag_status else None,
+            "last_enqueued_time": self.last_enqueued_time,
+            "checkpoint_modified": self.checkpoint_modified,
+            "lag": self.lag,
+            "pinned_to": self.pinned_to,
+            "status": self.status.value,
+            "lag_seconds": self.lag_seconds,
+            "lag_status": self.lag_status.value if self.lag_status else None,
             "events_per_second": self.events_per_second,
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +92,14 @@ class WorkerRow:
 
     def as_json(self) -> Json:
         return {
-            "id": self.id, "owned": self.owned, "draining": self.draining, "last_seen": self.last_seen,
-            "alive": self.alive, "events_per_second": self.events_per_second, "purgeable": self.purgeable,
-        }  # fmt: skip
+            "id": self.id,
+            "owned": self.owned,
+            "draining": self.draining,
+            "last_seen": self.last_seen,
+            "alive": self.alive,
+            "events_per_second": self.events_per_second,
+            "purgeable": self.purgeable,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,13 +153,16 @@ class Summary:
 
     def as_json(self) -> Json:
         return {
-            "partitions": self.partitions, "owned": self.by_status[Lease.OWNED],
+            "partitions": self.partitions,
+            "owned": self.by_status[Lease.OWNED],
             "by_status": {k.value: v for k, v in self.by_status.items()},
             "by_lag_status": {k.value: v for k, v in self.by_lag_status.items()},
-            "lag": self.lag, "workers": self.workers, "workers_alive": self.workers_alive,
+            "lag": self.lag,
+            "workers": self.workers,
+            "workers_alive": self.workers_alive,
             "workers_draining": self.workers_draining,
             "capacity": self.capacity.as_json() if self.capacity is not None else None,
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,10 +195,15 @@ class ConsoleState:
             if p.lag_status is not None:
                 by_lag_status[p.lag_status] += 1
         return Summary(
-            len(self.partitions), by_status, by_lag_status, sum(lags) if lags else None,
-            len(self.workers), sum(1 for w in self.workers if w.alive), sum(1 for w in self.workers if w.draining),
+            len(self.partitions),
+            by_status,
+            by_lag_status,
+            sum(lags) if lags else None,
+            len(self.workers),
+            sum(1 for w in self.workers if w.alive),
+            sum(1 for w in self.workers if w.draining),
             self.capacity,
-        )  # fmt: skip
+        )
 
     def observation(self) -> Observation:
         """What ``capacity`` needs of this state: sequence numbers per partition, the lag, the working workers."""
@@ -215,10 +234,12 @@ class ConsoleState:
                 per_worker[p.owner] = per_worker.get(p.owner, 0.0) + rate
             rows.append(
                 replace(
-                    p, lag_seconds=None if seconds is None else round(seconds, 1), lag_status=status,
+                    p,
+                    lag_seconds=None if seconds is None else round(seconds, 1),
+                    lag_status=status,
                     events_per_second=None if rate is None else round(rate, 1),
                 )
-            )  # fmt: skip
+            )
         workers = tuple(
             replace(w, events_per_second=None if rates is None else round(per_worker.get(w.id, 0.0), 1))
             for w in self.workers
@@ -236,14 +257,20 @@ class ConsoleState:
     def as_json(self) -> Json:
         """DESIGN.md's ``/api/state`` object, plus the console's keys."""
         return {
-            "namespace": self.ref.namespace, "hub": self.ref.hub, "consumer_group": self.ref.consumer_group,
-            "generated_at": self.generated_at, "expiry": self.expiry, "last_event_id": self.last_event_id,
+            "namespace": self.ref.namespace,
+            "hub": self.ref.hub,
+            "consumer_group": self.ref.consumer_group,
+            "generated_at": self.generated_at,
+            "expiry": self.expiry,
+            "last_event_id": self.last_event_id,
             "source": self.source.as_json(),
             "partitions": [p.as_json() for p in self.partitions],
             "workers": [w.as_json() for w in self.workers],
-            "sampled_at": self.sampled_at, "lag_rules": self.lag_rules.as_json() if self.lag_rules else None,
-            "version": self.version, "summary": self.summary.as_json(),
-        }  # fmt: skip
+            "sampled_at": self.sampled_at,
+            "lag_rules": self.lag_rules.as_json() if self.lag_rules else None,
+            "version": self.version,
+            "summary": self.summary.as_json(),
+        }
 
 
 def assemble(
@@ -291,10 +318,13 @@ def assemble(
     for worker_id in sorted(set(seen) | set(owned_count) | standing.drained):
         workers.append(
             WorkerRow(
-                worker_id, owned_count.get(worker_id, 0), worker_id in standing.drained,
-                signs.get(worker_id), worker_id in alive,
+                worker_id,
+                owned_count.get(worker_id, 0),
+                worker_id in standing.drained,
+                signs.get(worker_id),
+                worker_id in alive,
             )
-        )  # fmt: skip
+        )
     return ConsoleState(
         ref, now, expiry, last_event_id, SourceStatus(source_name, source_error), tuple(partitions), tuple(workers)
     )
@@ -324,8 +354,14 @@ def _partition_row(
         done = checkpoint.sequence_number if checkpoint is not None else -1
         lag = max(0, last_enqueued - done)
     return PartitionRow(
-        pid, owner, status, record.last_modified if record is not None else None,
-        checkpoint.sequence_number if checkpoint is not None else None, last_enqueued,
+        pid,
+        owner,
+        status,
+        record.last_modified if record is not None else None,
+        checkpoint.sequence_number if checkpoint is not None else None,
+        last_enqueued,
         props.last_enqueued_time if props is not None else None,
-        checkpoint.last_modified if checkpoint is not None else None, lag, pinned_to,
-    )  # fmt: skip
+        checkpoint.last_modified if checkpoint is not None else None,
+        lag,
+        pinned_to,
+    )

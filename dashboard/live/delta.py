@@ -16,7 +16,15 @@ from typing import Any
 from .console import Json
 
 SCALARS = (
-    "generated_at", "last_event_id", "expiry", "source", "version", "sampled_at", "lag_rules", "summary", "error",
+    "generated_at",
+    "last_event_id",
+    "expiry",
+    "source",
+    "version",
+    "sampled_at",
+    "lag_rules",
+    "summary",
+    "error",
 )
 
 
@@ -68,9 +76,12 @@ def _merge(items: Items, changes: Items, gone: list[str], order: list[str] | Non
         by_id.setdefault(change["id"], {}).update(change)
     for item_id in gone:
         by_id.pop(item_id, None)
-    ids = order if order is not None else [i["id"] for i in items if i["id"] in by_id] + [
-        c["id"] for c in changes if c["id"] not in {i["id"] for i in items}
-    ]
+    ids = (
+        order
+        if order is not None
+        else [i["id"] for i in items if i["id"] in by_id]
+        + [c["id"] for c in changes if c["id"] not in {i["id"] for i in items}]
+    )
     return [by_id[i] for i in ids if i in by_id]
 
 

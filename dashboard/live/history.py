@@ -147,10 +147,16 @@ def ownership_timeline(events: Iterable[Mapping[str, Any]]) -> list[dict[str, An
             if current is not None and current["until"] is None:
                 current.update(until=at, ended=kind, ended_reason=event.get("reason") or "")
             current = {
-                "owner": event["owner_id"], "since": at, "came": event.get("category") or kind,
-                "came_reason": event.get("reason") or "", "from": event.get("previous_owner"),
-                "until": None, "ended": None, "ended_reason": None, "event_id": event.get("id"),
-            }  # fmt: skip
+                "owner": event["owner_id"],
+                "since": at,
+                "came": event.get("category") or kind,
+                "came_reason": event.get("reason") or "",
+                "from": event.get("previous_owner"),
+                "until": None,
+                "ended": None,
+                "ended_reason": None,
+                "event_id": event.get("id"),
+            }
             spans.append(current)
         elif (
             kind in ("release", "lost")
@@ -171,11 +177,13 @@ def checkpoint_history(samples: Iterable[Mapping[str, Any]]) -> list[dict[str, A
         sequence = sample.get("sequence_number")
         if sequence is None or sequence == last:
             continue
-        out.append({
-            "sequence_number": sequence,
-            "at": sample.get("checkpoint_modified") or sample["at"],
-            "owner": sample.get("owner"),
-            "moved": None if last is None else sequence - last,
-        })  # fmt: skip
+        out.append(
+            {
+                "sequence_number": sequence,
+                "at": sample.get("checkpoint_modified") or sample["at"],
+                "owner": sample.get("owner"),
+                "moved": None if last is None else sequence - last,
+            }
+        )
         last = sequence
     return out

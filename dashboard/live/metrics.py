@@ -207,13 +207,23 @@ class StateCollector(Collector):
                 value=found.keda_desired_workers,
             )
         rates = (
-            ("leaseboard_enqueue_rate_events_per_second", "Events enqueued per second, all partitions, over the "
-             "last minute.", found.enqueue_rate),
-            ("leaseboard_processing_rate_events_per_second", "Events checkpointed per second, all partitions, over "
-             "the last minute.", found.processing_rate),
-            ("leaseboard_processing_rate_per_worker_events_per_second", "The per-worker rate desired workers divides "
-             "by: measured while the fleet was behind, else a lower bound.", found.per_worker_rate),
-        )  # fmt: skip
+            (
+                "leaseboard_enqueue_rate_events_per_second",
+                "Events enqueued per second, all partitions, over the last minute.",
+                found.enqueue_rate,
+            ),
+            (
+                "leaseboard_processing_rate_events_per_second",
+                "Events checkpointed per second, all partitions, over the last minute.",
+                found.processing_rate,
+            ),
+            (
+                "leaseboard_processing_rate_per_worker_events_per_second",
+                "The per-worker rate desired workers divides "
+                "by: measured while the fleet was behind, else a lower bound.",
+                found.per_worker_rate,
+            ),
+        )
         for name, helptext, value in rates:
             if value is not None:
                 yield GaugeMetricFamily(name, helptext, value=value)

@@ -270,12 +270,18 @@ class Monitor:
             self.statuses[p.id] = status
             rows.append(
                 LagSample(
-                    **scope, partition_id=p.id, at=now, owner_id=p.owner or "", sequence_number=p.sequence_number,
+                    **scope,
+                    partition_id=p.id,
+                    at=now,
+                    owner_id=p.owner or "",
+                    sequence_number=p.sequence_number,
                     checkpoint_modified=p.checkpoint_modified,
-                    last_enqueued_sequence_number=p.last_enqueued_sequence_number, lag=p.lag,
-                    lag_seconds=self._lag_seconds.get(p.id), status=status.value if status is not None else "",
+                    last_enqueued_sequence_number=p.last_enqueued_sequence_number,
+                    lag=p.lag,
+                    lag_seconds=self._lag_seconds.get(p.id),
+                    status=status.value if status is not None else "",
                 )
-            )  # fmt: skip
+            )
         for gone in set(self.windows) - {p.id for p in state.partitions}:
             self.windows.pop(gone, None)
             self.statuses.pop(gone, None)

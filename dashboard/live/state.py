@@ -270,10 +270,19 @@ async def read(ref: HubRef, *, db: DatabaseThread, stores: Stores | None = None)
     key = _source_key(ref.hub)
     ids, properties, source_error = await asyncio.to_thread(_read_source, key)
     return assemble(
-        ref, now=now, expiry=settings.LEASEBOARD_EXPIRY, ownership=ownership, checkpoints=checkpoints,
-        members=members, controls=controls, partition_ids=ids, properties=properties, source_name=key[0],
-        source_error=source_error, last_event_id=watermark,
-    )  # fmt: skip
+        ref,
+        now=now,
+        expiry=settings.LEASEBOARD_EXPIRY,
+        ownership=ownership,
+        checkpoints=checkpoints,
+        members=members,
+        controls=controls,
+        partition_ids=ids,
+        properties=properties,
+        source_name=key[0],
+        source_error=source_error,
+        last_event_id=watermark,
+    )
 
 
 _STATUS_OF = {status.value: status for status in Status}  # "" (no status) and anything else: None

@@ -32,8 +32,11 @@ class Claims(Lanes):
         for record in records:
             groups.setdefault(record.ref, {}).setdefault(record.partition_id, record)
         claims = [r for wanted in groups.values() for r in wanted.values()]
-        if len(groups) == 1 and len(claims) <= CHUNK and all(r.etag is not None for r in claims) and (
-            sqlrows.sends_together(connection)
+        if (
+            len(groups) == 1
+            and len(claims) <= CHUNK
+            and all(r.etag is not None for r in claims)
+            and (sqlrows.sends_together(connection))
         ):
             won = self._update_at_once(connection, claims)  # one hub, rows that exist: no transaction
         else:
@@ -160,4 +163,3 @@ class Claims(Lanes):
         if won_updates != changed:  # cannot happen unless something rewrites ETags behind our back
             raise StoreError(f"database {self.using!r}: {changed} ownership rows updated, {won_updates} found")
         return [wanted[p] for p in wanted if p in mine]
-

@@ -40,7 +40,6 @@ def _shut_lanes(lanes: list[DatabaseThread]) -> None:
         lane.close_soon()
 
 
-
 class Lanes:
     """The threads and connections of a store on the Django database ``using``, and the listing
     helpers its reads and writes share (``SqlStore`` is built on it)."""
@@ -163,11 +162,14 @@ class Lanes:
             self._corrupt.listing(f"{listing.table} {ref}", found, frozenset(skipped))
         return out
 
-
     def _small(
-        self, listing: Listing, connection: BaseDatabaseWrapper, ref: HubRef,
-        convert: Callable[[Any, HubRef, list[str]], T], found: list[tuple[Any, ...]] | None = None,
-    ) -> list[T]:  # fmt: skip
+        self,
+        listing: Listing,
+        connection: BaseDatabaseWrapper,
+        ref: HubRef,
+        convert: Callable[[Any, HubRef, list[str]], T],
+        found: list[tuple[Any, ...]] | None = None,
+    ) -> list[T]:
         """A whole listing of a small table (read now, or ``found``: as ``Listing.fetch`` gave it), not
         converted again when its rows came back as they were (``balancer.stores.unchanged``)."""
         if found is None:

@@ -99,8 +99,10 @@ class PostgresReleaseChannel:
                     log.warning(
                         "release notices: lost the LISTEN connection to database %r (%s: %s); listening again "
                         "with backoff, receivers claim at their next cycle meanwhile",
-                        self.using, type(exc).__name__, exc,
-                    )  # fmt: skip
+                        self.using,
+                        type(exc).__name__,
+                        exc,
+                    )
                 failing = True
             finally:
                 if connection is not None:  # a server that stopped answering: the close is bounded

@@ -83,10 +83,12 @@ class Reads(Lanes):
             ownership,
             self._small(MEMBERS, connection, ref, sqlrows.member, members),
             self._small(CONTROLS, connection, ref, sqlrows.control, controls),
-            clock, f"{epoch}:{bound}", since is None,  # the clock as the bound was read: no statement more
+            clock,
+            f"{epoch}:{bound}",
+            since is None,  # the clock as the bound was read: no statement more
             sees_every_write=True,  # a row written by hand changes the epoch (migration 0005's triggers)
             fresh_after=fresh_after,
-        )  # fmt: skip
+        )
 
     def _list_ownership(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[OwnershipRecord]:
         records = self._valid(OWNERSHIP, OWNERSHIP.read(connection, ref), ref, sqlrows.ownership)
@@ -127,7 +129,6 @@ def _since(cursor: str | None, epoch: str, bound: int) -> int | None:
     return int(seen)
 
 
-
 _CLOCK_SQL: dict[str, str] = {}
 
 
@@ -143,4 +144,3 @@ def _clock_sql(connection: BaseDatabaseWrapper) -> str:
         table = quote(OwnershipClock._meta.db_table)
         _CLOCK_SQL[vendor] = f"SELECT {quote('epoch')}, {number} FROM {table} WHERE {scope}"
     return _CLOCK_SQL[vendor]
-

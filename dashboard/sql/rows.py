@@ -78,26 +78,36 @@ class Listing:
         return self._sql[key]
 
     def read(
-        self, connection: BaseDatabaseWrapper, ref: HubRef, since: int | None = None,
+        self,
+        connection: BaseDatabaseWrapper,
+        ref: HubRef,
+        since: int | None = None,
         written_before: float | None = None,
-    ) -> list[Any]:  # fmt: skip
+    ) -> list[Any]:
         """The rows of ``ref``, in order: with ``since``, those with a change number of at least that;
         with ``written_before`` too, those whose owner changed at ``since`` or later (renewals left
         out) or that were last written before ``written_before``."""
         return self.rows(connection, self.fetch(connection, ref, since, written_before))
 
     def fetch(
-        self, connection: BaseDatabaseWrapper, ref: HubRef, since: int | None = None,
+        self,
+        connection: BaseDatabaseWrapper,
+        ref: HubRef,
+        since: int | None = None,
         written_before: float | None = None,
-    ) -> list[tuple[Any, ...]]:  # fmt: skip
+    ) -> list[tuple[Any, ...]]:
         """``read``'s rows as the database driver gives them, before the converters."""
         (found,) = fetch_together(connection, [self.statement(connection, ref, since, written_before)])
         return found
 
     def statement(
-        self, connection: BaseDatabaseWrapper, ref: HubRef, since: int | None = None,
-        written_before: float | None = None, stale_after: float | None = None,
-    ) -> tuple[str, list[Any]]:  # fmt: skip
+        self,
+        connection: BaseDatabaseWrapper,
+        ref: HubRef,
+        since: int | None = None,
+        written_before: float | None = None,
+        stale_after: float | None = None,
+    ) -> tuple[str, list[Any]]:
         """``fetch``'s ``SELECT`` and its parameters, to be sent with others (``fetch_together``).
         ``stale_after`` instead of ``written_before`` (on PostgreSQL): the rows last written more than
         that many seconds before the statement's clock, the one every statement sent with it reads."""

@@ -54,7 +54,6 @@ def _notify(connection: BaseDatabaseWrapper, channel: str, payload: str) -> None
         cursor.execute("SELECT pg_notify(%s, %s)", [channel, payload])
 
 
-
 class SqlStore(Reads, Claims):
     """Every store protocol on the Django database ``using`` (an alias of ``settings.DATABASES``).
 
@@ -201,4 +200,3 @@ class SqlStore(Reads, Claims):
 
     def _delete_control(self, connection: BaseDatabaseWrapper, ref: HubRef, kind: str, target: str) -> None:
         self._rows(ControlRow, ref).filter(kind=kind, target=target).delete()
-

@@ -15,9 +15,13 @@ from .rows import OWNERSHIP
 
 
 def update_statement(
-    connection: BaseDatabaseWrapper, ref: HubRef, records: list[OwnershipRecord], etag_prefix: str,
-    now: float | None, serial: int | None,
-) -> tuple[str, list[Any]]:  # fmt: skip
+    connection: BaseDatabaseWrapper,
+    ref: HubRef,
+    records: list[OwnershipRecord],
+    etag_prefix: str,
+    now: float | None,
+    serial: int | None,
+) -> tuple[str, list[Any]]:
     """The compare-and-set ``UPDATE`` of ``records`` (each with the ETag its writer saw) and its
     parameters: the owner and owner level written, a fresh ETag (``etag_prefix`` and the partition
     id), ``now``, the change number ``serial``, and ``owner_changed`` kept where the row already had
@@ -68,9 +72,12 @@ def update_statement(
 
 
 def _where(
-    connection: BaseDatabaseWrapper, column: dict[str, str], ref: HubRef, records: list[OwnershipRecord],
+    connection: BaseDatabaseWrapper,
+    column: dict[str, str],
+    ref: HubRef,
+    records: list[OwnershipRecord],
     params: list[Any],
-) -> str:  # fmt: skip
+) -> str:
     """The rows of ``ref`` that still carry the ETag each record's writer saw (their parameters added
     to ``params``)."""
     etag = column["etag"]
@@ -83,11 +90,18 @@ def _where(
     return f"{scope} AND ({' OR '.join([pair] * len(records))})"
 
 
-
 _OWNERSHIP_COLUMNS = (
-    "namespace", "hub", "consumer_group", "partition_id", "owner_id", "owner_level", "etag", "last_modified",
-    "changed", "owner_changed",
-)  # fmt: skip
+    "namespace",
+    "hub",
+    "consumer_group",
+    "partition_id",
+    "owner_id",
+    "owner_level",
+    "etag",
+    "last_modified",
+    "changed",
+    "owner_changed",
+)
 _QUOTED: dict[str, tuple[str, dict[str, str]]] = {}
 
 
@@ -99,4 +113,3 @@ def _ownership_columns(connection: BaseDatabaseWrapper) -> tuple[str, dict[str, 
         columns = {name: quote(OWNERSHIP.column(name)) for name in _OWNERSHIP_COLUMNS}
         _QUOTED[connection.vendor] = (quote(Ownership._meta.db_table), columns)
     return _QUOTED[connection.vendor]
-

@@ -32,7 +32,7 @@ from .common import (
     not_found,
     query_ref,
     state_or_error,
-)  # fmt: skip
+)
 from .degrade import unavailable_json
 from .methods import read_only
 
@@ -67,7 +67,6 @@ async def api_state(request: HttpRequest) -> HttpResponse:
     served = state.as_json()
     remember(ref, served)
     return JsonResponse({**served, "stale": False})
-
 
 
 def _filtered(ref: HubRef, request: HttpRequest) -> Any:
@@ -154,10 +153,12 @@ async def api_partition(request: HttpRequest, partition_id: str) -> JsonResponse
     detail["audit"] = audit_for(user, detail["audit"])
     detail["events"] = events_for(user, detail["events"])
     detail.update(
-        partition=current.as_json() if current is not None else None, error=error,
-        generated_at=state.generated_at if state else None, last_event_id=state.last_event_id if state else None,
+        partition=current.as_json() if current is not None else None,
+        error=error,
+        generated_at=state.generated_at if state else None,
+        last_event_id=state.last_event_id if state else None,
         lag_rules=lag_rules().as_json(),
-    )  # fmt: skip
+    )
     return JsonResponse(detail)
 
 

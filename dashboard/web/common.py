@@ -84,7 +84,6 @@ async def state_or_error(ref: HubRef) -> tuple[ConsoleState | None, str | None]:
         return None, found.reason
 
 
-
 def int_param(request: HttpRequest, name: str, default: int | None, low: int, high: int = ID_MAX) -> int | None:
     raw = request.GET.get(name, "")
     if raw == "":

@@ -18,30 +18,30 @@ from __future__ import annotations
 from django.http import HttpRequest, JsonResponse
 
 from .methods import read_only
-from .schemas import (
-    HTML,
+from .schema_parts import (
     HUB_PARAMETERS,
     PARAMETERS,
     PARTITION_PATTERN,
-    RESPONSES,
-    RETRY_AFTER,
-    SCHEMAS,
     STRING,
     Schema,
     array,
-    json_body,
     query,
     ref,
     whole,
-)  # fmt: skip
+)
+from .schemas import HTML, RESPONSES, RETRY_AFTER, SCHEMAS, json_body
 
 P = "#/components/parameters/"
 
 
 def responses(ok: Schema, *statuses: str) -> Schema:
     named = {
-        "400": "BadRequest", "401": "LoginRequired", "404": "UnknownHub", "405": "NotAllowed", "503": "Unavailable",
-    }  # fmt: skip
+        "400": "BadRequest",
+        "401": "LoginRequired",
+        "404": "UnknownHub",
+        "405": "NotAllowed",
+        "503": "Unavailable",
+    }
     found: Schema = {"200": ok}
     for status in statuses:
         found[status] = {"$ref": f"#/components/responses/{named[status]}"}
@@ -87,11 +87,17 @@ def action(summary: str, body: str, ok: Schema) -> Schema:
 
 
 OPERATION_IDS = {
-    "/api/schema": "schema", "/api/state": "state", "/api/events": "events",
-    "/api/partitions/{partition_id}": "partition", "/api/history": "history", "/api/audit": "audit",
-    "/api/pipeline": "pipeline", "/api/actions/preview": "previewAction", "/api/actions/apply": "applyAction",
+    "/api/schema": "schema",
+    "/api/state": "state",
+    "/api/events": "events",
+    "/api/partitions/{partition_id}": "partition",
+    "/api/history": "history",
+    "/api/audit": "audit",
+    "/api/pipeline": "pipeline",
+    "/api/actions/preview": "previewAction",
+    "/api/actions/apply": "applyAction",
     "/metrics": "metrics",
-}  # fmt: skip
+}
 
 
 def document() -> Schema:
@@ -121,24 +127,40 @@ def _reads() -> Schema:
     """The paths of this document, the state and the events."""
     hub_params = list(HUB_PARAMETERS)
     return {
-        "/api/schema": get("This document.", json_body({"type": "object"}, "The OpenAPI document."), [],
-                           "400", "401", "405"),
+        "/api/schema": get(
+            "This document.", json_body({"type": "object"}, "The OpenAPI document."), [], "400", "401", "405"
+        ),
         "/api/state": get(
             "The state of one hub and consumer group (DESIGN.md's /api/state).",
-            {**json_body(ref("State"), "The state; while the store is down, the last known one (stale: true)."),
-             "links": {"partition": {
-                 "operationId": "partition", "description": "The state's first partition in detail.",
-                 "parameters": {"partition_id": "$response.body#/partitions/0/id", "hub": "$response.body#/hub",
-                                "consumer_group": "$response.body#/consumer_group"},
-             }}},
-            hub_params, *READ,
+            {
+                **json_body(ref("State"), "The state; while the store is down, the last known one (stale: true)."),
+                "links": {
+                    "partition": {
+                        "operationId": "partition",
+                        "description": "The state's first partition in detail.",
+                        "parameters": {
+                            "partition_id": "$response.body#/partitions/0/id",
+                            "hub": "$response.body#/hub",
+                            "consumer_group": "$response.body#/consumer_group",
+                        },
+                    }
+                },
+            },
+            hub_params,
+            *READ,
         ),
         "/api/events": get(
             "Balancer events in id order: the first `limit` after `after`, else the newest (before `before`).",
             json_body(array(ref("Event")), "The events."),
-            [*hub_params, query("after", whole(0), "Events with a greater id, oldest first."),
-             query("before", whole(1), "Events with a smaller id (ignored with after)."),
-             {"$ref": P + "limit"}, {"$ref": P + "kind"}, {"$ref": P + "partition"}, {"$ref": P + "worker"}],
+            [
+                *hub_params,
+                query("after", whole(0), "Events with a greater id, oldest first."),
+                query("before", whole(1), "Events with a smaller id (ignored with after)."),
+                {"$ref": P + "limit"},
+                {"$ref": P + "kind"},
+                {"$ref": P + "partition"},
+                {"$ref": P + "worker"},
+            ],
             *READ,
         ),
     }
@@ -147,9 +169,13 @@ def _reads() -> Schema:
 def _details() -> Schema:
     """The paths of one partition, the rebalances, the audit log and the pipeline."""
     partition_id = {
-        "name": "partition_id", "in": "path", "required": True, "description": "A partition id: '0', '1', ...",
-        "schema": {"type": "string", "pattern": PARTITION_PATTERN}, "example": "0",
-    }  # fmt: skip
+        "name": "partition_id",
+        "in": "path",
+        "required": True,
+        "description": "A partition id: '0', '1', ...",
+        "schema": {"type": "string", "pattern": PARTITION_PATTERN},
+        "example": "0",
+    }
     hub_params = list(HUB_PARAMETERS)
     return {
         "/api/partitions/{partition_id}": {
@@ -169,24 +195,35 @@ def _details() -> Schema:
         "/api/history": get(
             "Rebalances, newest first.",
             json_body(ref("History"), "The rebalance episodes."),
-            [*hub_params, query(
-                "quiet", {"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": 3600},
-                "Seconds without an ownership event that end an episode (default: expiry + interval).",
-            )],
+            [
+                *hub_params,
+                query(
+                    "quiet",
+                    {"type": "number", "exclusiveMinimum": True, "minimum": 0, "maximum": 3600},
+                    "Seconds without an ownership event that end an episode (default: expiry + interval).",
+                ),
+            ],
             *READ,
         ),
         "/api/audit": get(
             "The audit log of admin actions, newest first.",
             json_body(array(ref("AuditEntry")), "The entries (user names for staff only)."),
-            [*hub_params, {"$ref": P + "limit"}, query("after", whole(0), "Entries with a greater id."),
-             query("target", STRING, "Only the entries about this worker or partition.")],
+            [
+                *hub_params,
+                {"$ref": P + "limit"},
+                query("after", whole(0), "Entries with a greater id."),
+                query("target", STRING, "Only the entries about this worker or partition."),
+            ],
             *READ,
         ),
         "/api/pipeline": get(
             "The Spark pipeline's results for a hub: chart, alerts, batches, lag, totals, bad input.",
             json_body(ref("Pipeline"), "The pipeline (dead letters' error texts for staff only)."),
             [{"$ref": P + "hub"}],
-            "400", "401", "405", "503",
+            "400",
+            "401",
+            "405",
+            "503",
         ),
     }
 
@@ -195,11 +232,13 @@ def _actions() -> Schema:
     """The paths of the admin actions and ``/metrics``."""
     return {
         "/api/actions/preview": action(
-            "The dry run of an admin action (staff session and CSRF token).", "ActionRequest",
+            "The dry run of an admin action (staff session and CSRF token).",
+            "ActionRequest",
             json_body(ref("Preview"), "What the action would do."),
         ),
         "/api/actions/apply": action(
-            "Apply a previewed admin action (staff session, CSRF token, confirmed: true).", "ApplyRequest",
+            "Apply a previewed admin action (staff session, CSRF token, confirmed: true).",
+            "ApplyRequest",
             json_body(ref("AuditEntry"), "The audit entry of the applied action."),
         ),
         "/metrics": {
@@ -224,12 +263,24 @@ def _components() -> Schema:
         "parameters": PARAMETERS,
         "responses": RESPONSES,
         "securitySchemes": {
-            "session": {"type": "apiKey", "in": "cookie", "name": "sessionid",
-                        "description": "A Django session (log in at /login/); staff for the actions."},
-            "csrf_cookie": {"type": "apiKey", "in": "cookie", "name": "csrftoken",
-                            "description": "Django's CSRF cookie (set by any page)."},
-            "csrf": {"type": "apiKey", "in": "header", "name": "X-CSRFToken",
-                     "description": "The CSRF token: the csrftoken cookie's value, or the page's meta tag."},
+            "session": {
+                "type": "apiKey",
+                "in": "cookie",
+                "name": "sessionid",
+                "description": "A Django session (log in at /login/); staff for the actions.",
+            },
+            "csrf_cookie": {
+                "type": "apiKey",
+                "in": "cookie",
+                "name": "csrftoken",
+                "description": "Django's CSRF cookie (set by any page).",
+            },
+            "csrf": {
+                "type": "apiKey",
+                "in": "header",
+                "name": "X-CSRFToken",
+                "description": "The CSRF token: the csrftoken cookie's value, or the page's meta tag.",
+            },
         },
     }
 

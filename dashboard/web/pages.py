@@ -23,9 +23,13 @@ def _page(request: HttpRequest, template: str, page: str, **extra: Any) -> HttpR
     if host.admit_sync(ref) is None:  # the sampler starts with the first look at a hub the store knows
         raise Http404(unknown(ref))
     context = {
-        "ref": ref, "page": page, "expiry": settings.LEASEBOARD_EXPIRY, "can_act": can_act(request.user),
-        "categories": CATEGORIES, **extra,
-    }  # fmt: skip
+        "ref": ref,
+        "page": page,
+        "expiry": settings.LEASEBOARD_EXPIRY,
+        "can_act": can_act(request.user),
+        "categories": CATEGORIES,
+        **extra,
+    }
     return render(request, template, context)
 
 

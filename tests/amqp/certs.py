@@ -67,19 +67,25 @@ def _with_cryptography(made: Certificates, hosts: list[str]) -> None:
     now = datetime.datetime.now(datetime.UTC)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Leaseboard test CA")])
-    usage = dict(content_commitment=False, data_encipherment=False, key_agreement=False, encipher_only=False,
-                 decipher_only=False)  # fmt: skip
+    usage = dict(
+        content_commitment=False, data_encipherment=False, key_agreement=False, encipher_only=False, decipher_only=False
+    )
     ca = (
         x509.CertificateBuilder()
-        .subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, key_encipherment=False,
-                                     **usage), critical=True)
+        .add_extension(
+            x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, key_encipherment=False, **usage),
+            critical=True,
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
-    )  # fmt: skip
+    )
 
     def name(host: str) -> x509.GeneralName:
         try:
@@ -90,18 +96,23 @@ def _with_cryptography(made: Certificates, hosts: list[str]) -> None:
     names = [name(host) for host in hosts]
     cert = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])])).issuer_name(ca_name)
-        .public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False,
-                                     key_encipherment=True, **usage), critical=True)
+        .add_extension(
+            x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False, key_encipherment=True, **usage),
+            critical=True,
+        )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
-    )  # fmt: skip
+    )
     made.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     made.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     fd = os.open(made.key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -137,15 +148,49 @@ def _with_openssl(made: Certificates, hosts: list[str]) -> None:
         )
         ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
         run = [
-            ["openssl", "req", "-x509", *ec, "-keyout", str(ca_key), "-out", str(made.ca), "-days", "1",
-             "-subj", "/CN=Leaseboard test CA", "-addext", "basicConstraints=critical,CA:TRUE,pathlen:0",
-             "-addext", "keyUsage=critical,digitalSignature,keyCertSign,cRLSign",
-             "-addext", "subjectKeyIdentifier=hash"],
+            [
+                "openssl",
+                "req",
+                "-x509",
+                *ec,
+                "-keyout",
+                str(ca_key),
+                "-out",
+                str(made.ca),
+                "-days",
+                "1",
+                "-subj",
+                "/CN=Leaseboard test CA",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE,pathlen:0",
+                "-addext",
+                "keyUsage=critical,digitalSignature,keyCertSign,cRLSign",
+                "-addext",
+                "subjectKeyIdentifier=hash",
+            ],
             ["openssl", "req", "-new", *ec, "-keyout", str(made.key), "-out", str(csr), "-subj", f"/CN={hosts[0]}"],
-            ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(made.ca), "-CAkey", str(ca_key),
-             "-CAserial", str(work / "ca.srl"), "-CAcreateserial", "-out", str(made.cert), "-days", "1",
-             "-sha256", "-extfile", str(ext)],
-        ]  # fmt: skip
+            [
+                "openssl",
+                "x509",
+                "-req",
+                "-in",
+                str(csr),
+                "-CA",
+                str(made.ca),
+                "-CAkey",
+                str(ca_key),
+                "-CAserial",
+                str(work / "ca.srl"),
+                "-CAcreateserial",
+                "-out",
+                str(made.cert),
+                "-days",
+                "1",
+                "-sha256",
+                "-extfile",
+                str(ext),
+            ],
+        ]
         for command in run:
             subprocess.run(command, check=True, capture_output=True, timeout=60, cwd=work)
 
@@ -165,9 +210,21 @@ def encrypt_key(key: Path, target: Path, password: str) -> Path:
         )
     else:
         subprocess.run(
-            ["openssl", "pkey", "-in", str(key), "-aes256", "-passout", "env:LEASEBOARD_TEST_PASSWORD", "-out",
-             str(target)],
-            check=True, capture_output=True, timeout=60, env={**os.environ, "LEASEBOARD_TEST_PASSWORD": password},
-        )  # fmt: skip
+            [
+                "openssl",
+                "pkey",
+                "-in",
+                str(key),
+                "-aes256",
+                "-passout",
+                "env:LEASEBOARD_TEST_PASSWORD",
+                "-out",
+                str(target),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+            env={**os.environ, "LEASEBOARD_TEST_PASSWORD": password},
+        )
     os.chmod(target, 0o600)
     return target

@@ -56,6 +56,7 @@ class Served:
 
     def owner_levels(self, hub: str, partition_id: str) -> list[int | None]:
         """Owner levels of the receivers attached to a partition, as the server sees them."""
+
         def levels() -> list[int | None]:
             receivers = self.server.receivers.all()
             return [r.owner_level for r in receivers if r.hub.name == hub and r.partition_id == partition_id]

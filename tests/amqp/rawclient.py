@@ -123,10 +123,10 @@ class RawClient:
         receiver = self.receiver("$cbs")
         receiver.flow(10)
         message = Message(
-            id=uuid.uuid4(), properties={"operation": "put-token", "type": "servicebus.windows.net:sastoken",
-                                         "name": resource},
+            id=uuid.uuid4(),
+            properties={"operation": "put-token", "type": "servicebus.windows.net:sastoken", "name": resource},
             body=key.sign(resource, int(time.time()) + 3600),
-        )  # fmt: skip
+        )
         self.send(sender, message.encode())
         _, payload = self.pump(lambda: self._reply(receiver), what="the $cbs response")
         response = Message()
@@ -156,9 +156,12 @@ class RawClient:
         if selector is not None:
             data: Data = link.source.filter
             data.put_object(
-                {symbol("apache.org:selector-filter:string"): Described(symbol("apache.org:selector-filter:string"),
-                                                                       selector)}
-            )  # fmt: skip
+                {
+                    symbol("apache.org:selector-filter:string"): Described(
+                        symbol("apache.org:selector-filter:string"), selector
+                    )
+                }
+            )
         link.open()
         self.pump(lambda: link.state & (Link.REMOTE_ACTIVE | Link.REMOTE_CLOSED), what="the receiver's attach")
         return link

@@ -78,11 +78,32 @@ class Fleet(Processes):
 
     def start(self, prefix: str, count: int = 1, expiry: float = 6.0) -> None:
         command = manage(
-            "runworkers", "--count", str(count), "--owner-prefix", prefix,
-            "--source", "eventhubs", "--store", "blob", "--hub", self.ref.hub, "--namespace", self.ref.namespace,
-            "--interval", "0.5", "--expiry", str(expiry), "--handler", "tests.workers.recording.RecordingHandler",
-            "--checkpoint-events", "20", "--checkpoint-seconds", "0.5", "--shutdown-timeout", "5",
-        )  # fmt: skip
+            "runworkers",
+            "--count",
+            str(count),
+            "--owner-prefix",
+            prefix,
+            "--source",
+            "eventhubs",
+            "--store",
+            "blob",
+            "--hub",
+            self.ref.hub,
+            "--namespace",
+            self.ref.namespace,
+            "--interval",
+            "0.5",
+            "--expiry",
+            str(expiry),
+            "--handler",
+            "tests.workers.recording.RecordingHandler",
+            "--checkpoint-events",
+            "20",
+            "--checkpoint-seconds",
+            "0.5",
+            "--shutdown-timeout",
+            "5",
+        )
         self.spawn(prefix, command, self.env())
 
     def last(self) -> dict[str, int]:
@@ -168,12 +189,19 @@ async def dashboard_workers(fleet: Fleet) -> dict[str, dict[str, Any]]:
 
     store, ref = fleet.store, fleet.ref
     snapshot = assemble(
-        ref, now=await store.now(), expiry=6.0, ownership=await store.list_ownership(ref),
-        checkpoints=await store.list_checkpoints(ref), members=await store.list_members(ref),
-        controls=await store.list_controls(ref), partition_ids=fleet.hub.partition_ids(),
-        properties={p: fleet.hub.properties(p) for p in fleet.hub.partition_ids()}, source_name="eventhubs",
-        source_error=None, last_event_id=0,
-    )  # fmt: skip
+        ref,
+        now=await store.now(),
+        expiry=6.0,
+        ownership=await store.list_ownership(ref),
+        checkpoints=await store.list_checkpoints(ref),
+        members=await store.list_members(ref),
+        controls=await store.list_controls(ref),
+        partition_ids=fleet.hub.partition_ids(),
+        properties={p: fleet.hub.properties(p) for p in fleet.hub.partition_ids()},
+        source_name="eventhubs",
+        source_error=None,
+        last_event_id=0,
+    )
     return {w.id: {"owned": w.owned, "alive": w.alive} for w in snapshot.workers}
 
 
@@ -199,9 +227,13 @@ class MicrosoftProcessor:
             self.fleet.azurite.connection_string, self.fleet.container
         )
         self._client = EventHubConsumerClient.from_connection_string(
-            self.fleet.served.connection_string, consumer_group="$Default", eventhub_name=self.fleet.hub.name,
-            checkpoint_store=self._store, load_balancing_interval=1.0, partition_ownership_expiration_interval=6.0,
-        )  # fmt: skip
+            self.fleet.served.connection_string,
+            consumer_group="$Default",
+            eventhub_name=self.fleet.hub.name,
+            checkpoint_store=self._store,
+            load_balancing_interval=1.0,
+            partition_ownership_expiration_interval=6.0,
+        )
         counts: Counter[str] = Counter()
 
         async def on_event(context: AioPartitionContext, event: EventData | None) -> None:

@@ -109,8 +109,10 @@ def test_the_splitter_finds_headers_and_frames_however_the_bytes_arrive() -> Non
     assert whole == piecewise
     assert whole[0] == frames.AMQP_HEADER
     assert [(f.channel, f.body[:3]) for f in whole[1:] if isinstance(f, frames.Frame)] == [
-        (3, b"\x00\x53\x11"), (0, b""), (0, b"\x00\x53\x17"),
-    ]  # fmt: skip
+        (3, b"\x00\x53\x11"),
+        (0, b""),
+        (0, b"\x00\x53\x17"),
+    ]
     assert all(isinstance(f, frames.Frame) and f.raw in stream for f in whole[1:])
 
 

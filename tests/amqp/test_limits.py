@@ -37,9 +37,11 @@ def test_five_receivers_share_a_partition_and_a_sixth_is_refused_as_azure_refuse
     receivers.extend(five)
     # Five SDK clients connect, authorize and attach at once; on a loaded machine that takes a while.
     until_sync(
-        lambda: len(served.owner_levels(hub.name, "0")) == 5, "five receivers to attach", 30,
+        lambda: len(served.owner_levels(hub.name, "0")) == 5,
+        "five receivers to attach",
+        30,
         detail=lambda: f"attached {served.owner_levels(hub.name, '0')}, errors {[r.errors for r in five]}",
-    )  # fmt: skip
+    )
     sixth = start_receiving(consumer(served, hub.name, retry_total=0), partition_id="0")
     receivers.append(sixth)
     until_sync(lambda: sixth.errors, "the sixth receiver to be refused")

@@ -54,13 +54,29 @@ def round_trip(payload: bytes) -> Any:
 
 def test_every_section_of_a_message_comes_back_exactly_as_sent() -> None:
     message = Message(
-        id="m-1", correlation_id="c-1", content_type="application/json", content_encoding="gzip", subject="s",
-        reply_to="r", user_id=b"u", group_id="g", group_sequence=3, reply_to_group_id="rg", creation_time=1.5,
-        expiry_time=9.5, address="a", durable=True, priority=7, ttl=60, first_acquirer=True, delivery_count=2,
+        id="m-1",
+        correlation_id="c-1",
+        content_type="application/json",
+        content_encoding="gzip",
+        subject="s",
+        reply_to="r",
+        user_id=b"u",
+        group_id="g",
+        group_sequence=3,
+        reply_to_group_id="rg",
+        creation_time=1.5,
+        expiry_time=9.5,
+        address="a",
+        durable=True,
+        priority=7,
+        ttl=60,
+        first_acquirer=True,
+        delivery_count=2,
         properties={"Diagnostic-Id": "00-abc-def-01", "n": 5, "f": 1.5, "b": True},
         annotations={symbol("x-opt-partition-key"): "home-3", symbol("custom"): "kept"},
-        instructions={symbol("x-da"): "delivery"}, body=b"payload",
-    )  # fmt: skip
+        instructions={symbol("x-da"): "delivery"},
+        body=b"payload",
+    )
     out = round_trip(message.encode())
     assert out.properties.message_id == b"m-1" and out.properties.correlation_id == b"c-1"
     assert out.properties.content_type == b"application/json" and out.properties.subject == b"s"
@@ -146,10 +162,17 @@ def described(code: int, value: PythonAMQPData) -> bytes:
         (b"\x00\x53\x75\xa0\x09short", 0, "amqp:decode-error"),
     ],
     ids=[
-        "two-body-kinds", "two-values", "repeated-section", "unknown-section",
-        "properties-not-a-map", "unknown-format", "empty-batch", "numeric-key", "truncated",
+        "two-body-kinds",
+        "two-values",
+        "repeated-section",
+        "unknown-section",
+        "properties-not-a-map",
+        "unknown-format",
+        "empty-batch",
+        "numeric-key",
+        "truncated",
     ],
-)  # fmt: skip
+)
 def test_what_cannot_be_stored_whole_is_refused_with_a_condition_saying_what(
     payload: bytes, message_format: int, condition: str
 ) -> None:
@@ -163,13 +186,17 @@ def test_a_stored_event_carries_the_annotations_event_hubs_sets() -> None:
     last = PartitionProperties("3", 0, 50, "5000", 1_700_000_009.5, False)
     message = decode_payload(memoryview(encode(event, runtime_metrics(last, 1_700_000_010.0))))
     assert message.message_annotations == {
-        b"x-opt-sequence-number": 41, b"x-opt-offset": b"4100", b"x-opt-enqueued-time": 1_700_000_000_123,
+        b"x-opt-sequence-number": 41,
+        b"x-opt-offset": b"4100",
+        b"x-opt-enqueued-time": 1_700_000_000_123,
         b"x-opt-partition-key": b"home-9",
-    }  # fmt: skip
+    }
     assert message.delivery_annotations == {
-        b"last_enqueued_sequence_number": 50, b"last_enqueued_offset": b"5000",
-        b"last_enqueued_time_utc": 1_700_000_009_500, b"runtime_info_retrieval_time_utc": 1_700_000_010_000,
-    }  # fmt: skip
+        b"last_enqueued_sequence_number": 50,
+        b"last_enqueued_offset": b"5000",
+        b"last_enqueued_time_utc": 1_700_000_009_500,
+        b"runtime_info_retrieval_time_utc": 1_700_000_010_000,
+    }
     assert message.data == [b"body"]
     big = ReceivedEvent("0", 0, "0", 0.0, None, b"x" * 70_000)
     assert decode_payload(memoryview(encode(big))).data == [b"x" * 70_000]

@@ -43,15 +43,22 @@ def runhub(tmp_path: Path) -> Iterator[RunHub]:
     var, hub_dir = tmp_path / "var", tmp_path / "hub"
     var.mkdir()
     env = {
-        **os.environ, "LEASEBOARD_VAR_DIR": str(var), "LEASEBOARD_HUB_DIR": str(hub_dir), "PYTHONUNBUFFERED": "1",
+        **os.environ,
+        "LEASEBOARD_VAR_DIR": str(var),
+        "LEASEBOARD_HUB_DIR": str(hub_dir),
+        "PYTHONUNBUFFERED": "1",
         "LEASEBOARD_LOG_LEVEL": "DEBUG",
-    }  # fmt: skip
+    }
     env.pop("LEASEBOARD_HUB_KEY", None)
     with (var / "runhub.err").open("w") as err:
         process = subprocess.Popen(
             [sys.executable, "manage.py", "runhub", "--port", "0", "--hub", "homes", "--partitions", "3"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
     out: list[str] = []
     assert process.stdout is not None
 
@@ -102,8 +109,9 @@ def test_runhub_serves_the_log_the_embedded_hub_reads_and_partitions_added_while
         EventHubConsumerClient.from_connection_string(
             runhub.connection_string, consumer_group="$Default", eventhub_name="homes"
         ),
-        partition_id="1", starting_position="-1",
-    )  # fmt: skip
+        partition_id="1",
+        starting_position="-1",
+    )
     receivers.append(receiving)
     assert bodies(receiving.wait_for(1)) == [b"written by another process"]
 

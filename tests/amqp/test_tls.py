@@ -138,8 +138,9 @@ def test_the_plain_port_still_serves_the_same_hubs_beside_tls(tls_hub: ServerThr
         assert c.get_partition_properties("0")["last_enqueued_sequence_number"] >= 0
     receiving = start_receiving(
         EventHubConsumerClient.from_connection_string(plain, consumer_group="$Default", eventhub_name="homes"),
-        partition_id="0", starting_position="-1",
-    )  # fmt: skip
+        partition_id="0",
+        starting_position="-1",
+    )
     try:
         assert b"sent over tls, read in the clear" in bodies(receiving.wait_for(1, timeout=RECEIVE_TIMEOUT))
     finally:
@@ -211,15 +212,25 @@ def test_an_encrypted_key_needs_its_password_from_the_environment(certs: Certifi
 def start_runhub(tmp_path: Path, args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]:
     var = tmp_path / "var"
     var.mkdir(exist_ok=True)
-    full = {**os.environ, "LEASEBOARD_VAR_DIR": str(var), "LEASEBOARD_HUB_DIR": str(tmp_path / "hub"),
-            "PYTHONUNBUFFERED": "1", "LEASEBOARD_LOG_LEVEL": "DEBUG", **env}  # fmt: skip
+    full = {
+        **os.environ,
+        "LEASEBOARD_VAR_DIR": str(var),
+        "LEASEBOARD_HUB_DIR": str(tmp_path / "hub"),
+        "PYTHONUNBUFFERED": "1",
+        "LEASEBOARD_LOG_LEVEL": "DEBUG",
+        **env,
+    }
     for name in ("LEASEBOARD_HUB_KEY", ENV_CERT, ENV_KEY, ENV_KEY_PASSWORD):
         if name not in env:
             full.pop(name, None)
     process = subprocess.Popen(
         [sys.executable, "manage.py", "runhub", "--hub", "homes", "--partitions", "2", *args],
-        cwd=ROOT, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     out: list[str] = []
 
     def started() -> bool:
@@ -307,7 +318,11 @@ def test_runhub_refuses_a_tls_setup_it_cannot_serve(
     filled = [a.format(cert=certs.cert, missing=tmp_path / "nowhere.key") for a in args]
     done = subprocess.run(
         [sys.executable, "manage.py", "runhub", "--port", "0", "--tls-port", "0", *filled],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0
     assert message in done.stderr, done.stderr

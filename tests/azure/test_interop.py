@@ -207,7 +207,13 @@ async def test_a_microsoft_processor_and_a_leaseboard_worker_share_one_consumer_
     # real cooperative coordinator, on one container: they split the hub and then stay put.
     hub = EventHubStub(8)
     theirs = OwnershipManager(
-        hub, REF.consumer_group, "ms", microsoft, 60.0, LoadBalancingStrategy.BALANCED, None  # type: ignore[arg-type]
+        hub,  # type: ignore[arg-type]
+        REF.consumer_group,
+        "ms",
+        microsoft,
+        60.0,
+        LoadBalancingStrategy.BALANCED,
+        None,
     )
 
     async def partitions() -> tuple[str, ...]:

@@ -220,13 +220,19 @@ class LegacyFakeConsumerClient:
         with self.changed:
             self.max_batch_size = max_batch_size
             self.receive_kwargs = {
-                "max_batch_size": max_batch_size, "max_wait_time": max_wait_time, "partition_id": partition_id,
-                "owner_level": owner_level, "prefetch": prefetch,
+                "max_batch_size": max_batch_size,
+                "max_wait_time": max_wait_time,
+                "partition_id": partition_id,
+                "owner_level": owner_level,
+                "prefetch": prefetch,
                 "track_last_enqueued_event_properties": track_last_enqueued_event_properties,
-                "starting_position": starting_position, "starting_position_inclusive": starting_position_inclusive,
-                "on_error": on_error, "on_partition_initialize": on_partition_initialize,
-                "on_partition_close": on_partition_close, **kwargs,
-            }  # fmt: skip
+                "starting_position": starting_position,
+                "starting_position_inclusive": starting_position_inclusive,
+                "on_error": on_error,
+                "on_partition_initialize": on_partition_initialize,
+                "on_partition_close": on_partition_close,
+                **kwargs,
+            }
             self.changed.notify_all()
         context = PartitionContext(NAMESPACE, self.eventhub_name, self.consumer_group, partition_id or "")
         if on_partition_initialize is not None:
@@ -314,9 +320,11 @@ class FakeConsumerClient(LegacyFakeConsumerClient):
     ) -> FakeConsumer:
         with self.changed:
             self.consumer_kwargs = {
-                "consumer_group": consumer_group, "partition_id": partition_id, "event_position": event_position,
+                "consumer_group": consumer_group,
+                "partition_id": partition_id,
+                "event_position": event_position,
                 **kwargs,
-            }  # fmt: skip
+            }
             self.consumer = FakeConsumer(self, on_event_received)
             self.changed.notify_all()
             return self.consumer

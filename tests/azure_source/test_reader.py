@@ -44,9 +44,12 @@ def opened(source: EventHubsSource) -> Iterator[list[EventHubsReader]]:
 
 
 def open_reader(
-    source: EventHubsSource, clients: Clients, opened: list[EventHubsReader], pid: str = "0",
+    source: EventHubsSource,
+    clients: Clients,
+    opened: list[EventHubsReader],
+    pid: str = "0",
     position: Position | None = None,
-) -> tuple[EventHubsReader, LegacyFakeConsumerClient]:  # fmt: skip
+) -> tuple[EventHubsReader, LegacyFakeConsumerClient]:
     reader = source.reader(pid, position or Position.earliest())
     opened.append(reader)
     client = clients.last
@@ -90,8 +93,10 @@ def test_each_position_asks_the_sdk_to_start_just_after_it(
     else:
         assert callable(kwargs["on_error"])
     assert (client.eventhub_name, client.consumer_group, client.connection_string) == (
-        "sensors", "$Default", CONNECTION_STRING,
-    )  # fmt: skip
+        "sensors",
+        "$Default",
+        CONNECTION_STRING,
+    )
 
 
 def test_every_keyword_the_reader_passes_is_one_the_real_sdk_reads(
@@ -112,9 +117,10 @@ def test_every_keyword_the_reader_passes_is_one_the_real_sdk_reads(
         assert client.receive_kwargs is not None
         named = set(inspect.signature(EventHubConsumerClient.receive_batch).parameters) - {"self", "kwargs"}
         passed = {
-            k for k, v in client.receive_kwargs.items()
+            k
+            for k, v in client.receive_kwargs.items()
             if v is not None and k not in ("on_partition_initialize", "on_partition_close")
-        }  # fmt: skip
+        }
         assert passed <= named, passed - named
 
 
@@ -131,8 +137,14 @@ def test_each_reader_has_a_client_of_its_own(
 def test_the_owner_level_given_is_the_one_the_service_sees(
     owner_level: int | None, clients: Clients, clock: FakeClock
 ) -> None:
-    source = EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock,
-                             owner_level=owner_level, owner_id="worker-a")  # fmt: skip
+    source = EventHubsSource(
+        "sensors",
+        connection_string=CONNECTION_STRING,
+        client_factory=clients,
+        clock=clock,
+        owner_level=owner_level,
+        owner_id="worker-a",
+    )
     with source:
         reader = source.reader("1", Position.earliest())
         clients.last.wait_for(lambda: clients.last.started, "the reader to receive")
@@ -145,15 +157,20 @@ def test_the_owner_level_given_is_the_one_the_service_sees(
     [(None, None, 20), (None, "64", 64), (5, "64", 5), (1000, None, 300)],  # never above the queue (300)
 )
 def test_a_read_takes_at_most_prefetch_events_20_unless_set(
-    given: int | None, env: str | None, expected: int, clients: Clients, clock: FakeClock,
+    given: int | None,
+    env: str | None,
+    expected: int,
+    clients: Clients,
+    clock: FakeClock,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     # The SDK hands events over only when a read ends: at a 0.2 s silence or after `prefetch` frames,
     # so a trickle faster than 5 a second waits for `prefetch` events (see reader.py).
     if env is not None:
         monkeypatch.setenv("EVENTHUB_PREFETCH", env)
-    source = EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock,
-                             prefetch=given)  # fmt: skip
+    source = EventHubsSource(
+        "sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock, prefetch=given
+    )
     with source:
         reader = source.reader("1", Position.earliest())
         clients.last.wait_for(lambda: clients.last.started, "the reader to receive")
@@ -170,8 +187,7 @@ def test_a_prefetch_setting_that_is_no_whole_number_above_zero_is_refused_in_one
         EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock)
     assert "\n" not in str(raised.value)
     with pytest.raises(ValueError, match="prefetch must be a whole number of at least 1, got 0"):
-        EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock,
-                        prefetch=0)  # fmt: skip
+        EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock, prefetch=0)
 
 
 def test_a_reader_of_an_unknown_partition_or_with_a_bad_position_is_refused(
@@ -192,8 +208,11 @@ def test_sdk_events_become_received_events_in_order_in_batches_of_at_most_max_ev
 ) -> None:
     reader, client = open_reader(source, clients, opened, "3")
     assert reader.receive(10) == []  # nothing yet, and it does not wait
-    deliver(client, [sdk_event(5, body=b'{"home": 7}', partition_key="home-7", offset="4096")],
-            [sdk_event(6, body=[b"two ", b"sections"]), sdk_event(7, body=b"")])  # fmt: skip
+    deliver(
+        client,
+        [sdk_event(5, body=b'{"home": 7}', partition_key="home-7", offset="4096")],
+        [sdk_event(6, body=[b"two ", b"sections"]), sdk_event(7, body=b"")],
+    )
     assert reader.receive(2) == [
         ReceivedEvent("3", 5, "4096", (T0_MS + 5) / 1000, "home-7", b'{"home": 7}'),
         ReceivedEvent("3", 6, "600", (T0_MS + 6) / 1000, None, b"two sections"),
@@ -218,8 +237,10 @@ def test_lag_comes_from_the_tracked_last_enqueued_event_without_asking_the_servi
     assert hub.calls["get_partition_properties"] == asked  # answered from the deliveries
     assert (props.begin_sequence_number, props.last_enqueued_sequence_number) == (3, 251)
     assert (props.last_enqueued_offset, props.last_enqueued_time, props.is_empty) == (
-        "25100", (T0_MS + 251) / 1000, False,
-    )  # fmt: skip
+        "25100",
+        (T0_MS + 251) / 1000,
+        False,
+    )
     clock.advance(5.1)  # the tracked value is now too old: the service is asked again
     assert source.properties("0").last_enqueued_sequence_number == 10
     assert hub.calls["get_partition_properties"] == asked + 1
@@ -411,8 +432,9 @@ def test_a_stolen_error_wrapped_by_another_exception_is_still_stolen() -> None:
 def small_reader(
     clients: Clients, hub: Hub, clock: FakeClock
 ) -> tuple[EventHubsSource, EventHubsReader, LegacyFakeConsumerClient]:
-    source = EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock,
-                             queue_events=5)  # fmt: skip
+    source = EventHubsSource(
+        "sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock, queue_events=5
+    )
     reader = source.reader("0", Position.earliest())
     client = clients.last
     client.wait_for(lambda: client.started, "the reader to receive")

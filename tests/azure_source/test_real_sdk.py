@@ -132,10 +132,18 @@ def test_close_ends_a_real_receive_that_waits_on_a_silent_service_promptly(
 def test_the_installed_sdk_has_the_private_consumer_the_readers_drive(caplog: pytest.LogCaptureFixture) -> None:
     # If this fails after an upgrade of azure-eventhub, readers fall back to receive_batch (slower
     # starts): check the new version's _create_consumer and EventHubConsumer, then move the pin.
-    client = EventHubConsumerClient.from_connection_string(CONNECTION_STRING, consumer_group="$Default",
-                                                           eventhub_name="sensors")  # fmt: skip
-    consumer = open_consumer(client, consumer_group="$Default", partition_id="0", starting_position="-1",
-                             on_events=lambda batch: None, owner_level=0, prefetch=20)  # fmt: skip
+    client = EventHubConsumerClient.from_connection_string(
+        CONNECTION_STRING, consumer_group="$Default", eventhub_name="sensors"
+    )
+    consumer = open_consumer(
+        client,
+        consumer_group="$Default",
+        partition_id="0",
+        starting_position="-1",
+        on_events=lambda batch: None,
+        owner_level=0,
+        prefetch=20,
+    )
     assert isinstance(consumer, EventHubConsumer) and not consumer.running  # made, not connected
     assert consumer._owner_level == 0 and consumer._prefetch == 20 and consumer._offset == "-1"
     assert consumer._track_last_enqueued_event_properties and consumer._offset_inclusive is False

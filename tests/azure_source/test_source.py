@@ -86,8 +86,9 @@ def test_a_connection_string_for_another_hub_is_refused(clients: Clients) -> Non
 
 
 def test_a_hub_level_connection_string_for_the_same_hub_is_accepted(clients: Clients) -> None:
-    source = EventHubsSource("sensors", connection_string=f"{CONNECTION_STRING};EntityPath=sensors",
-                             client_factory=clients)  # fmt: skip
+    source = EventHubsSource(
+        "sensors", connection_string=f"{CONNECTION_STRING};EntityPath=sensors", client_factory=clients
+    )
     assert source.namespace == NAMESPACE and source.partition_ids() == ("0", "1", "2", "3")
 
 

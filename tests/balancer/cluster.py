@@ -101,9 +101,7 @@ class Cluster:
     async def owners(self) -> dict[str, str]:
         """Partition -> owner, of records not expired by the store's clock."""
         records = await self.store.list_ownership(REF)
-        return {
-            r.partition_id: r.owner_id for r in records if not r.expired(self.now, self.expiry)
-        }
+        return {r.partition_id: r.owner_id for r in records if not r.expired(self.now, self.expiry)}
 
     async def counts(self) -> list[int]:
         """Owned partitions per live worker, sorted."""

@@ -20,8 +20,7 @@ def moves(cluster: Cluster) -> list[tuple[str, str | None, str | None]]:
     return [
         (e.partition_id, e.previous_owner, e.owner_id)
         for e in cluster.events
-        if e.kind in (EventKind.STEAL, EventKind.EXPIRE)
-        or (e.kind is EventKind.CLAIM and e.reason == "released")
+        if e.kind in (EventKind.STEAL, EventKind.EXPIRE) or (e.kind is EventKind.CLAIM and e.reason == "released")
     ]
 
 
@@ -133,7 +132,11 @@ async def test_pinned_partition_moves_to_its_worker_by_handoff_and_counts_toward
 
 def test_targets_give_the_extra_to_the_biggest_holders() -> None:
     assert target_counts(32, ["a", "b", "c", "d", "e"], {}, {"a": 8, "b": 8, "c": 8, "d": 8}) == {
-        "a": 7, "b": 7, "c": 6, "d": 6, "e": 6,
+        "a": 7,
+        "b": 7,
+        "c": 6,
+        "d": 6,
+        "e": 6,
     }
     # a worker pinned beyond its share keeps its pins; the others share the rest
     assert target_counts(10, ["a", "b", "c"], {"a": 6}, {}) == {"a": 6, "b": 2, "c": 2}
@@ -142,8 +145,14 @@ def test_targets_give_the_extra_to_the_biggest_holders() -> None:
 def test_a_live_holder_is_waited_for_then_overtaken_after_the_handoff_timeout() -> None:
     plan = get_strategy("cooperative").plan
     held = {p: OwnershipRecord(REF, p, "a", f"e{p}", 99.0) for p in partition_ids(4)}
-    base = dict(owner_id="b", partition_ids=partition_ids(4), ownership=held, now=100.0, expiry=30.0,
-                members=frozenset({"a", "b"}))
+    base = dict(
+        owner_id="b",
+        partition_ids=partition_ids(4),
+        ownership=held,
+        now=100.0,
+        expiry=30.0,
+        members=frozenset({"a", "b"}),
+    )
     first = plan(View(**base), random.Random(0))  # type: ignore[arg-type]
     assert first.claims == () and len(first.waiting) == 2
     later = plan(View(**base, waiting={p: 60.0 for p in first.waiting}), random.Random(0))  # type: ignore[arg-type]

@@ -163,9 +163,15 @@ async def test_one_cycle_costs_one_list_and_one_claim_request_in_steady_state() 
 def test_every_core_module_but_the_adapters_imports_without_django_or_an_sdk() -> None:
     # import-linter (`make lint`) checks the import statements; this checks what really gets imported,
     # lazy imports included, for every module of the core that is not an adapter of a client library.
-    adapters = {"balancer.stores.redis.connection", "balancer.stores.redis.notices", "balancer.stores.redis.store",
-                "balancer.stores.blob.checkpoints", "balancer.stores.blob.service", "balancer.stores.blob.store",
-                "balancer.race.redis"}  # fmt: skip
+    adapters = {
+        "balancer.stores.redis.connection",
+        "balancer.stores.redis.notices",
+        "balancer.stores.redis.store",
+        "balancer.stores.blob.checkpoints",
+        "balancer.stores.blob.service",
+        "balancer.stores.blob.store",
+        "balancer.race.redis",
+    }
     code = (
         "import importlib, pkgutil, sys\n"
         "for name in ('django', 'channels', 'azure', 'redis', 'pyspark', 'prometheus_client'):\n"
@@ -239,8 +245,10 @@ async def test_release_many_hands_partitions_over_in_one_request() -> None:
     events = await a.release_many(["2", "0", "1", "9"], "handed off")
     assert len(requests) == 1 and sorted(r.partition_id for r in requests[0]) == ["0", "1", "2"]
     assert [(e.partition_id, e.kind, e.handoff) for e in events] == [
-        ("2", EventKind.LOST, False), ("0", EventKind.RELEASE, True), ("1", EventKind.RELEASE, True),
-    ]  # fmt: skip
+        ("2", EventKind.LOST, False),
+        ("0", EventKind.RELEASE, True),
+        ("1", EventKind.RELEASE, True),
+    ]
     assert a.owned == {"3"}
     owners = {r.partition_id: r.owner_id for r in await cluster.store.list_ownership(REF)}
     assert owners == {"0": "", "1": "", "2": "b", "3": "a"}

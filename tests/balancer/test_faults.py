@@ -18,8 +18,12 @@ EXPIRY, INTERVAL = 10.0, 2.0
 
 
 def fleet(partitions: int = 12, workers: str = "abc", **kwargs: float) -> Cluster:
-    cluster = Cluster(partitions, strategy="cooperative", expiry=kwargs.get("expiry", EXPIRY),
-                      interval=kwargs.get("interval", INTERVAL))  # fmt: skip
+    cluster = Cluster(
+        partitions,
+        strategy="cooperative",
+        expiry=kwargs.get("expiry", EXPIRY),
+        interval=kwargs.get("interval", INTERVAL),
+    )
     for w in workers:
         cluster.add(w)
     return cluster
@@ -98,9 +102,7 @@ def corrupt(cluster: Cluster, pid: str, last_modified: float | None, owner: str 
     cluster.store._ownership[(REF, pid)] = OwnershipRecord(REF, pid, owner, "not-an-etag", last_modified)
 
 
-@pytest.mark.parametrize(
-    "last_modified", [1e12, math.nan, math.inf, None], ids=["far-future", "nan", "inf", "missing"]
-)
+@pytest.mark.parametrize("last_modified", [1e12, math.nan, math.inf, None], ids=["far-future", "nan", "inf", "missing"])
 async def test_a_corrupt_record_costs_only_its_own_partition(last_modified: float | None) -> None:
     cluster = fleet()
     await cluster.settle()

@@ -32,9 +32,15 @@ async def test_a_coordinators_heartbeat_names_its_strategy_and_expiry() -> None:
         return ("0", "1")
 
     coordinator = Coordinator(
-        ref=REF, owner_id="w1", store=store, partitions=ids, strategy=get_strategy("cooperative"), expiry=7.5,
-        controls=store, rng=random.Random(0),
-    )  # fmt: skip
+        ref=REF,
+        owner_id="w1",
+        store=store,
+        partitions=ids,
+        strategy=get_strategy("cooperative"),
+        expiry=7.5,
+        controls=store,
+        rng=random.Random(0),
+    )
     await coordinator.cycle()
     (member,) = await store.list_members(REF)
     assert member.info == {"strategy": "cooperative", "expiry": "7.5"}

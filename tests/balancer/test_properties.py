@@ -166,7 +166,10 @@ def test_every_strategy_reaches_balance_and_then_moves_nothing(state: State) -> 
 
 
 _TIMES = st.one_of(
-    st.none(), st.just(float("nan")), st.just(float("inf")), st.just(float("-inf")),
+    st.none(),
+    st.just(float("nan")),
+    st.just(float("inf")),
+    st.just(float("-inf")),
     st.floats(min_value=-40.0, max_value=40.0).map(lambda d: 1_000.0 + d),  # around now, either side of the expiry
 )
 
@@ -178,9 +181,11 @@ _TIMES = st.one_of(
     fresh_after=st.one_of(st.none(), st.floats(985.0, 1_000.0)),
 )
 def test_active_is_every_held_record_no_older_than_the_expiry(
-    times: list[tuple[bool, float | None, bool]], clock_is_store: bool, dark: list[tuple[float, float]],
+    times: list[tuple[bool, float | None, bool]],
+    clock_is_store: bool,
+    dark: list[tuple[float, float]],
     fresh_after: float | None,
-) -> None:  # fmt: skip
+) -> None:
     """``View.active`` (inlined for speed when nothing is dark) agrees with ``View.age`` of
     ``View.modified`` record by record, with records a quiet delta left out (``fresh_after``) or not."""
     records = {
@@ -188,9 +193,17 @@ def test_active_is_every_held_record_no_older_than_the_expiry(
         for i, (held, at, _) in enumerate(times)
     }
     exact = frozenset(str(i) for i, (_, _, listed) in enumerate(times) if listed)
-    view = View("w", tuple(records), records, 1_000.0, 10.0, clock_is_store=clock_is_store,
-                dark=tuple((start, start + length) for start, length in dark),
-                fresh_after=fresh_after, exact=exact)  # fmt: skip
+    view = View(
+        "w",
+        tuple(records),
+        records,
+        1_000.0,
+        10.0,
+        clock_is_store=clock_is_store,
+        dark=tuple((start, start + length) for start, length in dark),
+        fresh_after=fresh_after,
+        exact=exact,
+    )
     expected = {p for p, r in records.items() if r.owner_id and view.age(view.modified(r)) <= view.expiry}
     assert set(view.active()) == expected
     for p, r in records.items():  # a record left out is never older than the bound, and never younger than shown

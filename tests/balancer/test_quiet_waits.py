@@ -19,8 +19,9 @@ EXPIRY, INTERVAL = 10.0, 2.0
 
 
 def fleet(partitions: int, names: str, seed: int = 3) -> tuple[Cluster, dict[str, Coordinator]]:
-    cluster = Cluster(partitions, strategy="cooperative", expiry=EXPIRY, interval=INTERVAL, seed=seed,
-                      renewal_steps=True)  # fmt: skip
+    cluster = Cluster(
+        partitions, strategy="cooperative", expiry=EXPIRY, interval=INTERVAL, seed=seed, renewal_steps=True
+    )
     return cluster, {name: cluster.add(name) for name in names}
 
 

@@ -246,8 +246,16 @@ def test_a_renewal_share_outside_0_to_1_is_refused_in_one_line(share: float) -> 
         return partition_ids(2)
 
     with pytest.raises(ValueError, match=r"renew_share .* more than 0 and less than 1, got") as caught:
-        Coordinator(REF, "a", MemoryStore(), partitions, get_strategy("cooperative"), expiry=10.0, renew_share=share,
-                    rng=random.Random(0))  # fmt: skip
+        Coordinator(
+            REF,
+            "a",
+            MemoryStore(),
+            partitions,
+            get_strategy("cooperative"),
+            expiry=10.0,
+            renew_share=share,
+            rng=random.Random(0),
+        )
     assert "\n" not in str(caught.value)
 
 

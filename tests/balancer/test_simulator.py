@@ -27,10 +27,21 @@ from balancer.strategies import DEFAULT, STRATEGIES, get_strategy
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {
-    "strategy", "scenario", "partitions", "workers", "seeds", "balanced_runs", "cycles_to_balance",
-    "seconds_to_balance", "moves", "min_moves", "overlap_seconds", "max_unowned_seconds",
-    "store_requests_per_worker_cycle", "plan_ms",
-}  # fmt: skip
+    "strategy",
+    "scenario",
+    "partitions",
+    "workers",
+    "seeds",
+    "balanced_runs",
+    "cycles_to_balance",
+    "seconds_to_balance",
+    "moves",
+    "min_moves",
+    "overlap_seconds",
+    "max_unowned_seconds",
+    "store_requests_per_worker_cycle",
+    "plan_ms",
+}
 QUICK = Settings(observe_cycles=5, horizon_cycles=40, skew_cycles=20, single_partition_cycles=50)
 
 
@@ -98,10 +109,27 @@ def test_the_command_gives_the_same_json_in_processes_with_different_hash_seeds(
     for hash_seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
         done = subprocess.run(
-            [sys.executable, "manage.py", "simulate", "--scenario", "cold-start", "--partitions", "16",
-             "--workers", "3", "--seeds", "2", "--json"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "manage.py",
+                "simulate",
+                "--scenario",
+                "cold-start",
+                "--partitions",
+                "16",
+                "--workers",
+                "3",
+                "--seeds",
+                "2",
+                "--json",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
         outputs.append(without_timing(json.loads(done.stdout)))
     assert outputs[0] == outputs[1]
     assert outputs[0]["strategy"] == DEFAULT
@@ -206,8 +234,20 @@ def test_simultaneous_starters_claim_a_quarter_interval_after_announcing_with_no
 
 
 def test_simulate_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
-    call_command("simulate", "--strategy", "greedy", "--scenario", "add-partitions", "--partitions", "24",
-                 "--workers", "4", "--seeds", "2", "--json")  # fmt: skip
+    call_command(
+        "simulate",
+        "--strategy",
+        "greedy",
+        "--scenario",
+        "add-partitions",
+        "--partitions",
+        "24",
+        "--workers",
+        "4",
+        "--seeds",
+        "2",
+        "--json",
+    )
     result = json.loads(capsys.readouterr().out)
     assert set(result) >= KEYS
     assert (result["strategy"], result["partitions"], result["workers"], result["seeds"]) == ("greedy", 24, 4, 2)
@@ -224,8 +264,19 @@ def test_simulate_without_json_prints_a_readable_summary(capsys: pytest.CaptureF
 def test_simulate_load_weighted_evens_the_load_of_a_hot_partition(capsys: pytest.CaptureFixture[str]) -> None:
     spreads = {}
     for weighted in (False, True):
-        call_command("simulate", "--scenario", "hot-partition", "--partitions", "32", "--workers", "4",
-                     "--seeds", "2", "--json", *(["--load-weighted"] if weighted else []))  # fmt: skip
+        call_command(
+            "simulate",
+            "--scenario",
+            "hot-partition",
+            "--partitions",
+            "32",
+            "--workers",
+            "4",
+            "--seeds",
+            "2",
+            "--json",
+            *(["--load-weighted"] if weighted else []),
+        )
         result = json.loads(capsys.readouterr().out)
         assert result["load_weighted"] is weighted
         spreads[weighted] = result["load_spread"]["max"]

@@ -54,8 +54,15 @@ class Fleet:
     count the plans made."""
 
     def __init__(self, partitions: int, workers: int, steady: bool) -> None:
-        self.cluster = Cluster(partitions, strategy="cooperative", expiry=EXPIRY, interval=INTERVAL,
-                               seed=7, renewal_steps=True, steady_cycles=steady)  # fmt: skip
+        self.cluster = Cluster(
+            partitions,
+            strategy="cooperative",
+            expiry=EXPIRY,
+            interval=INTERVAL,
+            seed=7,
+            renewal_steps=True,
+            steady_cycles=steady,
+        )
         self.partitions = partitions
         self.plans = 0
         self.paused: set[str] = set()

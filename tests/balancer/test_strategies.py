@@ -93,8 +93,13 @@ def test_greedy_plans_as_azure_eventhubs_own_greedy_code() -> None:
     # The same decisions as the SDK's OwnershipManager on every view here: how many of each kind.
     from tests.benchmarks.microsoft_greedy import plan as microsoft
 
-    cases = [view("a", 12, {}), view("a", 8, deal(b=5), expired={"5": "ghost"}), view("d", 18, deal(a=6, b=6, c=6)),
-             view("c", 18, deal(a=5, b=5, c=4, d=4)), view("a", 12, deal(a=2, b=2))]  # fmt: skip
+    cases = [
+        view("a", 12, {}),
+        view("a", 8, deal(b=5), expired={"5": "ghost"}),
+        view("d", 18, deal(a=6, b=6, c=6)),
+        view("c", 18, deal(a=5, b=5, c=4, d=4)),
+        view("a", 12, deal(a=2, b=2)),
+    ]
     for v in cases:
         ours, theirs = greedy(v, random.Random(7)), microsoft(v, random.Random(7))
         assert Counter(c.kind for c in ours.claims) == Counter(c.kind for c in theirs.claims)

@@ -72,10 +72,13 @@ def microsoft_worker(label: str) -> None:
             os.environ["AZURE_STORAGE_CONNECTION_STRING"], os.environ["LEASEBOARD_BLOB_CONTAINER"]
         )
         client = EventHubConsumerClient.from_connection_string(
-            os.environ["EVENTHUB_CONNECTION_STRING"], consumer_group="$Default", eventhub_name=os.environ["BENCH_HUB"],
-            checkpoint_store=store, load_balancing_interval=interval,
+            os.environ["EVENTHUB_CONNECTION_STRING"],
+            consumer_group="$Default",
+            eventhub_name=os.environ["BENCH_HUB"],
+            checkpoint_store=store,
+            load_balancing_interval=interval,
             partition_ownership_expiration_interval=float(os.environ["BENCH_EXPIRY"]),
-        )  # fmt: skip
+        )
         counts: Counter[str] = Counter()
 
         async def on_event(context: PartitionContext, event: EventData | None) -> None:
@@ -112,12 +115,21 @@ class Hub:
 
 
 def start_runhub(root: Path, partitions: int) -> Hub:
-    env = {**os.environ, "LEASEBOARD_VAR_DIR": str(root / "var"), "LEASEBOARD_HUB_DIR": str(root / "hub"),
-           "LEASEBOARD_LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "LEASEBOARD_VAR_DIR": str(root / "var"),
+        "LEASEBOARD_HUB_DIR": str(root / "hub"),
+        "LEASEBOARD_LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    }
     process = subprocess.Popen(
         [sys.executable, "manage.py", "runhub", "--port", "0", "--hub", HUB, "--partitions", str(partitions)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert process.stdout is not None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -151,13 +163,18 @@ class Fleet:
 
     def env(self) -> dict[str, str]:
         return {
-            **os.environ, "EVENTHUB_CONNECTION_STRING": self.hub.connection_string,
+            **os.environ,
+            "EVENTHUB_CONNECTION_STRING": self.hub.connection_string,
             "AZURE_STORAGE_CONNECTION_STRING": self.azurite.connection_string,
-            "LEASEBOARD_BLOB_CONTAINER": self.container, "LEASEBOARD_RECORD_DIR": str(self.record_dir),
-            "LEASEBOARD_VAR_DIR": str(self.root / f"var-{self.kind}"), "LEASEBOARD_LOG_LEVEL": "WARNING",
-            "BENCH_HUB": HUB, "BENCH_INTERVAL": str(self.interval), "BENCH_EXPIRY": str(self.expiry),
+            "LEASEBOARD_BLOB_CONTAINER": self.container,
+            "LEASEBOARD_RECORD_DIR": str(self.record_dir),
+            "LEASEBOARD_VAR_DIR": str(self.root / f"var-{self.kind}"),
+            "LEASEBOARD_LOG_LEVEL": "WARNING",
+            "BENCH_HUB": HUB,
+            "BENCH_INTERVAL": str(self.interval),
+            "BENCH_EXPIRY": str(self.expiry),
             "DATABASE_URL": f"sqlite:///{self.root / 'workers.sqlite3'}",
-        }  # fmt: skip
+        }
 
     def start_worker(self) -> subprocess.Popen[bytes]:
         i = len(self.workers)
@@ -165,12 +182,32 @@ class Fleet:
             command = [sys.executable, "-m", "tests.benchmarks.bench_amqp", "--microsoft-worker", f"ms-{i}"]
         else:
             command = [
-                sys.executable, "manage.py", "runworkers", "--count", "1", "--owner-prefix", f"lb{i}",
-                "--source", "eventhubs", "--store", "blob", "--hub", HUB, "--namespace", self.hub.namespace,
-                "--interval", str(self.interval), "--expiry", str(self.expiry),
-                "--handler", "tests.workers.recording.RecordingHandler",
-                "--checkpoint-events", "100", "--checkpoint-seconds", "1",
-            ]  # fmt: skip
+                sys.executable,
+                "manage.py",
+                "runworkers",
+                "--count",
+                "1",
+                "--owner-prefix",
+                f"lb{i}",
+                "--source",
+                "eventhubs",
+                "--store",
+                "blob",
+                "--hub",
+                HUB,
+                "--namespace",
+                self.hub.namespace,
+                "--interval",
+                str(self.interval),
+                "--expiry",
+                str(self.expiry),
+                "--handler",
+                "tests.workers.recording.RecordingHandler",
+                "--checkpoint-events",
+                "100",
+                "--checkpoint-seconds",
+                "1",
+            ]
         log = (self.root / f"{self.kind}-{i}.log").open("ab")
         self._logs.append(log)
         worker = subprocess.Popen(command, cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT)
@@ -395,8 +432,10 @@ def main() -> None:
     ]
     print(f"{'':36} {'Microsoft processor':>20} {'Leaseboard workers':>20}")
     for title, key, fmt in rows:
-        cells = [fmt.format(results[k][key]) if k in results and key in results[k] else "failed"
-                 for k in ("microsoft", "leaseboard")]  # fmt: skip
+        cells = [
+            fmt.format(results[k][key]) if k in results and key in results[k] else "failed"
+            for k in ("microsoft", "leaseboard")
+        ]
         print(f"{title:36} {cells[0]:>20} {cells[1]:>20}")
 
 

@@ -38,9 +38,14 @@ from tests.support.waiting import until_sync
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 WARMUP = size(2.0, 0.5)
 NAMESPACE, HUB, GROUP = "bench.example", "sensors", "$Default"
 
@@ -149,11 +154,18 @@ def _environment(var: Path, redis_url: str, partitions: int) -> dict[str, str]:
     ours = ("DJANGO_", "LEASEBOARD_", "DATABASE_URL", "REDIS_URL")
     environ = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
     environ.update(
-        DJANGO_SETTINGS_MODULE="dashboard.settings", LEASEBOARD_VAR_DIR=str(var),
-        DATABASE_URL=f"sqlite:///{var / 'db.sqlite3'}", LEASEBOARD_STORE="sql", LEASEBOARD_SOURCE="embedded",
-        LEASEBOARD_PARTITIONS=str(partitions), LEASEBOARD_NAMESPACE=NAMESPACE, LEASEBOARD_HUB=HUB,
-        LEASEBOARD_CONSUMER_GROUP=GROUP, LEASEBOARD_EXPIRY="3600", LEASEBOARD_LOG_LEVEL="WARNING",
-    )  # fmt: skip
+        DJANGO_SETTINGS_MODULE="dashboard.settings",
+        LEASEBOARD_VAR_DIR=str(var),
+        DATABASE_URL=f"sqlite:///{var / 'db.sqlite3'}",
+        LEASEBOARD_STORE="sql",
+        LEASEBOARD_SOURCE="embedded",
+        LEASEBOARD_PARTITIONS=str(partitions),
+        LEASEBOARD_NAMESPACE=NAMESPACE,
+        LEASEBOARD_HUB=HUB,
+        LEASEBOARD_CONSUMER_GROUP=GROUP,
+        LEASEBOARD_EXPIRY="3600",
+        LEASEBOARD_LOG_LEVEL="WARNING",
+    )
     if redis_url:
         environ["REDIS_URL"] = redis_url
     return environ
@@ -202,14 +214,30 @@ def _metrics_render(partitions: int, workers: int, rounds: int = 40) -> list[flo
     names = [f"worker-{w:02d}" for w in range(workers)]
     ref = HubRef(NAMESPACE, HUB, GROUP)
     state = ConsoleState(
-        ref, now, 30.0, 0, SourceStatus("embedded"),
+        ref,
+        now,
+        30.0,
+        0,
+        SourceStatus("embedded"),
         tuple(
-            PartitionRow(str(p), names[p % workers], Lease.OWNED, now, 1000 + p, 1097 + p, now, now, p % 97, None,
-                         lag_seconds=(p % 97) / 10, lag_status=STATUSES[p % 5])
+            PartitionRow(
+                str(p),
+                names[p % workers],
+                Lease.OWNED,
+                now,
+                1000 + p,
+                1097 + p,
+                now,
+                now,
+                p % 97,
+                None,
+                lag_seconds=(p % 97) / 10,
+                lag_status=STATUSES[p % 5],
+            )
             for p in range(partitions)
         ),
         tuple(WorkerRow(n, partitions // workers, False, now, True, events_per_second=12.5) for n in names),
-    )  # fmt: skip
+    )
     logged = {"claim": 1024, "steal": 5000, "release": 100, "expire": 3, "lost": 1}
     took = []
     for _ in range(rounds):
@@ -288,8 +316,11 @@ def run(
         url = f"http://127.0.0.1:{port}"
         daphne = subprocess.Popen(
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "dashboard.asgi:application"],
-            cwd=ROOT, env=environ, stdout=subprocess.DEVNULL, stderr=(var / "daphne.log").open("wb"),
-        )  # fmt: skip
+            cwd=ROOT,
+            env=environ,
+            stdout=subprocess.DEVNULL,
+            stderr=(var / "daphne.log").open("wb"),
+        )
         _wait_for(f"{url}/api/state", daphne)
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -304,8 +335,12 @@ def run(
             socket = SocketClient(f"ws://127.0.0.1:{port}/ws/balancer/", origin=url)
             published = subprocess.run(
                 [*me, "publish", "--rate", str(rate), "--seconds", str(seconds), *sizes],
-                cwd=ROOT, env=environ, check=True, capture_output=True, timeout=seconds + 120,
-            )  # fmt: skip
+                cwd=ROOT,
+                env=environ,
+                check=True,
+                capture_output=True,
+                timeout=seconds + 120,
+            )
             page.wait_for_timeout(1500)  # the last events in flight
             plain = socket.stop()
             if screenshot:
@@ -330,9 +365,17 @@ def run(
             shutil.rmtree(var, ignore_errors=True)
     render = _metrics_render(partitions, workers)
     return {
-        "layer": "redis" if redis_url else "in-memory (polling)", "sent": sent, "received": len(latencies),
-        "latency_ms": counted, "socket_ms": plain, "render_ms": render_ms, "last_leg_ms": last_leg, "connection": stale,
-        "metrics_render_ms": render, "metrics_http_ms": http_ms, "metrics_bytes": size,
+        "layer": "redis" if redis_url else "in-memory (polling)",
+        "sent": sent,
+        "received": len(latencies),
+        "latency_ms": counted,
+        "socket_ms": plain,
+        "render_ms": render_ms,
+        "last_leg_ms": last_leg,
+        "connection": stale,
+        "metrics_render_ms": render,
+        "metrics_http_ms": http_ms,
+        "metrics_bytes": size,
     }
 
 
@@ -359,17 +402,31 @@ def main() -> None:
         ("event → browser p50", f"{statistics.median(lat):.0f} ms", ""),
         ("event → browser p95", f"{percentile(lat, 0.95):.0f} ms", "≤ 250 ms"),
         ("event → browser p99 / max", f"{percentile(lat, 0.99):.0f} / {max(lat):.0f} ms", ""),
-        ("of which server → page (p50 / p95)", f"{statistics.median(found['last_leg_ms']):.0f} / "
-                                               f"{percentile(found['last_leg_ms'], 0.95):.0f} ms", ""),
-        ("event → plain websocket client p50 / p95", f"{statistics.median(found['socket_ms']):.0f} / "
-                                                     f"{percentile(found['socket_ms'], 0.95):.0f} ms", ""),
+        (
+            "of which server → page (p50 / p95)",
+            f"{statistics.median(found['last_leg_ms']):.0f} / {percentile(found['last_leg_ms'], 0.95):.0f} ms",
+            "",
+        ),
+        (
+            "event → plain websocket client p50 / p95",
+            f"{statistics.median(found['socket_ms']):.0f} / {percentile(found['socket_ms'], 0.95):.0f} ms",
+            "",
+        ),
         ("page: one message applied (p95)", f"{percentile(found['render_ms'], 0.95):.1f} ms", ""),
-        ("/metrics render (p50 / p95)", f"{statistics.median(found['metrics_render_ms']):.1f} / "
-                                        f"{percentile(found['metrics_render_ms'], 0.95):.1f} ms", "< 100 ms"),
-        ("/metrics over HTTP (p50 / p95)", f"{statistics.median(found['metrics_http_ms']):.1f} / "
-                                           f"{percentile(found['metrics_http_ms'], 0.95):.1f} ms "
-                                           f"({found['metrics_bytes'] // 1024} kB)", ""),
-    ]  # fmt: skip
+        (
+            "/metrics render (p50 / p95)",
+            f"{statistics.median(found['metrics_render_ms']):.1f} / "
+            f"{percentile(found['metrics_render_ms'], 0.95):.1f} ms",
+            "< 100 ms",
+        ),
+        (
+            "/metrics over HTTP (p50 / p95)",
+            f"{statistics.median(found['metrics_http_ms']):.1f} / "
+            f"{percentile(found['metrics_http_ms'], 0.95):.1f} ms "
+            f"({found['metrics_bytes'] // 1024} kB)",
+            "",
+        ),
+    ]
     print(f"{args.partitions} partitions, {args.workers} workers, page connection at the end: {found['connection']}")
     width = max(len(r[0]) for r in rows)
     for name, value, target in rows:

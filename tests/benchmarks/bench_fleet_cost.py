@@ -251,10 +251,24 @@ class Fleet:
         for i in range(self.workers):
             name = f"w{i:03d}"
             command = manage(
-                "runworkers", "--count", "1", "--owner-prefix", name, "--store", self.kit.store,
-                "--source", "embedded", "--hub", self.hub_name, "--interval", str(INTERVAL),
-                "--expiry", str(EXPIRY), "--shutdown-timeout", "5",
-            )  # fmt: skip
+                "runworkers",
+                "--count",
+                "1",
+                "--owner-prefix",
+                name,
+                "--store",
+                self.kit.store,
+                "--source",
+                "embedded",
+                "--hub",
+                self.hub_name,
+                "--interval",
+                str(INTERVAL),
+                "--expiry",
+                str(EXPIRY),
+                "--shutdown-timeout",
+                "5",
+            )
             with (self.root / f"{name}.log").open("ab") as out:
                 self.processes[f"{name}-0"] = subprocess.Popen(
                     command, cwd=self.repo, env=env, stdout=out, stderr=subprocess.STDOUT
@@ -332,14 +346,20 @@ async def measure(kit: Any, meter: Meter, row: Row, repo: Path, root: Path, wind
         server = tree(meter.server_pid)
         cycles0 = Cycles.read(fleet.metrics_dir)
         cpu0, store0, (calls0, rows0), t0 = (
-            sum(map(cpu_seconds, pids)), sum(map(cpu_seconds, server)), meter.counts(), time.monotonic()
-        )  # fmt: skip
+            sum(map(cpu_seconds, pids)),
+            sum(map(cpu_seconds, server)),
+            meter.counts(),
+            time.monotonic(),
+        )
         await asyncio.sleep(window)
         fleet.check()
         server = [p for p in tree(meter.server_pid) if p in set(server)]  # backends alive through the window
         cpu1, store1, (calls1, rows1), t1 = (
-            sum(map(cpu_seconds, pids)), sum(map(cpu_seconds, server)), meter.counts(), time.monotonic()
-        )  # fmt: skip
+            sum(map(cpu_seconds, pids)),
+            sum(map(cpu_seconds, server)),
+            meter.counts(),
+            time.monotonic(),
+        )
         seconds = t1 - t0
         row.cpu_fleet = 100 * (cpu1 - cpu0) / seconds
         row.cpu_worker = row.cpu_fleet / len(pids)
@@ -439,10 +459,16 @@ async def pumps_alone(
     running = []
     for p in range(pumps):
         pump = PartitionPump(
-            ref=ref, partition_id=str(p), owner_id="w", holds=lambda pid: True, checkpoints=store, source=polled,
-            handler=handler, config=PumpConfig(dead_letter_dir=None, initial_position=Position(latest=True)),
+            ref=ref,
+            partition_id=str(p),
+            owner_id="w",
+            holds=lambda pid: True,
+            checkpoints=store,
+            source=polled,
+            handler=handler,
+            config=PumpConfig(dead_letter_dir=None, initial_position=Position(latest=True)),
             dead_letters=DeadLetters(None),
-        )  # fmt: skip
+        )
         running.append((pump, asyncio.create_task(pump.run())))
     await asyncio.sleep(settle)  # readers open (over AMQP: every receiver attached)
     cpu0, t0 = time.process_time(), time.monotonic()
@@ -477,8 +503,11 @@ def pumps_section(pumps: int, amqp_pumps: int, tmp: Path) -> None:
             with EmbeddedHub(tmp / "alone", f"alone-{notified}", partitions=pumps) as hub:
                 cpu, p50, p99 = asyncio.run(pumps_alone(hub, hub, pumps, seconds, notified))
             how = "woken (after)" if notified else "polled every 50 ms (before)"
-            print(f"  embedded hub, {pumps} pumps, {how:<28} CPU {cpu:6.1f} % of a core; append to handler "
-                  f"p50 {p50:6.1f} ms, p99 {p99:6.1f} ms", flush=True)  # fmt: skip
+            print(
+                f"  embedded hub, {pumps} pumps, {how:<28} CPU {cpu:6.1f} % of a core; append to handler "
+                f"p50 {p50:6.1f} ms, p99 {p99:6.1f} ms",
+                flush=True,
+            )
     if amqp_pumps:
         runhub = start_runhub(tmp / "amqp", amqp_pumps)
         try:
@@ -489,8 +518,11 @@ def pumps_section(pumps: int, amqp_pumps: int, tmp: Path) -> None:
                 ):
                     cpu, p50, p99 = asyncio.run(pumps_alone(source, writer, amqp_pumps, seconds, notified, 6.0))
                 how = "woken (after)" if notified else "polled every 50 ms (before)"
-                print(f"  AMQP (runhub), {amqp_pumps} pumps, {how:<28} CPU {cpu:6.1f} % of a core; append to "
-                      f"handler p50 {p50:6.1f} ms, p99 {p99:6.1f} ms", flush=True)  # fmt: skip
+                print(
+                    f"  AMQP (runhub), {amqp_pumps} pumps, {how:<28} CPU {cpu:6.1f} % of a core; append to "
+                    f"handler p50 {p50:6.1f} ms, p99 {p99:6.1f} ms",
+                    flush=True,
+                )
         finally:
             runhub.process.terminate()
             runhub.process.wait(10)
@@ -530,8 +562,10 @@ def chart(rows: list[Row], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = [
-        ("seconds to balance\n(from the last start: solid; after a SIGKILL: dashed; after all were up: dotted)",
-         ("balance_cold", "balance_kill", "balance_up")),
+        (
+            "seconds to balance\n(from the last start: solid; after a SIGKILL: dashed; after all were up: dotted)",
+            ("balance_cold", "balance_kill", "balance_up"),
+        ),
         ("store queries a second", ("queries",)),
         ("idle CPU, % of one core (fleet: solid, per worker: dashed)", ("cpu_fleet", "cpu_worker")),
         ("RSS per worker process, MB", ("rss",)),
@@ -543,8 +577,9 @@ def chart(rows: list[Row], path: Path) -> None:
     sizes = sorted({(r.partitions, r.workers) for r in rows})
     for ax, (title, attrs) in zip(axes.flat, panels, strict=True):
         for (store, code), color in zip(series, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False):
-            chosen = sorted((r for r in rows if (r.store, r.code) == (store, code) and not r.error),
-                            key=lambda r: r.partitions)  # fmt: skip
+            chosen = sorted(
+                (r for r in rows if (r.store, r.code) == (store, code) and not r.error), key=lambda r: r.partitions
+            )
             for attr, style in zip(attrs, ("-", "--", ":"), strict=False):
                 points = [(r.partitions, getattr(r, attr)) for r in chosen if getattr(r, attr) is not None]
                 if points:
@@ -578,10 +613,15 @@ def parse_sizes(text: str) -> list[tuple[int, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--sizes", type=parse_sizes, default=list(SIZES),
-                        help="partitions/workers, comma-separated (default: 64/8,256/16,1024/64)")  # fmt: skip
-    parser.add_argument("--store", choices=["postgresql", "redis"], action="append",
-                        help="default: postgresql and redis")  # fmt: skip
+    parser.add_argument(
+        "--sizes",
+        type=parse_sizes,
+        default=list(SIZES),
+        help="partitions/workers, comma-separated (default: 64/8,256/16,1024/64)",
+    )
+    parser.add_argument(
+        "--store", choices=["postgresql", "redis"], action="append", help="default: postgresql and redis"
+    )
     parser.add_argument("--baseline", type=Path, help="a checkout whose workers give the 'before' rows")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout whose workers give the 'after' rows")
     parser.add_argument("--window", type=float, default=WINDOW, help=f"seconds of idle measured (default {WINDOW:g})")
@@ -607,8 +647,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"\nidle fleets: one runworkers process per worker, embedded hub, interval {INTERVAL:g}s, expiry "
                 f"{EXPIRY:g}s, no events; 'balance': seconds from the last start; 'after kill': from one SIGKILL; "
-                f"queries, rows and CPU over {options.window:g}s of steady state"
-                + compared
+                f"queries, rows and CPU over {options.window:g}s of steady state" + compared
             )
             print(HEADER, flush=True)
             for store in stores:

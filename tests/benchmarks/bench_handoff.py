@@ -95,12 +95,32 @@ async def one_move(kit: Any, root: Path, notices: bool) -> dict[str, tuple[float
             await asyncio.sleep(SEND_EVERY)
 
     def start(name: str) -> None:
-        processes.spawn(name, manage(
-            "runworkers", "--count", "1", "--owner-prefix", name, "--store", kit.store, "--source", "embedded",
-            "--hub", ref.hub, "--interval", str(INTERVAL), "--expiry", str(EXPIRY), "--shutdown-timeout", "5",
-            "--handler", "tests.benchmarks.bench_handoff.TimedHandler",
-            "--release-notices" if notices else "--no-release-notices",
-        ), env)  # fmt: skip
+        processes.spawn(
+            name,
+            manage(
+                "runworkers",
+                "--count",
+                "1",
+                "--owner-prefix",
+                name,
+                "--store",
+                kit.store,
+                "--source",
+                "embedded",
+                "--hub",
+                ref.hub,
+                "--interval",
+                str(INTERVAL),
+                "--expiry",
+                str(EXPIRY),
+                "--shutdown-timeout",
+                "5",
+                "--handler",
+                "tests.benchmarks.bench_handoff.TimedHandler",
+                "--release-notices" if notices else "--no-release-notices",
+            ),
+            env,
+        )
 
     def owners() -> dict[str, str]:
         return samples[-1][1] if samples else {}
@@ -215,8 +235,9 @@ def run(stores: list[str], rounds: int, tmp: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--store", choices=STORES, action="append",
-                        help="default: all three (blob: notices through the channel layer)")  # fmt: skip
+    parser.add_argument(
+        "--store", choices=STORES, action="append", help="default: all three (blob: notices through the channel layer)"
+    )
     parser.add_argument("--rounds", type=int, default=size(2, 1), help="moves per case (default 2)")
     options = parser.parse_args(sys.argv[1:] if argv is None else argv)
     with temporary_django("bench-handoff-") as tmp:

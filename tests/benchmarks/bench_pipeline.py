@@ -139,9 +139,12 @@ def database(root: Path) -> str:
 
     alias = f"bench_pipeline_{os.getpid()}_{time.monotonic_ns()}"
     add_django_database(
-        alias, f"sqlite:///{root / 'bench.sqlite3'}", timeout=20,
-        init_command="PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", transaction_mode="IMMEDIATE",
-    )  # fmt: skip
+        alias,
+        f"sqlite:///{root / 'bench.sqlite3'}",
+        timeout=20,
+        init_command="PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        transaction_mode="IMMEDIATE",
+    )
     call_command("migrate", database=alias, verbosity=0)
     return alias
 
@@ -209,8 +212,11 @@ def cold_case(case: str, root: Path) -> dict[str, float]:
     ``session``, the seconds its session took to start."""
     done = subprocess.run(
         [sys.executable, "-m", "tests.benchmarks.bench_pipeline", "--cold-case", case, "--root", str(root)],
-        capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parents[2],
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
         raise RuntimeError(f"cold case {case} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
@@ -263,11 +269,13 @@ def flat_run(events: int, alias: str) -> None:
     first, last = warm[: len(warm) // 2], warm[len(warm) // 2 :]
     if not first:
         return  # two batches at most: nothing to compare
-    print(f"  median trigger, batches 1-{first[-1].batch_id} / {last[0].batch_id}-{last[-1].batch_id}: "
-          f"{statistics.median(b.duration_seconds or 0 for b in first):.2f}"
-          f" / {statistics.median(b.duration_seconds or 0 for b in last):.2f} s (batch 0, cold: "
-          f"{rows[0].duration_seconds or 0:.2f} s); landing files left: {left}; "
-          f"state: {sum(len(v) for v in state.values())} intervals")  # fmt: skip
+    print(
+        f"  median trigger, batches 1-{first[-1].batch_id} / {last[0].batch_id}-{last[-1].batch_id}: "
+        f"{statistics.median(b.duration_seconds or 0 for b in first):.2f}"
+        f" / {statistics.median(b.duration_seconds or 0 for b in last):.2f} s (batch 0, cold: "
+        f"{rows[0].duration_seconds or 0:.2f} s); landing files left: {left}; "
+        f"state: {sum(len(v) for v in state.values())} intervals"
+    )
 
 
 def spark_batch(spark: Any, folder: Path, out: Path, dedupe: bool) -> float:
@@ -293,9 +301,12 @@ def demo_latency(seconds: float) -> list[tuple[float, float]]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         env = {
-            **os.environ, "DATABASE_URL": f"sqlite:///{root / 'db.sqlite3'}", "LEASEBOARD_VAR_DIR": str(root / "var"),
-            "LEASEBOARD_HUB_DIR": str(root / "hub"), "LEASEBOARD_LOG_LEVEL": "WARNING",
-        }  # fmt: skip
+            **os.environ,
+            "DATABASE_URL": f"sqlite:///{root / 'db.sqlite3'}",
+            "LEASEBOARD_VAR_DIR": str(root / "var"),
+            "LEASEBOARD_HUB_DIR": str(root / "hub"),
+            "LEASEBOARD_LOG_LEVEL": "WARNING",
+        }
         subprocess.run([sys.executable, str(manage), "migrate", "--noinput", "-v", "0"], env=env, check=True)
         alias = f"bench_latency_{os.getpid()}"
         add_django_database(alias, env["DATABASE_URL"], timeout=20)
@@ -304,10 +315,22 @@ def demo_latency(seconds: float) -> list[tuple[float, float]]:
             subprocess.Popen([sys.executable, str(manage), "produce", "--rate", "50"], env=env, stdout=out, stderr=out)
         ]
         time.sleep(1.0)  # the producer creates the hub
-        processes.append(subprocess.Popen(
-            [sys.executable, str(manage), "runworkers", "--count", "3", "--handler", "workers.landing.LandingHandler"],
-            env=env, stdout=out, stderr=out,
-        ))  # fmt: skip
+        processes.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(manage),
+                    "runworkers",
+                    "--count",
+                    "3",
+                    "--handler",
+                    "workers.landing.LandingHandler",
+                ],
+                env=env,
+                stdout=out,
+                stderr=out,
+            )
+        )
         pipeline = start_pipeline("sensors", root / "pipeline.log", env=env)
         try:
             deadline = time.monotonic() + 180
@@ -336,15 +359,23 @@ def p95(values: list[float]) -> float:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=sized(1_000_000, 16_000), help="events to land (default 1000000)")
-    parser.add_argument("--latency-seconds", type=float, default=sized(45.0, 0.0),
-                        help="seconds to measure the demo's latency after its first batch (default 45; 0: skip)")
+    parser.add_argument(
+        "--latency-seconds",
+        type=float,
+        default=sized(45.0, 0.0),
+        help="seconds to measure the demo's latency after its first batch (default 45; 0: skip)",
+    )
     parser.add_argument("--rounds", type=int, default=sized(3, 1), help="warm rounds, after a first one (default 3)")
     parser.add_argument("--cold-rounds", type=int, default=sized(2, 1), help="cold runs of each case (default 2)")
     parser.add_argument("--cold-case", choices=sorted(CASES), help=argparse.SUPPRESS)  # cold_case's child
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--flat-events", type=int, default=0,
-                        help="also land this many events and run the job 1 M events a batch (10000000: per-batch "
-                        "time from 1 M to 10 M; default 0: skip)")
+    parser.add_argument(
+        "--flat-events",
+        type=int,
+        default=0,
+        help="also land this many events and run the job 1 M events a batch (10000000: per-batch "
+        "time from 1 M to 10 M; default 0: skip)",
+    )
     args = parser.parse_args(argv or [])
     logging.getLogger("leaseboard").setLevel(logging.WARNING)
     if args.cold_case:
@@ -356,8 +387,10 @@ def main(argv: list[str] | None = None) -> None:
         folder = root / "landing" / HUB
         size = sum(p.stat().st_size for p in folder.rglob("*.parquet"))
         events = args.events // PARTITIONS * PARTITIONS
-        print(f"{events:,} events in {files} landing files ({size / 1e6:.1f} MB), {PARTITIONS} partitions; "
-              f"{os.cpu_count()} cores")  # fmt: skip
+        print(
+            f"{events:,} events in {files} landing files ({size / 1e6:.1f} MB), {PARTITIONS} partitions; "
+            f"{os.cpu_count()} cores"
+        )
         print(f"{'case':<62} {'seconds':>8} {'events/s':>11} {'CPU s':>7}")
 
         def row(title: str, seconds: float, cpu: float | None = None) -> None:
@@ -379,13 +412,17 @@ def main(argv: list[str] | None = None) -> None:
         assert all(f["events"] == events for f in runs["job"]), "the job did not count every event once"
         cold = {case: {key: statistics.median(f[key] for f in runs[case]) for key in runs[case][0]} for case in COLD}
         start = statistics.median(c["session"] for c in cold.values())
-        print(f"cold: each case the first query of a new Spark session in its own JVM, local[2], median of "
-              f"{args.cold_rounds} (session start apart: {start:.2f} s)")
+        print(
+            f"cold: each case the first query of a new Spark session in its own JVM, local[2], median of "
+            f"{args.cold_rounds} (session start apart: {start:.2f} s)"
+        )
         for case, title in CASES.items():
             if case in cold:
                 row(f"  {title}", cold[case]["seconds"], cold[case]["cpu"])
-        print(f"{'    of which Spark trigger / foreachBatch writes':<62} {cold['job']['trigger']:>8.2f} "
-              f"{cold['job']['write']:>11.2f}")  # fmt: skip
+        print(
+            f"{'    of which Spark trigger / foreachBatch writes':<62} {cold['job']['trigger']:>8.2f} "
+            f"{cold['job']['write']:>11.2f}"
+        )
 
         # Warm: one session for every case, a first round to warm it, then rounds in turn.
         alias = database(root)
@@ -407,15 +444,19 @@ def main(argv: list[str] | None = None) -> None:
 
         for case, title in CASES.items():
             row(f"  {title}", median(case), median(case, "cpu"))
-        print(f"{'    of which Spark trigger / foreachBatch writes':<62} {median('job', 'trigger'):>8.2f} "
-              f"{median('job', 'write'):>11.2f}")  # fmt: skip
+        print(
+            f"{'    of which Spark trigger / foreachBatch writes':<62} {median('job', 'trigger'):>8.2f} "
+            f"{median('job', 'write'):>11.2f}"
+        )
         compared = [("warm", median("job"), median("dedupe"), median("job", "cpu"), median("dedupe", "cpu"))]
         if "dedupe" in cold:
             job, dedupe = cold["job"], cold["dedupe"]
             compared.insert(0, ("cold", job["seconds"], dedupe["seconds"], job["cpu"], dedupe["cpu"]))
         for label, job_s, dedupe_s, job_cpu, dedupe_cpu in compared:
-            print(f"  the job, {label}: {100 * dedupe_s / job_s:.0f} % of Spark batch + dropDuplicates ({label}) in "
-                  f"events/s; {100 * dedupe_cpu / job_cpu:.0f} % in events per CPU second")  # fmt: skip
+            print(
+                f"  the job, {label}: {100 * dedupe_s / job_s:.0f} % of Spark batch + dropDuplicates ({label}) in "
+                f"events/s; {100 * dedupe_cpu / job_cpu:.0f} % in events per CPU second"
+            )
         for label, done in (("cold", runs), ("warm", warm)):
             listed = {case: ", ".join(f"{f['seconds']:.2f}" for f in done.get(case, [])) for case in ("job", "dedupe")}
             print(f"  ({label} runs, seconds: the job {listed['job']}; batch + dropDuplicates {listed['dedupe']})")
@@ -433,8 +474,10 @@ def main(argv: list[str] | None = None) -> None:
             return
         newest = [a for a, _ in latencies]
         oldest = [b for _, b in latencies]
-        print(f"demo (50 events/s, 3 workers, pipeline local[1], 5 s trigger): {len(latencies)} batches in "
-              f"{args.latency_seconds:g} s; seconds from enqueue to committed aggregate:")  # fmt: skip
+        print(
+            f"demo (50 events/s, 3 workers, pipeline local[1], 5 s trigger): {len(latencies)} batches in "
+            f"{args.latency_seconds:g} s; seconds from enqueue to committed aggregate:"
+        )
         print(f"{'  newest event of a batch: median / p95':<62} {statistics.median(newest):>8.2f} {p95(newest):>11.2f}")
         print(f"{'  oldest event of a batch: median / p95':<62} {statistics.median(oldest):>8.2f} {p95(oldest):>11.2f}")
 

@@ -78,16 +78,20 @@ def listing_seconds(files: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    print(f"{'events':>12} {'files':>6} {'intervals':>9} {'max during':>10} {'state bytes':>11} "
-          f"{'plan s (all batches)':>20} {'former state: keys':>20}")  # fmt: skip
+    print(
+        f"{'events':>12} {'files':>6} {'intervals':>9} {'max during':>10} {'state bytes':>11} "
+        f"{'plan s (all batches)':>20} {'former state: keys':>20}"
+    )
     for events in EVENTS:
         files = len(landing_uris(events, random.Random(events)))
         intervals, size, widest, seconds = measure(events)
         print(f"{events:>12,} {files:>6} {intervals:>9} {widest:>10} {size:>11,} {seconds:>20.3f} {events:>20,}")
     every, kept = len(landing_uris(EVENTS[-1], random.Random(1))), BATCH_FILES * 2
-    print(f"listing the landing per trigger at {EVENTS[-1] / 1e6:g}M events: {every} files, never cleaned: "
-          f"{listing_seconds(every) * 1000:.1f} ms; cleaned (cleanSource, about two batches left): "
-          f"{listing_seconds(kept) * 1000:.2f} ms")
+    print(
+        f"listing the landing per trigger at {EVENTS[-1] / 1e6:g}M events: {every} files, never cleaned: "
+        f"{listing_seconds(every) * 1000:.1f} ms; cleaned (cleanSource, about two batches left): "
+        f"{listing_seconds(kept) * 1000:.2f} ms"
+    )
 
 
 if __name__ == "__main__":

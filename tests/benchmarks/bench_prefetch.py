@@ -42,8 +42,9 @@ MICROSOFT = 300  # azure-eventhub's default prefetch
 
 def _reader(connection_string: str, prefetch: int, position: str) -> EventHubsReader:
     client = sdk_client(connection_string, "bench", "$Default")
-    return EventHubsReader(client, hub="bench", partition_id="0", starting_position=position, owner_level=0,
-                           prefetch=prefetch)  # fmt: skip
+    return EventHubsReader(
+        client, hub="bench", partition_id="0", starting_position=position, owner_level=0, prefetch=prefetch
+    )
 
 
 def latency(rate: float, prefetch: int, seconds: float) -> tuple[float, float, float, int]:
@@ -120,18 +121,24 @@ def main() -> None:
     parser.add_argument("--rates", default=size("6,20,100", "20"), help="events a second per latency row")
     parser.add_argument("--events", type=int, default=size(20_000, 2_000), help="events in the throughput rows")
     args = parser.parse_args()
-    print(f"one partition over AMQP, {args.seconds:g} s of steady appends per row; "
-          f"prefetch {MICROSOFT} is Microsoft's default, {DEFAULT_PREFETCH} Leaseboard's")  # fmt: skip
+    print(
+        f"one partition over AMQP, {args.seconds:g} s of steady appends per row; "
+        f"prefetch {MICROSOFT} is Microsoft's default, {DEFAULT_PREFETCH} Leaseboard's"
+    )
     print(f"{'events/s':>8} {'prefetch':>8} {'events':>7} {'median ms':>10} {'p95 ms':>8} {'max ms':>8}")
     for rate in (float(r) for r in args.rates.split(",")):
         for prefetch in (MICROSOFT, DEFAULT_PREFETCH):
             median, p95, worst, count = latency(rate, prefetch, args.seconds)
-            print(f"{rate:>8g} {prefetch:>8} {count:>7} {median * 1000:>10.0f} {p95 * 1000:>8.0f} {worst * 1000:>8.0f}",
-                  flush=True)  # fmt: skip
+            print(
+                f"{rate:>8g} {prefetch:>8} {count:>7} {median * 1000:>10.0f} {p95 * 1000:>8.0f} {worst * 1000:>8.0f}",
+                flush=True,
+            )
     rates = {prefetch: throughput(prefetch, args.events) for prefetch in (MICROSOFT, DEFAULT_PREFETCH)}
-    print(f"read from the start, {args.events} events: "
-          + ", ".join(f"prefetch {p}: {r:,.0f} events/s" for p, r in rates.items())
-          + f" (ratio {rates[DEFAULT_PREFETCH] / rates[MICROSOFT]:.2f})")  # fmt: skip
+    print(
+        f"read from the start, {args.events} events: "
+        + ", ".join(f"prefetch {p}: {r:,.0f} events/s" for p, r in rates.items())
+        + f" (ratio {rates[DEFAULT_PREFETCH] / rates[MICROSOFT]:.2f})"
+    )
 
 
 if __name__ == "__main__":

@@ -31,9 +31,21 @@ SIZES: dict[str, tuple[int, int]] = {  # scenario -> (partitions, workers)
 }
 BIG = size(("cold-start", 1024, 64), ("cold-start", 64, 8))
 COLUMNS = [
-    "strategy", "scenario", "P/N", "balanced", "cycles", "seconds", "moves (min)", "overlap s",
-    "max unowned s", "req/worker/cycle", "plan ms",
-]  # fmt: skip
+    "strategy",
+    "scenario",
+    "P/N",
+    "balanced",
+    "cycles",
+    "seconds",
+    "moves (min)",
+    "overlap s",
+    "max unowned s",
+    "req/worker/cycle",
+    "plan ms",
+]
+
+
+REQUESTS = "store_requests_per_worker_cycle"
 
 
 def cases(seeds: int, big_seeds: int) -> list[tuple[str, str, int, int, int]]:
@@ -58,14 +70,22 @@ def _simulate(case: tuple[str, str, int, int, int]) -> dict[str, Any]:
 
 
 # ``greedy`` beside azure-eventhub's own greedy code in the same harness: (scenario, P, N).
-MICROSOFT_CASES = [("cold-start", 32, 4), ("cold-start", BIG[1], BIG[2]), ("clock-skew", 32, 4), ("scale-out", 32, 5),
-                   ("crash", 16, 4)]  # fmt: skip
+MICROSOFT_CASES = [
+    ("cold-start", 32, 4),
+    ("cold-start", BIG[1], BIG[2]),
+    ("clock-skew", 32, 4),
+    ("scale-out", 32, 5),
+    ("crash", 16, 4),
+]
 
 
 def microsoft_rows(seeds: int, big_seeds: int, jobs: int) -> list[list[str]]:
     """``greedy`` and ``microsoft-greedy`` row by row, the last cell greedy's moves over Microsoft's."""
-    todo = [(name, sc, p, n, big_seeds if p > 100 else seeds)
-            for sc, p, n in MICROSOFT_CASES for name in ("greedy", "microsoft-greedy")]  # fmt: skip
+    todo = [
+        (name, sc, p, n, big_seeds if p > 100 else seeds)
+        for sc, p, n in MICROSOFT_CASES
+        for name in ("greedy", "microsoft-greedy")
+    ]
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
         done = list(pool.map(_simulate, todo))
     rows = []
@@ -79,9 +99,16 @@ def microsoft_rows(seeds: int, big_seeds: int, jobs: int) -> list[list[str]]:
 # The hot-partition scenario, by partitions counted and weighed by load: (P, N) per row.
 LOAD_SIZES = size([(16, 4), (32, 4), (64, 8), (128, 16)], [(16, 4)])
 LOAD_COLUMNS = [
-    "P/N", "load max/mean by count", "load-weighted", "target", "balanced", "seconds", "moves", "max unowned s",
+    "P/N",
+    "load max/mean by count",
+    "load-weighted",
+    "target",
+    "balanced",
+    "seconds",
+    "moves",
+    "max unowned s",
     "req/worker/cycle",
-]  # fmt: skip
+]
 LOAD_TARGET = 1.25
 
 
@@ -106,12 +133,19 @@ def load_rows(seeds: int, jobs: int) -> list[list[str]]:
     for (p, n), counted, weighted in zip(LOAD_SIZES, done[::2], done[1::2], strict=True):
         target = load_target(p, n)
         alone = "" if target == LOAD_TARGET else " (hot one alone)"
-        rows.append([
-            f"{p}/{n}", _mm(counted["load_spread"], 3), _mm(weighted["load_spread"], 3), f"<= {target:.2f}{alone}",
-            f"{weighted['balanced_runs']}/{weighted['seeds']}", _mm(weighted["seconds_to_balance"]),
-            f"{_mm(weighted['moves'])} ({_mm(counted['moves'])})", f"{weighted['max_unowned_seconds']:.1f}",
-            f"{_mm(weighted['store_requests_per_worker_cycle'])} ({_mm(counted['store_requests_per_worker_cycle'])})",
-        ])  # fmt: skip
+        rows.append(
+            [
+                f"{p}/{n}",
+                _mm(counted["load_spread"], 3),
+                _mm(weighted["load_spread"], 3),
+                f"<= {target:.2f}{alone}",
+                f"{weighted['balanced_runs']}/{weighted['seeds']}",
+                _mm(weighted["seconds_to_balance"]),
+                f"{_mm(weighted['moves'])} ({_mm(counted['moves'])})",
+                f"{weighted['max_unowned_seconds']:.1f}",
+                f"{_mm(weighted[REQUESTS])} ({_mm(counted[REQUESTS])})",
+            ]
+        )
     return rows
 
 
@@ -195,8 +229,11 @@ def main(argv: list[str] | None = None) -> None:
     side = microsoft_rows(args.seeds, max(1, args.big_seeds // 4), args.jobs)
     COLUMNS.append("moves vs MS")
     try:
-        render(side, f"greedy beside azure-eventhub's own greedy (OwnershipManager), same harness and seeds "
-                     f"({time.perf_counter() - started:.0f} s)")  # fmt: skip
+        render(
+            side,
+            f"greedy beside azure-eventhub's own greedy (OwnershipManager), same harness and seeds "
+            f"({time.perf_counter() - started:.0f} s)",
+        )
     finally:
         COLUMNS.pop()
     started = time.perf_counter()

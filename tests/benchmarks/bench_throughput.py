@@ -103,9 +103,15 @@ def processor(hub: EmbeddedHub, handler: Callable[..., Any], max_events: int = 1
         return hub.partition_ids()
 
     coordinator = build_coordinator(
-        REF, "bench-0", Stores(store, store, store), partition_ids, strategy=get_strategy(None), expiry=30.0,
-        on_event=EventSink(), rng=random.Random(0),
-    )  # fmt: skip
+        REF,
+        "bench-0",
+        Stores(store, store, store),
+        partition_ids,
+        strategy=get_strategy(None),
+        expiry=30.0,
+        on_event=EventSink(),
+        rng=random.Random(0),
+    )
     config = PumpConfig(checkpoint_events=CHECKPOINT_EVENTS, checkpoint_seconds=1.0, max_events=max_events)
     return EventProcessor(coordinator, checkpoints=store, source=hub, handler=handler, interval=0.1, pump_config=config)
 
@@ -272,8 +278,10 @@ def main(argv: list[str] | None = None) -> None:
         child(args.child, args.memory_events)
         return
     load = os.getloadavg()[0]
-    print(f"embedded hub, {len(BODY)}-byte events, checkpoint every {CHECKPOINT_EVENTS} events, in-memory store; "
-          f"best of {args.repeat}; {os.cpu_count()} cores, load average {load:.1f} at start")  # fmt: skip
+    print(
+        f"embedded hub, {len(BODY)}-byte events, checkpoint every {CHECKPOINT_EVENTS} events, in-memory store; "
+        f"best of {args.repeat}; {os.cpu_count()} cores, load average {load:.1f} at start"
+    )
     rows = throughput(args.events, args.repeat)
     if args.memory_events:
         rows += memory(args.memory_events)

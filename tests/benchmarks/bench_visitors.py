@@ -53,12 +53,20 @@ def _environment(var: Path) -> dict[str, str]:
     ours = ("DJANGO_", "LEASEBOARD_", "DATABASE_URL", "REDIS_URL")
     environ = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
     environ.update(
-        DJANGO_SETTINGS_MODULE="dashboard.production", DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
-        DJANGO_ALLOWED_HOSTS="127.0.0.1", LEASEBOARD_SSL_REDIRECT="false", LEASEBOARD_VAR_DIR=str(var),
-        DATABASE_URL=f"sqlite:///{var / 'db.sqlite3'}", LEASEBOARD_STORE="sql", LEASEBOARD_SOURCE="embedded",
-        LEASEBOARD_PARTITIONS="16", LEASEBOARD_NAMESPACE=NAMESPACE, LEASEBOARD_HUB=HUB, LEASEBOARD_CONSUMER_GROUP=GROUP,
+        DJANGO_SETTINGS_MODULE="dashboard.production",
+        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+        DJANGO_ALLOWED_HOSTS="127.0.0.1",
+        LEASEBOARD_SSL_REDIRECT="false",
+        LEASEBOARD_VAR_DIR=str(var),
+        DATABASE_URL=f"sqlite:///{var / 'db.sqlite3'}",
+        LEASEBOARD_STORE="sql",
+        LEASEBOARD_SOURCE="embedded",
+        LEASEBOARD_PARTITIONS="16",
+        LEASEBOARD_NAMESPACE=NAMESPACE,
+        LEASEBOARD_HUB=HUB,
+        LEASEBOARD_CONSUMER_GROUP=GROUP,
         LEASEBOARD_LOG_LEVEL="ERROR",
-    )  # fmt: skip
+    )
     return environ
 
 

@@ -68,9 +68,12 @@ def sql_store(root: Path) -> SqlStore:
 
     alias = f"bench_{os.getpid()}_{time.monotonic_ns()}"
     add_django_database(
-        alias, f"sqlite:///{root / 'bench.sqlite3'}", timeout=20,
-        init_command="PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", transaction_mode="IMMEDIATE",
-    )  # fmt: skip
+        alias,
+        f"sqlite:///{root / 'bench.sqlite3'}",
+        timeout=20,
+        init_command="PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        transaction_mode="IMMEDIATE",
+    )
     call_command("migrate", database=alias, verbosity=0)
     return SqlStore(alias)
 
@@ -92,9 +95,15 @@ async def run(
             return hub.partition_ids()
 
         coordinator = build_coordinator(
-            REF, "bench-0", Stores(store, store, store), partition_ids, strategy=get_strategy(None), expiry=30.0,
-            on_event=EventSink(), rng=random.Random(0),
-        )  # fmt: skip
+            REF,
+            "bench-0",
+            Stores(store, store, store),
+            partition_ids,
+            strategy=get_strategy(None),
+            expiry=30.0,
+            on_event=EventSink(),
+            rng=random.Random(0),
+        )
         config = PumpConfig(checkpoint_events=checkpoint_events, checkpoint_seconds=1.0, max_events=500)
         processor = EventProcessor(
             coordinator, checkpoints=store, source=hub, handler=handler, interval=0.1, pump_config=config
@@ -130,8 +139,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=size(160_000, 3_200), help="events per case (default 160000)")
     args = parser.parse_args(argv or [])
     logging.getLogger("leaseboard").setLevel(logging.WARNING)
-    print(f"one worker, embedded hub, {args.events} events of {len(BODY)} bytes, trivial handler; "
-          f"{os.cpu_count()} cores")  # fmt: skip
+    print(
+        f"one worker, embedded hub, {args.events} events of {len(BODY)} bytes, trivial handler; {os.cpu_count()} cores"
+    )
     print(f"{'case':<58} {'seconds':>8} {'events/s':>10}")
     for title, partitions, handler, store_kind, every in CASES:
         seconds = asyncio.run(run(args.events, partitions, handler, store_kind, every))

@@ -40,11 +40,13 @@ def plan(view: View, rng: random.Random) -> Plan:
     known = set(view.partition_ids)
     ownership: list[dict[str, Any]] = [
         {
-            "partition_id": pid, "owner_id": r.owner_id,
+            "partition_id": pid,
+            "owner_id": r.owner_id,
             "last_modified_time": wall - view.age(r.last_modified) if r.last_modified is not None else 0.0,
         }
-        for pid, r in view.ownership.items() if pid in known
-    ]  # fmt: skip
+        for pid, r in view.ownership.items()
+        if pid in known
+    ]
     saved = random.getstate()
     random.seed(rng.getrandbits(64))
     try:

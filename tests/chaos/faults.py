@@ -62,8 +62,9 @@ async def sigstop(fleet: Fleet, checks: list[PostCheck]) -> None:
         history = CheckpointHistory(evidence.checkpoint_samples)
         problems = []
         for pid in sorted(held, key=int):
-            mine = sorted((h for h in evidence.handlings if h.owner == victim.owner and h.partition == pid),
-                          key=lambda h: h.at)  # fmt: skip
+            mine = sorted(
+                (h for h in evidence.handlings if h.owner == victim.owner and h.partition == pid), key=lambda h: h.at
+            )
             before = [h for h in mine if h.at < stopped]
             after = [h for h in mine if h.at >= resumed]
             if not after:

@@ -110,10 +110,13 @@ class Timeline:
             return bisect_left(times, phase.ended) - bisect_left(times, phase.started)
 
         longest = max(
-            (min(end, phase.ended) - max(start, phase.started) for _, start, end in self.unowned
-             if start < phase.ended and end > phase.started),
+            (
+                min(end, phase.ended) - max(start, phase.started)
+                for _, start, end in self.unowned
+                if start < phase.ended and end > phase.started
+            ),
             default=0.0,
-        )  # fmt: skip
+        )
         return Figures(
             phase.name,
             count(self.produced),

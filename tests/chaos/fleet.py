@@ -93,12 +93,30 @@ class Fleet:
 
     def start(self, name: str, skew: float = 0.0) -> Worker:
         command = manage(
-            "runworkers", "--count", "1", "--owner-prefix", name,
-            "--store", self.kit.store, "--source", "embedded", "--hub", self.ref.hub,
-            "--interval", str(self.interval), "--expiry", str(self.expiry),
-            "--handler", "tests.chaos.recording.Recorder",
-            "--checkpoint-events", "50", "--checkpoint-seconds", "1", "--shutdown-timeout", "5",
-        )  # fmt: skip
+            "runworkers",
+            "--count",
+            "1",
+            "--owner-prefix",
+            name,
+            "--store",
+            self.kit.store,
+            "--source",
+            "embedded",
+            "--hub",
+            self.ref.hub,
+            "--interval",
+            str(self.interval),
+            "--expiry",
+            str(self.expiry),
+            "--handler",
+            "tests.chaos.recording.Recorder",
+            "--checkpoint-events",
+            "50",
+            "--checkpoint-seconds",
+            "1",
+            "--shutdown-timeout",
+            "5",
+        )
         env = {**self.env, "LEASEBOARD_CLOCK_SKEW": str(skew)} if skew else self.env
         log = self.root / f"{name}.log"
         process = start_logged(log, command, env)
@@ -209,9 +227,10 @@ class Fleet:
             return {}
         sample = self.ownership_samples[-1]
         return {
-            pid: lease.owner for pid, lease in sample.leases.items()
+            pid: lease.owner
+            for pid, lease in sample.leases.items()
             if lease.owner and lease.last_modified is not None and abs(sample.now - lease.last_modified) <= self.expiry
-        }  # fmt: skip
+        }
 
     def checkpoints(self) -> dict[str, int]:
         return self.checkpoint_samples[-1].checkpoints if self.checkpoint_samples else {}
@@ -255,8 +274,16 @@ class Fleet:
 
     # faults --------------------------------------------------------------------------------
 
-    def fault(self, kind: str, started: float, victims: set[str], *, ended: float | None = None,
-              planned: bool = False, partitions: frozenset[str] = frozenset()) -> Fault:  # fmt: skip
+    def fault(
+        self,
+        kind: str,
+        started: float,
+        victims: set[str],
+        *,
+        ended: float | None = None,
+        planned: bool = False,
+        partitions: frozenset[str] = frozenset(),
+    ) -> Fault:
         fault = Fault(kind, started, ended if ended is not None else started, frozenset(victims), planned, partitions)
         self.faults.append(fault)
         return fault

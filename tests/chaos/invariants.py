@@ -74,8 +74,9 @@ class Report:
 
         console = (
             f"console errors {self.console_errors} of {self.console_requests} requests"
-            if self.console_requests else "no console"
-        )  # fmt: skip
+            if self.console_requests
+            else "no console"
+        )
         return (
             f"chaos summary [{store}]: produced {self.produced}, landed {self.landed}, missing {self.missing}; "
             f"duplicates: {by_phase(1)}; moves: {by_phase(2)}; {console}"

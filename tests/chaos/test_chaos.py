@@ -94,9 +94,12 @@ def plan(store: str, fleet: Fleet, started: float) -> Iterator[str]:
 @pytest.mark.timeout(600 + 3 * CHAOS_SECONDS)
 @pytest.mark.parametrize("store", KITS.names)
 async def test_no_event_is_lost_and_no_invariant_breaks_under_faults(
-    store: str, cluster: tuple[Postgres, str], tmp_path: Path, django_db_blocker: Any,
+    store: str,
+    cluster: tuple[Postgres, str],
+    tmp_path: Path,
+    django_db_blocker: Any,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     kit = make_kit(store, *cluster)
     checks: list[PostCheck] = []
     with django_db_blocker.unblock():
@@ -190,15 +193,19 @@ def crash_loops(fleet: Fleet) -> list[str]:
 
 
 def print_report(store: str, report: Report, fleet: Fleet, elapsed: float) -> None:
-    print(f"\nchaos [{store}] {len(fleet.workers)} worker processes, {len(fleet.hub.partition_ids())} partitions, "
-          f"{elapsed:.0f}s")  # fmt: skip
+    print(
+        f"\nchaos [{store}] {len(fleet.workers)} worker processes, {len(fleet.hub.partition_ids())} partitions, "
+        f"{elapsed:.0f}s"
+    )
     for figures in report.figures:
         print("  " + figures.line(store))
     for note in fleet.notes:
         print(f"  {store:<10} note: {note}")
     total = sum(len(events) for events in fleet.produced.values())
-    print(f"  {store:<10} total: produced {total}, duplicates {report.duplicates}, "
-          f"broken invariants {len(report.violations)}")  # fmt: skip
+    print(
+        f"  {store:<10} total: produced {total}, duplicates {report.duplicates}, "
+        f"broken invariants {len(report.violations)}"
+    )
     for violation in report.violations:
         print(f"  {store:<10} BROKEN: {violation}")
     print(f"  {report.summary(store)}")

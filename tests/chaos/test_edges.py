@@ -54,11 +54,15 @@ def env(tmp_path: Path, database: str) -> dict[str, str]:
         hub.send_batch([b'{"n": 1}'] * 20, partition_id=pid)
     hub.close()
     return {
-        **os.environ, "DATABASE_URL": database, "LEASEBOARD_VAR_DIR": str(tmp_path / "var"),
-        "LEASEBOARD_HUB_DIR": str(tmp_path / "hub"), "LEASEBOARD_RECORD_DIR": str(tmp_path / "records"),
-        "LEASEBOARD_DEADLETTER_DIR": str(tmp_path / "deadletter"), "LEASEBOARD_LOG_LEVEL": "INFO",
+        **os.environ,
+        "DATABASE_URL": database,
+        "LEASEBOARD_VAR_DIR": str(tmp_path / "var"),
+        "LEASEBOARD_HUB_DIR": str(tmp_path / "hub"),
+        "LEASEBOARD_RECORD_DIR": str(tmp_path / "records"),
+        "LEASEBOARD_DEADLETTER_DIR": str(tmp_path / "deadletter"),
+        "LEASEBOARD_LOG_LEVEL": "INFO",
         "PYTHONUNBUFFERED": "1",
-    }  # fmt: skip
+    }
 
 
 def _default_sigint() -> None:
@@ -73,14 +77,30 @@ def start(tmp_path: Path, env: dict[str, str]) -> Iterator[Any]:
     def run(*options: str, extra: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], Path]:
         log = tmp_path / f"worker{len(processes)}.log"
         command = [
-            sys.executable, "manage.py", "runworkers", "--owner-prefix", "edge", "--hub", HUB, "--source", "embedded",
-            "--interval", "0.5", "--expiry", "3", *options,
-        ]  # fmt: skip
+            sys.executable,
+            "manage.py",
+            "runworkers",
+            "--owner-prefix",
+            "edge",
+            "--hub",
+            HUB,
+            "--source",
+            "embedded",
+            "--interval",
+            "0.5",
+            "--expiry",
+            "3",
+            *options,
+        ]
         with log.open("ab") as out:
             process = subprocess.Popen(
-                command, cwd=ROOT, env={**env, **(extra or {})}, stdout=out, stderr=subprocess.STDOUT,
+                command,
+                cwd=ROOT,
+                env={**env, **(extra or {})},
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 preexec_fn=_default_sigint,
-            )  # fmt: skip
+            )
         processes.append(process)
         return process, log
 
@@ -144,9 +164,12 @@ async def test_a_store_that_is_down_at_start_is_retried_with_backoff_and_a_clear
     azurite = Azurite(free_port(), tmp_path / "azurite")
     azurite.location.mkdir()
     process, log = start(
-        "--store", "blob", "--handler", "tests.chaos.recording.Recorder",
+        "--store",
+        "blob",
+        "--handler",
+        "tests.chaos.recording.Recorder",
         extra={"AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string, "LEASEBOARD_BLOB_CONTAINER": "edges"},
-    )  # fmt: skip
+    )
     try:
         await until(lambda: "is not reachable" in log.read_text(), "the first failed try", 30, detail=logged(log))
         down_since = time.monotonic()
@@ -203,13 +226,26 @@ async def test_before_its_first_cycle_a_worker_backs_off_and_once_it_holds_lease
         return hub.partition_ids()
 
     coordinator = Coordinator(
-        ref, "w", store, partitions, get_strategy("balanced"), expiry=3.0, on_event=EventSink(),
-        rng=random.Random(0), monotonic=lambda: now[0],
-    )  # fmt: skip
+        ref,
+        "w",
+        store,
+        partitions,
+        get_strategy("balanced"),
+        expiry=3.0,
+        on_event=EventSink(),
+        rng=random.Random(0),
+        monotonic=lambda: now[0],
+    )
     processor = EventProcessor(
-        coordinator, checkpoints=store, source=hub, handler=lambda e, ctx: None, interval=0.5, jitter=0.0,
-        sleep=sleep, shutdown_timeout=1.0,
-    )  # fmt: skip
+        coordinator,
+        checkpoints=store,
+        source=hub,
+        handler=lambda e, ctx: None,
+        interval=0.5,
+        jitter=0.0,
+        sleep=sleep,
+        shutdown_timeout=1.0,
+    )
     await asyncio.wait_for(processor.run(), 10)
     hub.close()
     assert delays[:9] == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]  # doubling, at most 30 s
@@ -269,8 +305,12 @@ def test_a_bad_environment_value_is_refused_in_one_line_not_a_traceback(
     variable: str, value: str, message: str
 ) -> None:
     result = subprocess.run(
-        [sys.executable, "manage.py", "runworkers", "--store", "memory"], cwd=ROOT,
-        env={**os.environ, variable: value}, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "manage.py", "runworkers", "--store", "memory"],
+        cwd=ROOT,
+        env={**os.environ, variable: value},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
     assert result.stderr.strip() == message

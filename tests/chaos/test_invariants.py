@@ -204,9 +204,15 @@ def test_a_corrupt_record_may_move_only_its_own_partition_and_only_briefly() -> 
 
     def run(samples: list[OwnershipSample], handlings: list[Handling]) -> Evidence:
         return evidence(
-            handlings, [], [fault], ownership_samples=samples, workers=frozenset("abc"), produced={},
-            final_checkpoints={}, phases=[Phase("corrupt-record", 9.9, 15.0)],
-        )  # fmt: skip
+            handlings,
+            [],
+            [fault],
+            ownership_samples=samples,
+            workers=frozenset("abc"),
+            produced={},
+            final_checkpoints={},
+            phases=[Phase("corrupt-record", 9.9, 15.0)],
+        )
 
     assert [v for v in check(run(samples, handlings)).violations if v.startswith("bad records")] == []
     rebalanced = [*samples, owned(12.0, {**ghost, "0": "c", "2": "a"})]

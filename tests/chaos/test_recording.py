@@ -35,6 +35,9 @@ def test_a_handling_is_recorded_only_while_the_lease_holds(tmp_path: Path, monke
     recorder.record([event(4), event(5)], ctx)  # renewed: the pump hands the batch again
     found = read_handlings(tmp_path)
     assert [(h.sequence, h.owner, h.malformed) for h in found] == [
-        (1, "w1-0", False), (2, "w1-0", True), (4, "w1-0", False), (5, "w1-0", False)
-    ]  # fmt: skip
+        (1, "w1-0", False),
+        (2, "w1-0", True),
+        (4, "w1-0", False),
+        (5, "w1-0", False),
+    ]
     assert found[2].at == found[3].at  # one batch, one time

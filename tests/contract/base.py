@@ -57,12 +57,21 @@ RACE_ROUNDS = 30
 # number not one). Member (``key`` an owner id): time (last_seen not a number), info (garbage).
 EDITS = {
     "ownership": (
-        "time:nan", "time:inf", "time:-inf", "time:garbage", "time:missing", "etag:garbage", "etag:missing",
-        "ghost", "future", "unreadable", "partition",
+        "time:nan",
+        "time:inf",
+        "time:-inf",
+        "time:garbage",
+        "time:missing",
+        "etag:garbage",
+        "etag:missing",
+        "ghost",
+        "future",
+        "unreadable",
+        "partition",
     ),
     "checkpoint": ("time", "sequence"),
     "member": ("time", "info"),
-}  # fmt: skip
+}
 Damage = tuple[str, str]  # (kind, edit): one hand edit of EDITS
 DAMAGES: frozenset[Damage] = frozenset((kind, edit) for kind, edits in EDITS.items() for edit in edits)
 GARBAGE_ETAG = "#!garbage etag, hand-edited!#"
@@ -157,8 +166,11 @@ class StoreContract:
             assert set(heard) == {notice}
             many = Released(REF, tuple(str(p) for p in range(2000)), "b")  # far past one NOTIFY's 8000 bytes
             await channel.publish(many)
-            await until(lambda: {p for n in heard if n.by == "b" for p in n.partition_ids} == set(many.partition_ids),
-                        "every partition of a long notice", 10)  # fmt: skip
+            await until(
+                lambda: {p for n in heard if n.by == "b" for p in n.partition_ids} == set(many.partition_ids),
+                "every partition of a long notice",
+                10,
+            )
         finally:
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)

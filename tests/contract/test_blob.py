@@ -31,6 +31,7 @@ def azurite() -> Iterator[Azurite]:
 
 class TestBlobStore(StoreContract):
     refuses_going_back = True
+
     @pytest.fixture
     async def store(self, azurite: Azurite) -> AsyncIterator[BlobStore]:
         async with BlobStore(azurite.connection_string, f"contract-{uuid.uuid4().hex[:16]}") as store:
@@ -42,9 +43,14 @@ class TestBlobStore(StoreContract):
     # Metadata only. Left out: every ownership time:* edit, ghost, etag:garbage, etag:missing and
     # future, the checkpoint's time and the member's time, as the service writes every blob's
     # Last-Modified (every time) and ETag itself: no hand edit can plant a value there.
-    damages = frozenset({
-        ("ownership", "unreadable"), ("ownership", "partition"), ("checkpoint", "sequence"), ("member", "info"),
-    })  # fmt: skip
+    damages = frozenset(
+        {
+            ("ownership", "unreadable"),
+            ("ownership", "partition"),
+            ("checkpoint", "sequence"),
+            ("member", "info"),
+        }
+    )
 
     async def corrupt(self, store: BlobStore, kind: str, key: str, edit: str) -> None:
         """What a hand edit of a blob's metadata (Storage Explorer, ``az storage blob metadata

@@ -16,8 +16,12 @@ from .changes import ChangeFeedContract
 
 # What a test or the simulator could plant (nothing else writes this store): the value as stored.
 TIMES: dict[str, Any] = {
-    "nan": float("nan"), "inf": float("inf"), "-inf": float("-inf"), "garbage": "garbage", "missing": None
-}  # fmt: skip
+    "nan": float("nan"),
+    "inf": float("inf"),
+    "-inf": float("-inf"),
+    "garbage": "garbage",
+    "missing": None,
+}
 
 
 class TestMemoryStore(ChangeFeedContract, StoreContract):

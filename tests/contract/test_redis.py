@@ -192,9 +192,16 @@ class TestRedisStore(ChangeFeedContract, StoreContract):
         for ref in (REF, tricky):
             keys = Keys.of(ref)
             fields = (
-                keys.ownership, keys.checkpoints, keys.members, keys.controls, keys.etags, keys.changes, keys.epoch,
-                keys.owner_changes, keys.modified,
-            )  # fmt: skip
+                keys.ownership,
+                keys.checkpoints,
+                keys.members,
+                keys.controls,
+                keys.etags,
+                keys.changes,
+                keys.epoch,
+                keys.owner_changes,
+                keys.modified,
+            )
             assert len({key_slot(k.encode()) for k in fields}) == 1
             assert scope(ref).count("{") == 1 and scope(ref).count("}") == 1
         await store.claim_ownership([OwnershipRecord(tricky, "0", "a")])
@@ -202,8 +209,9 @@ class TestRedisStore(ChangeFeedContract, StoreContract):
         async with Redis.from_url(redis_server.url, decode_responses=True) as raw:
             written = sorted(cast(list[str], await raw.keys("*")))  # decode_responses: str, not bytes
         keys = Keys.of(tricky)
-        assert written == sorted([keys.ownership, keys.etags, keys.changes, keys.epoch, keys.checkpoints,
-                                  keys.owner_changes, keys.modified])  # fmt: skip
+        assert written == sorted(
+            [keys.ownership, keys.etags, keys.changes, keys.epoch, keys.checkpoints, keys.owner_changes, keys.modified]
+        )
         assert all(k.startswith(scope(tricky) + ":") for k in written)
 
     async def test_a_hub_written_before_owner_changes_were_kept_reads_every_write_until_a_full_read(
@@ -273,9 +281,13 @@ class TestRedisStore(ChangeFeedContract, StoreContract):
         # touches against it. The whole protocol works for REF; a neighbour is refused.
         async with Redis.from_url(redis_server.url) as admin:
             await admin.acl_setuser(
-                "scoped", enabled=True, passwords=["+scoped-pw"], commands=["+@all"],
-                keys=[f"{scope(REF)}:*"], reset_keys=True,
-            )  # fmt: skip
+                "scoped",
+                enabled=True,
+                passwords=["+scoped-pw"],
+                commands=["+@all"],
+                keys=[f"{scope(REF)}:*"],
+                reset_keys=True,
+            )
         url = f"redis://scoped:scoped-pw@127.0.0.1:{redis_server.port}/0"
         async with RedisStore(url) as scoped:
             [held] = await scoped.claim_ownership([OwnershipRecord(REF, "0", "a")])
@@ -344,9 +356,13 @@ class TestRedisStore(ChangeFeedContract, StoreContract):
         # skipped) replaces it, as the script compares the very value.
         keys = Keys.of(REF)
         async with Redis.from_url(store.url) as raw:
-            await raw.hset(keys.ownership, mapping={
-                "0": b'{"owner": "a", "etag": "e", "modified": nan}', "1": b'{"owner": "\xff", "etag": "e"}\xfe',
-            })  # fmt: skip
+            await raw.hset(
+                keys.ownership,
+                mapping={
+                    "0": b'{"owner": "a", "etag": "e", "modified": nan}',
+                    "1": b'{"owner": "\xff", "etag": "e"}\xfe',
+                },
+            )
         with caplog.at_level(logging.WARNING, logger="balancer.stores.redis"):
             assert await store.list_ownership(REF) == []
         assert len(caplog.records) == 2

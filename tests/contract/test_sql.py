@@ -102,10 +102,13 @@ class SqlContract(ChangeFeedContract, StoreContract):
     VALUES = {
         "sqlite": {"nan": "'NaN'", "inf": "9e999", "-inf": "-9e999", "garbage": "'garbage'", "info": "'[1, 2]'"},
         "postgresql": {
-            "nan": "'NaN'::float8", "inf": "'Infinity'::float8", "-inf": "'-Infinity'::float8",
-            "garbage": "'NaN'::float8", "info": "'[1, 2]'::jsonb",
+            "nan": "'NaN'::float8",
+            "inf": "'Infinity'::float8",
+            "-inf": "'-Infinity'::float8",
+            "garbage": "'NaN'::float8",
+            "info": "'[1, 2]'::jsonb",
         },
-    }  # fmt: skip
+    }
 
     async def corrupt(self, store: SqlStore, kind: str, key: str, edit: str) -> None:
         vendor = connections[self.alias].vendor
@@ -325,9 +328,7 @@ class TestSqlStoreOnPostgres(SqlContract):
 
         def run() -> list[list[tuple[Any, ...]]]:
             connection = connections[self.alias]
-            return sqlrows.fetch_together(
-                connection, [(both, [1]), ("SELECT 1 WHERE %s", [False]), (both, ["x"])]
-            )  # fmt: skip
+            return sqlrows.fetch_together(connection, [(both, [1]), ("SELECT 1 WHERE %s", [False]), (both, ["x"])])
 
         [(clock, ran, one)], empty, [(clock_last, ran_last, x)] = await in_thread(run)
         assert (one, empty, x) == (1, [], "x")

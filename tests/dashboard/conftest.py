@@ -113,9 +113,16 @@ def coordinator(stores: Stores, ref: HubRef, owner_id: str, partitions: int = PA
         return tuple(str(i) for i in range(partitions))
 
     return Coordinator(
-        ref=ref, owner_id=owner_id, store=stores.ownership, partitions=ids, strategy=get_strategy("balanced"),
-        expiry=30.0, controls=stores.controls, rng=random.Random(3), **kw,
-    )  # fmt: skip
+        ref=ref,
+        owner_id=owner_id,
+        store=stores.ownership,
+        partitions=ids,
+        strategy=get_strategy("balanced"),
+        expiry=30.0,
+        controls=stores.controls,
+        rng=random.Random(3),
+        **kw,
+    )
 
 
 def event(

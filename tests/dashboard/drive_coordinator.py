@@ -41,10 +41,16 @@ async def main(owner_id: str) -> None:
         pending.append(asyncio.get_running_loop().create_task(apublish(event)))
 
     coordinator = Coordinator(
-        ref=hub_ref(), owner_id=owner_id, store=stores.ownership, partitions=partitions,
-        strategy=get_strategy("balanced"), expiry=settings.LEASEBOARD_EXPIRY, controls=stores.controls,
-        on_event=on_event, rng=random.Random(1),
-    )  # fmt: skip
+        ref=hub_ref(),
+        owner_id=owner_id,
+        store=stores.ownership,
+        partitions=partitions,
+        strategy=get_strategy("balanced"),
+        expiry=settings.LEASEBOARD_EXPIRY,
+        controls=stores.controls,
+        on_event=on_event,
+        rng=random.Random(1),
+    )
     loop = asyncio.get_running_loop()
     while True:
         line = (await loop.run_in_executor(None, sys.stdin.readline)).strip()

@@ -42,9 +42,15 @@ async def main(hubs: list[str]) -> None:
 
         coordinators = [
             Coordinator(
-                ref=hub_ref(hub), owner_id=owner, store=stores.ownership, partitions=partitions,
-                strategy=get_strategy("balanced"), expiry=settings.LEASEBOARD_EXPIRY, controls=stores.controls,
-                on_event=on_event, rng=random.Random(1),
+                ref=hub_ref(hub),
+                owner_id=owner,
+                store=stores.ownership,
+                partitions=partitions,
+                strategy=get_strategy("balanced"),
+                expiry=settings.LEASEBOARD_EXPIRY,
+                controls=stores.controls,
+                on_event=on_event,
+                rng=random.Random(1),
             )
             for owner in ("w1", "w2")
         ]

@@ -69,10 +69,18 @@ async def test_the_forecast_of_a_cooperative_drain_is_what_the_real_coordinators
         return tuple(str(i) for i in range(PARTITIONS))
 
     workers = [
-        Coordinator(ref=ref, owner_id=w, store=stores.ownership, partitions=ids, strategy=get_strategy("cooperative"),
-                    expiry=30.0, controls=stores.controls, rng=random.Random(1))
+        Coordinator(
+            ref=ref,
+            owner_id=w,
+            store=stores.ownership,
+            partitions=ids,
+            strategy=get_strategy("cooperative"),
+            expiry=30.0,
+            controls=stores.controls,
+            rng=random.Random(1),
+        )
         for w in ("w1", "w2", "w3")
-    ]  # fmt: skip
+    ]
     for _ in range(3):
         for coordinator in workers:
             await coordinator.cycle()

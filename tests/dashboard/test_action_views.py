@@ -61,8 +61,9 @@ async def test_staff_previews_then_applies_a_drain(fleet: Stores, ref: HubRef) -
     assert preview.status_code == 200, preview.content
     assert preview.json()["strategy"] == "cooperative" and preview.json()["strategy_source"] == "default"
     assert {(m["partition_id"], m["before"], m["after"]) for m in preview.json()["moves"]} == {
-        ("0", "w1", "w2"), ("1", "w1", "w2"),
-    }  # fmt: skip
+        ("0", "w1", "w2"),
+        ("1", "w1", "w2"),
+    }
     assert applied.status_code == 200 and applied.json()["user"] == "ops" and applied.json()["outcome"] == "applied"
     assert [(c.kind, c.target) for c in await fleet.controls.list_controls(ref)] == [(ControlKind.DRAIN, "w1")]
     audit = (await client.get("/api/audit")).json()
@@ -100,7 +101,7 @@ async def test_an_unknown_worker_or_partition_or_a_bad_position_is_a_400_that_sa
         "purge nobody": {"action": "purge", "target": ""},
         "reset to no position": {"action": "resetcheckpoint", "target": "0", "value": "yesterday", "force": True},
         "reset to nowhere": {"action": "resetcheckpoint", "target": "0", "value": ""},
-    }  # fmt: skip
+    }
 
     answers = {what: await post(client, "/api/actions/preview", body) for what, body in asked.items()}
 

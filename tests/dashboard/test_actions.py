@@ -55,9 +55,15 @@ def cooperative(stores: Stores, ref: HubRef, worker: str) -> Coordinator:
         return tuple(str(i) for i in range(PARTITIONS))
 
     return Coordinator(
-        ref=ref, owner_id=worker, store=stores.ownership, partitions=ids, strategy=get_strategy("cooperative"),
-        expiry=30.0, controls=stores.controls, rng=random.Random(1),
-    )  # fmt: skip
+        ref=ref,
+        owner_id=worker,
+        store=stores.ownership,
+        partitions=ids,
+        strategy=get_strategy("cooperative"),
+        expiry=30.0,
+        controls=stores.controls,
+        rng=random.Random(1),
+    )
 
 
 async def owners(stores: Stores, ref: HubRef) -> dict[str, str]:
@@ -283,8 +289,16 @@ def test_undrains_and_unpins_logged_before_they_had_kinds_of_their_own_are_rewri
     scope = EventLog.scope(HubRef("ns", "sensors", "$Default"))
     old = [("drain", "*", None, "w1"), ("drain", "*", "w1", None), ("pin", "0", "w2", None), ("pin", "0", None, None)]
     for kind, pid, owner, previous in old:
-        EventLog.objects.create(**scope, kind=kind, partition_id=pid, owner_id=owner, previous_owner=previous,
-                                reporter="dashboard:alice", reason="why", at=1.0)  # fmt: skip
+        EventLog.objects.create(
+            **scope,
+            kind=kind,
+            partition_id=pid,
+            owner_id=owner,
+            previous_owner=previous,
+            reporter="dashboard:alice",
+            reason="why",
+            at=1.0,
+        )
 
     editor = SimpleNamespace(connection=connection)  # the migration writes through the database it migrates
     migration.name_the_direction(django_apps, editor)

@@ -32,9 +32,7 @@ def promtool() -> str:
 
 
 def run_promtool(*args: str, cwd: Path = DEPLOY) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [promtool(), *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
-    )  # fmt: skip
+    return subprocess.run([promtool(), *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
 
 
 def run_rule_tests(folder: Path) -> subprocess.CompletedProcess[str]:

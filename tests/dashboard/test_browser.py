@@ -28,9 +28,14 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 pytestmark = pytest.mark.slow
 
@@ -50,8 +55,11 @@ class Site:
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"],
-                cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         self._wait_until_answering()
 
     def stop(self) -> None:
@@ -145,8 +153,12 @@ class Worker:
     def __init__(self, site: Site, owner_id: str) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.dashboard.drive_coordinator", owner_id],
-            cwd=ROOT, env=site.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=site.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
 
     def command(self, line: str) -> list[str]:
         assert self.process.stdin is not None and self.process.stdout is not None
@@ -233,15 +245,35 @@ def busy_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     """A site with a real ``runworkers`` process of two workers (bw-0, bw-1) on four partitions."""
     served = Site(tmp_path_factory.mktemp("busy"), LEASEBOARD_ADMIN_PASSWORD=PASSWORD)
     for command in (["migrate", "-v0"], ["ensureadmin"]):
-        subprocess.run([sys.executable, "manage.py", *command], cwd=ROOT, env=served.env, check=True, timeout=120,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "manage.py", *command],
+            cwd=ROOT,
+            env=served.env,
+            check=True,
+            timeout=120,
+            capture_output=True,
+        )
     with EmbeddedHub(served.var / "hub", "sensors", partitions=4) as hub:
         hub.send_batch([b'{"sensor": "door"}'] * 8, partition_id="1")
     workers = subprocess.Popen(
-        [sys.executable, "manage.py", "runworkers", "--count", "2", "--owner-prefix", "bw", "--interval", "0.5",
-         "--expiry", "5"],
-        cwd=ROOT, env=served.env, stdout=subprocess.DEVNULL, stderr=(served.var / "workers.log").open("wb"),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "manage.py",
+            "runworkers",
+            "--count",
+            "2",
+            "--owner-prefix",
+            "bw",
+            "--interval",
+            "0.5",
+            "--expiry",
+            "5",
+        ],
+        cwd=ROOT,
+        env=served.env,
+        stdout=subprocess.DEVNULL,
+        stderr=(served.var / "workers.log").open("wb"),
+    )
     served.start()
     try:
         yield served

@@ -49,8 +49,12 @@ def test_drain_shows_the_moves_and_applies_with_yes(fleet: EmbeddedHub) -> None:
     assert "  w1 -> w2: partitions 0, 1\n" in output and "Applied (audit #" in output
     assert list(ControlRow.objects.values_list("kind", "target")) == [("drain", "w1")]
     entry = AuditEntry.objects.get()
-    assert (entry.user, entry.action, entry.reason, entry.outcome) == (f"cli:{getpass.getuser()}", "drain", "deploy",
-                                                                       "applied")  # fmt: skip
+    assert (entry.user, entry.action, entry.reason, entry.outcome) == (
+        f"cli:{getpass.getuser()}",
+        "drain",
+        "deploy",
+        "applied",
+    )
 
 
 def test_a_dry_run_writes_nothing(fleet: EmbeddedHub) -> None:
@@ -138,5 +142,8 @@ def test_undrain_is_recorded_as_an_undrain_not_as_a_drain_with_its_fields_swappe
 
     logged = list(EventLog.objects.order_by("id").values_list("kind", "partition_id", "owner_id", "previous_owner"))
     assert logged == [
-        ("drain", "*", None, "w1"), ("undrain", "*", "w1", None), ("pin", "0", "w2", None), ("unpin", "0", None, "w2"),
-    ]  # fmt: skip
+        ("drain", "*", None, "w1"),
+        ("undrain", "*", "w1", None),
+        ("pin", "0", "w2", None),
+        ("unpin", "0", None, "w2"),
+    ]

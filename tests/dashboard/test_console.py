@@ -11,8 +11,15 @@ REF = HubRef("ns.example", "sensors", "$Default")
 RULES = LagRules(window=3, sample_seconds=5.0, stop_seconds=300.0)
 DESIGN_TOP = {"namespace", "hub", "consumer_group", "generated_at", "partitions", "workers"}
 DESIGN_PARTITION = {
-    "id", "owner", "last_modified", "sequence_number", "last_enqueued_sequence_number", "lag", "pinned_to", "status",
-}  # fmt: skip
+    "id",
+    "owner",
+    "last_modified",
+    "sequence_number",
+    "last_enqueued_sequence_number",
+    "lag",
+    "pinned_to",
+    "status",
+}
 DESIGN_WORKER = {"id", "owned", "draining", "last_seen", "alive"}
 
 
@@ -24,34 +31,46 @@ def state() -> ConsoleState:
     """Partition 0 owned by w1 with lag 4, 1 expired (w2 stopped renewing), 2 never owned and empty;
     w3 is drained and gone."""
     return assemble(
-        REF, now=100.0, expiry=30.0,
+        REF,
+        now=100.0,
+        expiry=30.0,
         ownership=[OwnershipRecord(REF, "0", "w1", "e", 95.0), OwnershipRecord(REF, "1", "w2", "e", 10.0)],
         checkpoints=[Checkpoint(REF, "0", 5, "5", 90.0)],
         members=[Member(REF, "w1", 99.0), Member(REF, "w2", 10.0)],
         controls=[Control(REF, ControlKind.DRAIN, "w3"), Control(REF, ControlKind.PIN, "2", "w1")],
-        partition_ids=["0", "1", "2"], properties={"0": properties(9), "1": properties(3), "2": properties(-1)},
-        source_name="embedded", source_error=None, last_event_id=7,
-    )  # fmt: skip
+        partition_ids=["0", "1", "2"],
+        properties={"0": properties(9), "1": properties(3), "2": properties(-1)},
+        source_name="embedded",
+        source_error=None,
+        last_event_id=7,
+    )
 
 
 def test_a_read_becomes_typed_rows_with_lease_status_lag_and_pins() -> None:
     read = state()
 
     assert [(p.id, p.owner, p.status, p.lag, p.pinned_to) for p in read.partitions] == [
-        ("0", "w1", Lease.OWNED, 4, None), ("1", None, Lease.EXPIRED, 4, None), ("2", None, Lease.UNOWNED, 0, "w1"),
-    ]  # fmt: skip
+        ("0", "w1", Lease.OWNED, 4, None),
+        ("1", None, Lease.EXPIRED, 4, None),
+        ("2", None, Lease.UNOWNED, 0, "w1"),
+    ]
     assert [(w.id, w.owned, w.alive, w.draining, w.purgeable) for w in read.workers] == [
-        ("w1", 1, True, False, False), ("w2", 0, False, False, True), ("w3", 0, False, True, True),
-    ]  # fmt: skip
+        ("w1", 1, True, False, False),
+        ("w2", 0, False, False, True),
+        ("w3", 0, False, True, True),
+    ]
     assert read.summary.by_status == {Lease.OWNED: 1, Lease.UNOWNED: 1, Lease.EXPIRED: 1}
     assert (read.summary.lag, read.summary.workers_alive) == (8, 1)
 
 
 def test_figures_give_lag_seconds_status_and_rates_and_no_lag_is_ok_unless_rewound() -> None:
     figures = Figures(
-        RULES, lag_seconds={"0": 3.14159, "1": None}, statuses={"0": Status.STALL, "2": Status.REWIND},
-        rates={"0": 2.25, "1": 7.0}, sampled_at=99.0,
-    )  # fmt: skip
+        RULES,
+        lag_seconds={"0": 3.14159, "1": None},
+        statuses={"0": Status.STALL, "2": Status.REWIND},
+        rates={"0": 2.25, "1": 7.0},
+        sampled_at=99.0,
+    )
 
     shown = state().with_figures(figures)
 

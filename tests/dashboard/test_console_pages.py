@@ -73,8 +73,12 @@ def test_a_drained_worker_shows_as_draining_in_the_header_count(site: Site, page
 
         subprocess.run(
             [sys.executable, "manage.py", "drain", "wa", "--reason", "deploy", "--yes"],
-            cwd=ROOT, env=site.env, check=True, timeout=60, capture_output=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=site.env,
+            check=True,
+            timeout=60,
+            capture_output=True,
+        )
 
         expect(page.locator("#workers-summary")).to_have_text("2 workers alive, 1 draining", timeout=10_000)
         expect(page.locator("#worker-count")).to_have_text("(2 alive of 2, 1 draining)")
@@ -85,8 +89,11 @@ def test_a_drained_worker_shows_as_draining_in_the_header_count(site: Site, page
     finally:
         subprocess.run(
             [sys.executable, "manage.py", "undrain", "wa", "--reason", "done", "--yes"],
-            cwd=ROOT, env=site.env, timeout=60, capture_output=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=site.env,
+            timeout=60,
+            capture_output=True,
+        )
         for worker in workers:
             worker.command("release")
             worker.stop()

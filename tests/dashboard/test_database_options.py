@@ -24,9 +24,14 @@ def options(**env: str) -> subprocess.CompletedProcess[str]:
 def test_postgresql_connections_give_up_on_a_silent_network_in_seconds() -> None:
     shown = options(DATABASE_URL="postgres://u@db.example:5432/x", LEASEBOARD_DB_TCP_TIMEOUT="6")
     assert json.loads(shown.stdout) == {
-        "connect_timeout": 6, "keepalives": 1, "keepalives_idle": 3, "keepalives_interval": 2, "keepalives_count": 2,
-        "tcp_user_timeout": 6000, "options": "-c idle_in_transaction_session_timeout=6000",
-    }  # fmt: skip
+        "connect_timeout": 6,
+        "keepalives": 1,
+        "keepalives_idle": 3,
+        "keepalives_interval": 2,
+        "keepalives_count": 2,
+        "tcp_user_timeout": 6000,
+        "options": "-c idle_in_transaction_session_timeout=6000",
+    }
     default = json.loads(options(DATABASE_URL="postgres://u@db.example:5432/x").stdout)
     assert default["tcp_user_timeout"] == 10_000
 

@@ -17,8 +17,12 @@ def p(pid: str, owner: str | None = None, lag: int = 0) -> dict[str, Any]:
 
 def test_a_delta_lists_only_the_changed_fields_of_the_changed_partitions() -> None:
     old = state([p("0", "w1", 5), p("1", "w1", 0), p("2")], [{"id": "w1", "owned": 2}])
-    new = state([p("0", "w1", 7), p("1", "w2", 0), p("2")], [{"id": "w1", "owned": 1}, {"id": "w2", "owned": 1}],
-                generated_at=2.0, last_event_id=9)  # fmt: skip
+    new = state(
+        [p("0", "w1", 7), p("1", "w2", 0), p("2")],
+        [{"id": "w1", "owned": 1}, {"id": "w2", "owned": 1}],
+        generated_at=2.0,
+        last_event_id=9,
+    )
 
     message = delta(old, new)
 

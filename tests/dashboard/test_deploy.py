@@ -73,10 +73,15 @@ def environment(settings: LazySettings, ref: HubRef, metrics_dir: Path) -> dict[
     environ.update(
         DJANGO_SETTINGS_MODULE="dashboard.settings",
         DATABASE_URL=f"sqlite:///{settings.DATABASES['default']['NAME']}",
-        LEASEBOARD_STORE="sql", LEASEBOARD_SOURCE="embedded", LEASEBOARD_HUB_DIR=str(settings.LEASEBOARD_HUB_DIR),
-        LEASEBOARD_NAMESPACE=ref.namespace, LEASEBOARD_HUB=ref.hub, LEASEBOARD_CONSUMER_GROUP=ref.consumer_group,
-        LEASEBOARD_LOG_LEVEL="WARNING", PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
-    )  # fmt: skip
+        LEASEBOARD_STORE="sql",
+        LEASEBOARD_SOURCE="embedded",
+        LEASEBOARD_HUB_DIR=str(settings.LEASEBOARD_HUB_DIR),
+        LEASEBOARD_NAMESPACE=ref.namespace,
+        LEASEBOARD_HUB=ref.hub,
+        LEASEBOARD_CONSUMER_GROUP=ref.consumer_group,
+        LEASEBOARD_LOG_LEVEL="WARNING",
+        PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
+    )
     return environ
 
 
@@ -88,11 +93,28 @@ class Workers:
         self.processes: list[subprocess.Popen[bytes]] = []
         for i in range(processes):
             extra = ["--metrics-port", str(port)] if i == 0 else []
-            self.processes.append(subprocess.Popen(
-                [sys.executable, "manage.py", "runworkers", "--count", "1", "--interval", "0.3", "--expiry", "5",
-                 "--owner-prefix", f"metrics{i}", *extra],
-                cwd=ROOT, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            ))  # fmt: skip
+            self.processes.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "manage.py",
+                        "runworkers",
+                        "--count",
+                        "1",
+                        "--interval",
+                        "0.3",
+                        "--expiry",
+                        "5",
+                        "--owner-prefix",
+                        f"metrics{i}",
+                        *extra,
+                    ],
+                    cwd=ROOT,
+                    env=environ,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                )
+            )
 
     def samples(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         out = {}
@@ -128,8 +150,10 @@ async def test_every_metric_of_the_alerts_and_the_grafana_dashboard_is_exposed(
     async_client: AsyncClient, workers: Workers, stores: Stores, ref: HubRef
 ) -> None:
     await stores.controls.heartbeat(Member(ref, "w-dashboard", 0.0))
-    statuses = [LagSample(**LagSample.scope(ref), partition_id=p, at=time.time(), lag=0, lag_seconds=0.0, status="OK")
-                for p in "0123"]  # fmt: skip
+    statuses = [
+        LagSample(**LagSample.scope(ref), partition_id=p, at=time.time(), lag=0, lag_seconds=0.0, status="OK")
+        for p in "0123"
+    ]
     from channels.db import database_sync_to_async
 
     await database_sync_to_async(LagSample.objects.bulk_create)(statuses)
@@ -212,9 +236,12 @@ def test_several_runworkers_processes_are_summed_in_multi_process_mode(workers: 
     # (as their event log rows say) only if the second process's counters are added in.
     until_sync(claims_by_both, "claims by both processes", 40, step=0.1, ignoring=(OSError,))
     until_sync(
-        lambda: scraped_claims() == EventLog.objects.filter(kind="claim").count(), "every claim on the port", 10,
-        step=0.1, ignoring=(OSError,),
-    )  # fmt: skip
+        lambda: scraped_claims() == EventLog.objects.filter(kind="claim").count(),
+        "every claim on the port",
+        10,
+        step=0.1,
+        ignoring=(OSError,),
+    )
     samples = workers.samples()
     assert samples[("leaseboard_store_requests_total", (("operation", "claim_ownership"), ("outcome", "ok")))] > 0
     assert samples[("leaseboard_cycle_duration_seconds_count", ())] >= 2

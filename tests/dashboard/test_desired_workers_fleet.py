@@ -57,12 +57,23 @@ def metrics(site: Site) -> dict[str, float]:
 
 def test_desired_workers_rise_above_one_when_the_producer_outpaces_one_slow_worker(site: Site) -> None:
     workers = spawn(
-        site, "runworkers", "--count", "1", "--owner-prefix", "slow", "--interval", "0.5", "--expiry", "5",
-        "--handler", "tests.dashboard.slow_handler.SlowHandler", "--checkpoint-seconds", "0.5",
-    )  # fmt: skip
+        site,
+        "runworkers",
+        "--count",
+        "1",
+        "--owner-prefix",
+        "slow",
+        "--interval",
+        "0.5",
+        "--expiry",
+        "5",
+        "--handler",
+        "tests.dashboard.slow_handler.SlowHandler",
+        "--checkpoint-seconds",
+        "0.5",
+    )
     producer = spawn(site, "produce", "--rate", "40")
     try:
-
         seen: list[dict[str, float]] = []
 
         def keeping_up() -> dict[str, float] | None:
@@ -76,9 +87,12 @@ def test_desired_workers_rise_above_one_when_the_producer_outpaces_one_slow_work
             return found if rated and found.get("leaseboard_desired_workers") == 1 else None
 
         until_sync(
-            keeping_up, "the worker to keep up and one worker to be enough", timeout=60, step=0.5,
+            keeping_up,
+            "the worker to keep up and one worker to be enough",
+            timeout=60,
+            step=0.5,
             detail=lambda: str(seen[-1] if seen else "no metrics yet"),
-        )  # fmt: skip
+        )
 
         stop(producer)
         producer = spawn(site, "produce", "--rate", "1000")

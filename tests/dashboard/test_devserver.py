@@ -21,8 +21,12 @@ print(started, app, issubclass(type(load_command_class(app, "runserver")), Daphn
 
 def test_runserver_is_daphnes_and_nothing_imports_daphne_or_twisted_before_it_runs() -> None:
     probe = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", PROBE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={"DJANGO_SETTINGS_MODULE": "dashboard.settings", "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+    )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.split() == ["[]", "dashboard.devserver", "True"]

@@ -61,10 +61,14 @@ def test_draining_a_worker_lists_each_move_once_even_when_a_pair_has_moves_that_
 
 def test_move_lines_group_by_pair_in_the_preview_order_and_drop_a_repeated_partition() -> None:
     moves = [
-        Move("0", "w1", "w2", True), Move("1", "w1", "w2", True), Move("5", None, "w3", True),
-        Move("4", "w1", "w2", False), Move("6", None, "w3", False), Move("1", "w1", "w2", True),
+        Move("0", "w1", "w2", True),
+        Move("1", "w1", "w2", True),
+        Move("5", None, "w3", True),
+        Move("4", "w1", "w2", False),
+        Move("6", None, "w3", False),
+        Move("1", "w1", "w2", True),
         Move("7", "w1", None, True, after_known=False),
-    ]  # fmt: skip
+    ]
 
     assert move_lines(moves) == [
         "w1 -> w2: partitions 0, 1; partition 4 already on its way",

@@ -66,7 +66,9 @@ def test_the_migration_marks_old_releases_handed_off_by_their_reason() -> None:
         executor.migrate([("dashboard", "0003_eventlog_handoff")])
         rows = EventLog.objects.order_by("id").values_list("kind", "reason", "handoff")
         assert list(rows) == [
-            ("release", "handed off", True), ("release", "shutting down", False), ("claim", "handed off?", False)
+            ("release", "handed off", True),
+            ("release", "shutting down", False),
+            ("claim", "handed off?", False),
         ]
     finally:
         MigrationExecutor(connection).migrate(latest)

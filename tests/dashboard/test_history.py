@@ -10,12 +10,28 @@ from dashboard.live.history import checkpoint_history, episodes, ownership_timel
 ids = itertools.count(1)
 
 
-def ev(kind: str, pid: str, at: float, owner: str | None = None, previous: str | None = None,
-       reason: str = "", handoff: bool = False) -> dict[str, Any]:  # fmt: skip
+def ev(
+    kind: str,
+    pid: str,
+    at: float,
+    owner: str | None = None,
+    previous: str | None = None,
+    reason: str = "",
+    handoff: bool = False,
+) -> dict[str, Any]:
     category = "handoff" if kind == "release" and handoff else kind
-    return {"id": next(ids), "kind": kind, "partition_id": pid, "owner_id": owner, "previous_owner": previous,
-            "reporter": owner or previous, "reason": reason, "at": at, "handoff": handoff,
-            "category": category}  # fmt: skip
+    return {
+        "id": next(ids),
+        "kind": kind,
+        "partition_id": pid,
+        "owner_id": owner,
+        "previous_owner": previous,
+        "reporter": owner or previous,
+        "reason": reason,
+        "at": at,
+        "handoff": handoff,
+        "category": category,
+    }
 
 
 def cold_start(at: float) -> list[dict[str, Any]]:
@@ -73,8 +89,11 @@ def test_the_timeline_says_who_held_a_partition_from_when_and_why_it_moved() -> 
 
     spans = ownership_timeline(log)
 
-    assert [(s["owner"], s["since"], s["until"]) for s in spans] == [("w1", 100.0, 150.0), ("w2", 151.0, 200.0),
-                                                                     ("w3", 200.0, None)]  # fmt: skip
+    assert [(s["owner"], s["since"], s["until"]) for s in spans] == [
+        ("w1", 100.0, 150.0),
+        ("w2", 151.0, 200.0),
+        ("w3", 200.0, None),
+    ]
     assert spans[0]["ended"] == "handoff" and spans[1]["ended"] == "steal"
     assert spans[2]["came"] == "steal" and spans[2]["from"] == "w2"
 

@@ -11,8 +11,12 @@ from dashboard.live.lag import Rules, Sample, Status, Window, lag_seconds
 RULES = Rules(size=4, stop_seconds=60.0)
 
 
-def judge(rows: Sequence[tuple[int | None, int | None]], modified: float | None = None, every: float = 5.0,
-          rules: Rules = RULES) -> Status | None:  # fmt: skip
+def judge(
+    rows: Sequence[tuple[int | None, int | None]],
+    modified: float | None = None,
+    every: float = 5.0,
+    rules: Rules = RULES,
+) -> Status | None:
     """The status after samples of (checkpointed sequence number, lag), ``every`` seconds apart from t=1000.
     The checkpoint's last write is ``modified``, else the time of the sample where it last moved."""
     window = Window(rules)
@@ -90,7 +94,10 @@ def test_an_unknown_lag_has_no_status() -> None:
 @pytest.mark.parametrize(
     ("last", "checkpointed", "lag", "expected"),
     [
-        (105.0, 100.0, 3, 5.0), (105.0, 100.0, 0, 0.0), (105.0, None, 3, None), (None, 100.0, 3, None),
+        (105.0, 100.0, 3, 5.0),
+        (105.0, 100.0, 0, 0.0),
+        (105.0, None, 3, None),
+        (None, 100.0, 3, None),
         (99.0, 100.0, 1, 0.0),
     ],
 )

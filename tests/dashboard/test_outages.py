@@ -213,9 +213,11 @@ def azurite() -> Iterator[Azurite]:
 @pytest.fixture
 def on_azurite(var: Path, azurite: Azurite) -> Iterator[Console]:
     yield from _console(
-        var, AZURE_STORAGE_CONNECTION_STRING=azurite.connection_string, LEASEBOARD_STORE="blob",
+        var,
+        AZURE_STORAGE_CONNECTION_STRING=azurite.connection_string,
+        LEASEBOARD_STORE="blob",
         LEASEBOARD_BLOB_CONTAINER="outages",
-    )  # fmt: skip
+    )
 
 
 def test_azurite_stopped_degrades_the_console_and_it_heals_on_the_first_request(

@@ -94,13 +94,21 @@ def base_env(root: Path, database_url: str) -> dict[str, str]:
     ours = ("DJANGO_", "LEASEBOARD_", "DATABASE_URL", "REDIS_URL", "PROMETHEUS_MULTIPROC_DIR")
     env = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
     env.update(
-        DJANGO_SETTINGS_MODULE="dashboard.settings", DATABASE_URL=database_url, PYTHONUNBUFFERED="1",
-        LEASEBOARD_VAR_DIR=str(root / "var"), LEASEBOARD_HUB_DIR=str(root / "hub"),
-        LEASEBOARD_DEADLETTER_DIR=str(root / "deadletter"), LEASEBOARD_LANDING_DIR=str(root / "landing"),
-        LEASEBOARD_STORE="sql", LEASEBOARD_SOURCE="embedded", LEASEBOARD_HUB=HUB,
-        LEASEBOARD_PARTITIONS=str(PARTITIONS), LEASEBOARD_LOG_LEVEL="WARNING",
-        LEASEBOARD_INTERVAL="0.5", LEASEBOARD_EXPIRY="3",
-    )  # fmt: skip
+        DJANGO_SETTINGS_MODULE="dashboard.settings",
+        DATABASE_URL=database_url,
+        PYTHONUNBUFFERED="1",
+        LEASEBOARD_VAR_DIR=str(root / "var"),
+        LEASEBOARD_HUB_DIR=str(root / "hub"),
+        LEASEBOARD_DEADLETTER_DIR=str(root / "deadletter"),
+        LEASEBOARD_LANDING_DIR=str(root / "landing"),
+        LEASEBOARD_STORE="sql",
+        LEASEBOARD_SOURCE="embedded",
+        LEASEBOARD_HUB=HUB,
+        LEASEBOARD_PARTITIONS=str(PARTITIONS),
+        LEASEBOARD_LOG_LEVEL="WARNING",
+        LEASEBOARD_INTERVAL="0.5",
+        LEASEBOARD_EXPIRY="3",
+    )
     return env
 
 
@@ -117,19 +125,37 @@ class Fleet(Processes):
     def start(self) -> None:
         self.spawn("producer", manage("produce", "--hub", HUB, "--rate", "200"), self.env)
         until_sync(
-            lambda: EmbeddedHub.exists(self.env["LEASEBOARD_HUB_DIR"], HUB), "the producer to create the hub", 30,
-            step=0.05, check=self.check_exits, detail=self.logs,
-        )  # fmt: skip
+            lambda: EmbeddedHub.exists(self.env["LEASEBOARD_HUB_DIR"], HUB),
+            "the producer to create the hub",
+            30,
+            step=0.05,
+            check=self.check_exits,
+            detail=self.logs,
+        )
         daphne = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.dashboard_port)]
         self.spawn("dashboard", [*daphne, "dashboard.asgi:application"], self.env)
         for name, port in self.worker_ports.items():
             metrics = self.root / f"metrics-{name}"
             metrics.mkdir()
             command = manage(
-                "runworkers", "--count", "1", "--owner-prefix", name, "--hub", HUB,
-                "--interval", "0.5", "--expiry", "3", "--checkpoint-seconds", "0.5", "--shutdown-timeout", "2",
-                "--metrics-port", str(port),
-            )  # fmt: skip
+                "runworkers",
+                "--count",
+                "1",
+                "--owner-prefix",
+                name,
+                "--hub",
+                HUB,
+                "--interval",
+                "0.5",
+                "--expiry",
+                "3",
+                "--checkpoint-seconds",
+                "0.5",
+                "--shutdown-timeout",
+                "2",
+                "--metrics-port",
+                str(port),
+            )
             self.spawn(name, command, {**self.env, "PROMETHEUS_MULTIPROC_DIR": str(metrics)})
 
     def targets(self) -> dict[str, list[str]]:

@@ -28,8 +28,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 # A value for each URL parameter the patterns name (the admin's included).
 SAMPLES = {
-    "partition_id": "0", "id": "1", "app_label": "dashboard", "object_id": "1", "content_type_id": "1", "url": "x/",
-}  # fmt: skip
+    "partition_id": "0",
+    "id": "1",
+    "app_label": "dashboard",
+    "object_id": "1",
+    "content_type_id": "1",
+    "url": "x/",
+}
 
 
 def _walk(patterns: list[Any], prefix: str = "", namespace: str = "") -> Iterator[tuple[str, str | None, list[str]]]:
@@ -61,9 +66,23 @@ PATHS = example_paths()
 
 def test_the_walk_finds_every_console_door() -> None:
     walked = {path for _, path in PATHS}
-    for door in ("/", "/events/", "/history/", "/pipeline/", "/api/pipeline", "/api/state", "/api/events",
-                 "/api/partitions/0", "/api/history", "/api/audit", "/api/actions/preview", "/api/actions/apply",
-                 "/api/schema", "/metrics", "/partitions/0/"):  # fmt: skip
+    for door in (
+        "/",
+        "/events/",
+        "/history/",
+        "/pipeline/",
+        "/api/pipeline",
+        "/api/state",
+        "/api/events",
+        "/api/partitions/0",
+        "/api/history",
+        "/api/audit",
+        "/api/actions/preview",
+        "/api/actions/apply",
+        "/api/schema",
+        "/metrics",
+        "/partitions/0/",
+    ):
         assert door in walked, door
     assert len(PATHS) > 30  # the admin's patterns are walked too
 
@@ -111,9 +130,16 @@ async def test_anonymous_sockets_are_closed_with_4401_on_every_route(settings: L
 
 def audit_entry(ref: Any, user: str) -> None:
     AuditEntry.objects.create(
-        namespace=ref.namespace, hub=ref.hub, consumer_group=ref.consumer_group, at=1.0, user=user,
-        action="drain", target="w1", reason="maintenance", outcome=AuditEntry.APPLIED,
-    )  # fmt: skip
+        namespace=ref.namespace,
+        hub=ref.hub,
+        consumer_group=ref.consumer_group,
+        at=1.0,
+        user=user,
+        action="drain",
+        target="w1",
+        reason="maintenance",
+        outcome=AuditEntry.APPLIED,
+    )
 
 
 def test_user_names_in_the_audit_log_are_for_staff_only(client: Client, stores: Stores, hub: EmbeddedHub) -> None:
@@ -138,8 +164,13 @@ def test_dead_letter_texts_are_for_staff_only(
 ) -> None:
     settings.LEASEBOARD_DEADLETTER_DIR = tmp_path
     (tmp_path / "sensors").mkdir()
-    letter = {"partition_id": "0", "sequence_number": 7, "error": "ValueError: bad body {'pin': 1234}",
-              "set_aside_at": 1.0, "body_base64": "eyJwaW4iOiAxMjM0fQ=="}  # fmt: skip
+    letter = {
+        "partition_id": "0",
+        "sequence_number": 7,
+        "error": "ValueError: bad body {'pin': 1234}",
+        "set_aside_at": 1.0,
+        "body_base64": "eyJwaW4iOiAxMjM0fQ==",
+    }
     (tmp_path / "sensors" / "0.jsonl").write_text(json.dumps(letter) + "\n")
 
     anonymous = client.get("/api/pipeline?hub=sensors").json()["dead_letters"]
@@ -158,13 +189,29 @@ def test_who_applied_an_operator_action_is_for_staff_only(client: Client, stores
 
     ref = parse_ref(None, None)
     EventLog.objects.create(
-        namespace=ref.namespace, hub=ref.hub, consumer_group=ref.consumer_group, kind="drain", partition_id="",
-        owner_id="w1", previous_owner="", reporter="dashboard:alice", reason="drain: maintenance", at=1.0,
-    )  # fmt: skip
+        namespace=ref.namespace,
+        hub=ref.hub,
+        consumer_group=ref.consumer_group,
+        kind="drain",
+        partition_id="",
+        owner_id="w1",
+        previous_owner="",
+        reporter="dashboard:alice",
+        reason="drain: maintenance",
+        at=1.0,
+    )
     EventLog.objects.create(
-        namespace=ref.namespace, hub=ref.hub, consumer_group=ref.consumer_group, kind="claim", partition_id="0",
-        owner_id="w2", previous_owner="w1", reporter="w2", reason="handed off", at=2.0,
-    )  # fmt: skip
+        namespace=ref.namespace,
+        hub=ref.hub,
+        consumer_group=ref.consumer_group,
+        kind="claim",
+        partition_id="0",
+        owner_id="w2",
+        previous_owner="w1",
+        reporter="w2",
+        reason="handed off",
+        at=2.0,
+    )
     anonymous = [client.get("/api/events").json(), client.get("/api/history").json()]
     User.objects.create_user("ops", password="x", is_staff=True)
     client.login(username="ops", password="x")

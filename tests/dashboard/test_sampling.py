@@ -140,8 +140,12 @@ async def test_a_round_reads_the_store_once_for_all_partitions(
 
     assert watched.error is None
     assert counting.calls == {
-        "now": 3, "list_ownership": 3, "list_checkpoints": 3, "list_members": 3, "list_controls": 3,
-    }, counting.calls  # fmt: skip
+        "now": 3,
+        "list_ownership": 3,
+        "list_checkpoints": 3,
+        "list_members": 3,
+        "list_controls": 3,
+    }, counting.calls
     assert watched.state is not None
     assert {p.id: p.lag_status is not None for p in watched.state.partitions} == dict.fromkeys(
         map(str, range(PARTITIONS)), True

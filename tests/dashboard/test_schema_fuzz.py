@@ -82,12 +82,20 @@ def staff_login(url: str) -> dict[str, str]:
 def run_schemathesis(url: str, cookies: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """schemathesis's CLI against ``url``'s document, with ``CONFIG`` and the staff session ``cookies``."""
     command = [
-        sys.executable, "-m", "schemathesis.cli", "--config-file", str(CONFIG), "--no-color", "run",
+        sys.executable,
+        "-m",
+        "schemathesis.cli",
+        "--config-file",
+        str(CONFIG),
+        "--no-color",
+        "run",
         f"{url}/api/schema",
-    ]  # fmt: skip
+    ]
     env = {
-        **os.environ, "LEASEBOARD_FUZZ_SESSION": cookies["sessionid"], "LEASEBOARD_FUZZ_CSRF": cookies["csrftoken"],
-    }  # fmt: skip
+        **os.environ,
+        "LEASEBOARD_FUZZ_SESSION": cookies["sessionid"],
+        "LEASEBOARD_FUZZ_CSRF": cookies["csrftoken"],
+    }
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -118,8 +126,10 @@ def test_what_django_will_not_parse_is_answered_as_documented(console: Console) 
             conforms("GET", url, answer.status, answer.content_type, answer.body)
 
     cookies = staff_login(console.url)
-    staff = {"Cookie": f"sessionid={cookies['sessionid']}; csrftoken={cookies['csrftoken']}",
-             "X-CSRFToken": cookies["csrftoken"]}  # fmt: skip
+    staff = {
+        "Cookie": f"sessionid={cookies['sessionid']}; csrftoken={cookies['csrftoken']}",
+        "X-CSRFToken": cookies["csrftoken"],
+    }
     too_big = json.dumps({"action": "drain", "target": "x" * 3_000_000, "reason": "r"}).encode()
     bodies = [("application/json", too_big, 413), ("application/x-www-form-urlencoded", many.encode(), 400)]
     for path in ("/api/actions/preview", "/api/actions/apply"):

@@ -21,8 +21,17 @@ from workers.wiring import Stores
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ORIGIN = [(b"origin", b"http://127.0.0.1:8000")]
-DOORS = ["/", "/events/", "/history/", "/partitions/0/", "/api/state", "/api/events", "/api/history",
-         "/api/audit", "/api/partitions/0"]  # fmt: skip
+DOORS = [
+    "/",
+    "/events/",
+    "/history/",
+    "/partitions/0/",
+    "/api/state",
+    "/api/events",
+    "/api/history",
+    "/api/audit",
+    "/api/partitions/0",
+]
 
 
 def running() -> set[tuple[str, str]]:

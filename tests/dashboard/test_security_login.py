@@ -68,9 +68,7 @@ def test_a_right_password_resets_the_count(settings: LazySettings, staff: User) 
     assert login("/login/", "wrong", A) == 200  # counting starts again
 
 
-def test_refused_action_attempts_are_on_the_audit_log(
-    settings: LazySettings, stores: Stores, hub: EmbeddedHub
-) -> None:
+def test_refused_action_attempts_are_on_the_audit_log(settings: LazySettings, stores: Stores, hub: EmbeddedHub) -> None:
     User.objects.create_user("viewer", password="x")
     viewer = Client(enforce_csrf_checks=True, REMOTE_ADDR=A)
     viewer.login(username="viewer", password="x")

@@ -22,8 +22,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 TOP_KEYS = {"namespace", "hub", "consumer_group", "generated_at", "partitions", "workers"}
 PARTITION_KEYS = {
-    "id", "owner", "last_modified", "sequence_number", "last_enqueued_sequence_number", "lag", "pinned_to", "status",
-}  # fmt: skip
+    "id",
+    "owner",
+    "last_modified",
+    "sequence_number",
+    "last_enqueued_sequence_number",
+    "lag",
+    "pinned_to",
+    "status",
+}
 # Added to DESIGN.md's keys by the console: when the newest event and the checkpoint were written, lag in
 # seconds, the lag status and the checkpointed rate.
 CONSOLE_KEYS = {"last_enqueued_time", "checkpoint_modified", "lag_seconds", "lag_status", "events_per_second"}
@@ -84,9 +91,15 @@ async def test_an_unowned_partition_has_owner_null_and_everything_as_lag(
 
     p1 = {k: v for k, v in partitions["1"].items() if k not in CONSOLE_KEYS}
     assert p1 == {
-        "id": "1", "owner": None, "last_modified": None, "sequence_number": None,
-        "last_enqueued_sequence_number": 2, "lag": 3, "pinned_to": None, "status": "unowned",
-    }  # fmt: skip
+        "id": "1",
+        "owner": None,
+        "last_modified": None,
+        "sequence_number": None,
+        "last_enqueued_sequence_number": 2,
+        "lag": 3,
+        "pinned_to": None,
+        "status": "unowned",
+    }
     assert isinstance(partitions["1"]["last_enqueued_time"], float) and partitions["1"]["checkpoint_modified"] is None
     assert partitions["2"]["last_enqueued_sequence_number"] == -1 and partitions["2"]["lag"] == 0
 
@@ -163,16 +176,21 @@ async def test_without_a_running_monitor_the_newest_stored_round_gives_lag_secon
     rows = [
         LagSample(**LagSample.scope(ref), partition_id=pid, at=at, lag=lag, lag_seconds=seconds, status=status)
         for pid, at, lag, seconds, status in (
-            ("1", 900.0, 3, 9.0, "OK"), ("1", 1000.0, 3, 2.5, "STALL"), ("2", 1000.0, 4, 7.0, "REWIND"),
+            ("1", 900.0, 3, 9.0, "OK"),
+            ("1", 1000.0, 3, 2.5, "STALL"),
+            ("2", 1000.0, 4, 7.0, "REWIND"),
         )
-    ]  # fmt: skip
+    ]
     await database_sync_to_async(LagSample.objects.bulk_create)(rows)
 
     state = await get_state(async_client)  # /api/state starts no monitor
 
     partitions = by_id(state["partitions"])
     assert [partitions["1"][k] for k in ("lag", "lag_seconds", "lag_status", "events_per_second")] == [
-        3, 2.5, "STALL", None
+        3,
+        2.5,
+        "STALL",
+        None,
     ]
     assert (partitions["2"]["lag"], partitions["2"]["lag_seconds"], partitions["2"]["lag_status"]) == (0, 0.0, "REWIND")
     assert (partitions["0"]["lag_seconds"], partitions["0"]["lag_status"]) == (0.0, "OK")  # no lag now: OK

@@ -145,9 +145,11 @@ def connection_str(live_eventhub: dict[str, str]) -> str:
 @pytest.fixture
 def invalid_hostname(live_eventhub: dict[str, str]) -> str:
     return CONN_STR.format(
-        "invalid123.servicebus.windows.net", live_eventhub["key_name"], live_eventhub["access_key"],
+        "invalid123.servicebus.windows.net",
+        live_eventhub["key_name"],
+        live_eventhub["access_key"],
         live_eventhub["event_hub"],
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture
@@ -235,9 +237,14 @@ def _receivers(live_eventhub: dict[str, str], timeout: int) -> list[ReceiveClien
         )
         auth = SASTokenAuth(uri, uri, live_eventhub["key_name"], live_eventhub["access_key"])
         receiver = ReceiveClient(
-            live_eventhub["hostname"], source, auth=auth, network_trace=False, timeout=timeout, link_credit=500,
+            live_eventhub["hostname"],
+            source,
+            auth=auth,
+            network_trace=False,
+            timeout=timeout,
+            link_credit=500,
             **CLIENT_ARGS,
-        )  # fmt: skip
+        )
         receiver.open()
         receivers.append(receiver)
     return receivers
@@ -269,9 +276,11 @@ def auth_credential_receivers_async(live_eventhub: dict[str, str]) -> Iterator[t
 
 def _senders(live_eventhub: dict[str, str]) -> tuple[EventHubProducerClient, list[Any]]:
     client = EventHubProducerClient(
-        fully_qualified_namespace=live_eventhub["hostname"], eventhub_name=live_eventhub["event_hub"],
-        credential=named_key(), **CLIENT_ARGS,
-    )  # fmt: skip
+        fully_qualified_namespace=live_eventhub["hostname"],
+        eventhub_name=live_eventhub["event_hub"],
+        credential=named_key(),
+        **CLIENT_ARGS,
+    )
     return client, [client._create_producer(partition_id=p) for p in client.get_partition_ids()]
 
 

@@ -56,10 +56,22 @@ def sdist(cache: Path, pinned: str | None = None) -> Path:
     name = f"{PACKAGE.replace('-', '_')}-{pinned}.tar.gz"
     if not (cache / name).is_file():
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-             f"{PACKAGE}=={pinned}", "-d", str(cache)],
-            check=True, timeout=300,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                f"{PACKAGE}=={pinned}",
+                "-d",
+                str(cache),
+            ],
+            check=True,
+            timeout=300,
+        )
     return cache / name
 
 
@@ -144,10 +156,24 @@ def _start_runhub(root: Path) -> RunHub:
     trust = tls / "trust.pem"
     trust.write_text(Path(certifi.where()).read_text() + "\n" + certificates.ca.read_text())
     command = [
-        sys.executable, "manage.py", "runhub", "--host", address, "--port", "0", "--hub", "livetest",
-        "--partitions", "2", "--tls-port", str(AMQPS_PORT), "--tls-cert", str(certificates.cert),
-        "--tls-key", str(certificates.key),
-    ]  # fmt: skip
+        sys.executable,
+        "manage.py",
+        "runhub",
+        "--host",
+        address,
+        "--port",
+        "0",
+        "--hub",
+        "livetest",
+        "--partitions",
+        "2",
+        "--tls-port",
+        str(AMQPS_PORT),
+        "--tls-cert",
+        str(certificates.cert),
+        "--tls-key",
+        str(certificates.key),
+    ]
     with log.open("w") as err:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
     return RunHub(process, "", hub_dir, log, certificates, trust)
@@ -207,9 +233,12 @@ class Outcome:
 
 
 def run(
-    run_dir: Path, hub: RunHub, workers: int, extra: list[str] | None = None,
+    run_dir: Path,
+    hub: RunHub,
+    workers: int,
+    extra: list[str] | None = None,
     processes: list[subprocess.Popen[bytes]] | None = None,
-) -> Outcome:  # fmt: skip
+) -> Outcome:
     """Runs the assembled suite against ``hub``: the tests that take minutes (``schedule.LONG``) in
     one pytest, a worker each, and the rest beside it on ``workers`` pytest-xdist workers (xdist
     queues a worker's next test behind its current one: in one run a long test would hold another

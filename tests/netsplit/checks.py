@@ -102,9 +102,10 @@ def crash_loops(fleet: NetFleet, evidence: Evidence) -> list[str]:
 
     cut_from_hub = {owner for f in evidence.faults if f.kind in HUB_CUTS for owner in f.victims}
     return [
-        problem for problem in chaos_crash_loops(fleet)
+        problem
+        for problem in chaos_crash_loops(fleet)
         if not (": a pump failed " in problem and problem.split(":")[0] in cut_from_hub)
-    ]  # fmt: skip
+    ]
 
 
 def _running_at(fleet: NetFleet, at: float) -> set[str]:
@@ -113,9 +114,10 @@ def _running_at(fleet: NetFleet, at: float) -> set[str]:
 
 def _balanced(sample: OwnershipSample, live: set[str], expiry: float) -> bool:
     owners = {
-        pid: lease.owner for pid, lease in sample.leases.items()
+        pid: lease.owner
+        for pid, lease in sample.leases.items()
         if lease.owner and lease.last_modified is not None and abs(sample.now - lease.last_modified) <= expiry
-    }  # fmt: skip
+    }
     if set(owners) != set(sample.partitions) or not set(owners.values()) <= live or not live:
         return False
     counts = [list(owners.values()).count(o) for o in live]
@@ -162,9 +164,10 @@ def worker_lines(root: Path, violations: list[str], limit: int = 40) -> list[str
         if not path.exists():
             continue
         lines = [
-            line for line in path.read_text(errors="replace").splitlines()
+            line
+            for line in path.read_text(errors="replace").splitlines()
             if " WARNING " in line or (named is not None and named.search(line))
-        ]  # fmt: skip
+        ]
         out.append(f"--- {path.name}: {len(lines)} lines about partitions {', '.join(pids) or '-'} or warnings")
         out.extend(f"    {line}" for line in lines[-limit:])
     return out

@@ -162,12 +162,18 @@ class Hub:
 
 def start_hub(host: Host, root: Path, partitions: int, env: dict[str, str]) -> Hub:
     """``runhub`` on the hub host, serving ``root/hub`` (where the observer appends events)."""
-    command = [*manage("runhub", "--host", host.address, "--port", str(AMQP_PORT), "--hub", HUB,
-                       "--partitions", str(partitions))]  # fmt: skip
+    command = [
+        *manage(
+            "runhub", "--host", host.address, "--port", str(AMQP_PORT), "--hub", HUB, "--partitions", str(partitions)
+        )
+    ]
     process = host.popen(
-        command, cwd=ROOT, env={**env, "LEASEBOARD_LOG_LEVEL": "WARNING"}, stdout=subprocess.PIPE,
+        command,
+        cwd=ROOT,
+        env={**env, "LEASEBOARD_LOG_LEVEL": "WARNING"},
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     assert process.stdout is not None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -202,11 +208,26 @@ class HostedConsole(Console):
     def start(self) -> None:
         assert self.host is not None
         env = {
-            **self.env, "LEASEBOARD_NAMESPACE": self.ref.namespace, "LEASEBOARD_HUB": self.ref.hub,
-            "LEASEBOARD_CONSUMER_GROUP": self.ref.consumer_group, "DJANGO_ALLOWED_HOSTS": self.host.address,
-        }  # fmt: skip
-        command = [IP, "netns", "exec", self.host.namespace, sys.executable, "-m", "daphne",
-                   "-b", self.host.address, "-p", str(CONSOLE_PORT), "dashboard.asgi:application"]  # fmt: skip
+            **self.env,
+            "LEASEBOARD_NAMESPACE": self.ref.namespace,
+            "LEASEBOARD_HUB": self.ref.hub,
+            "LEASEBOARD_CONSUMER_GROUP": self.ref.consumer_group,
+            "DJANGO_ALLOWED_HOSTS": self.host.address,
+        }
+        command = [
+            IP,
+            "netns",
+            "exec",
+            self.host.namespace,
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            self.host.address,
+            "-p",
+            str(CONSOLE_PORT),
+            "dashboard.asgi:application",
+        ]
         self.process = start_logged(self.log, command, env)
 
 
@@ -259,13 +280,39 @@ class NetFleet(Fleet):
         assert self.net is not None and self.hub_server is not None
         taken = {self.placed[w.name] for w in self.workers.values() if w.running}
         host = next(h for h in WORKER_HOSTS if h not in taken)
-        command = [IP, "netns", "exec", self.net[host].namespace, *manage(
-            "runworkers", "--count", "1", "--owner-prefix", name,
-            "--store", self.kit.store, "--source", "eventhubs", "--hub", HUB, "--namespace", self.hub_server.namespace,
-            "--interval", str(self.interval), "--expiry", str(self.expiry),
-            "--handler", "tests.netsplit.landing.LandingRecorder",
-            "--checkpoint-events", "50", "--checkpoint-seconds", "1", "--shutdown-timeout", "5",
-        )]  # fmt: skip
+        command = [
+            IP,
+            "netns",
+            "exec",
+            self.net[host].namespace,
+            *manage(
+                "runworkers",
+                "--count",
+                "1",
+                "--owner-prefix",
+                name,
+                "--store",
+                self.kit.store,
+                "--source",
+                "eventhubs",
+                "--hub",
+                HUB,
+                "--namespace",
+                self.hub_server.namespace,
+                "--interval",
+                str(self.interval),
+                "--expiry",
+                str(self.expiry),
+                "--handler",
+                "tests.netsplit.landing.LandingRecorder",
+                "--checkpoint-events",
+                "50",
+                "--checkpoint-seconds",
+                "1",
+                "--shutdown-timeout",
+                "5",
+            ),
+        ]
         env = {**self.env, "EVENTHUB_CONNECTION_STRING": self.hub_server.connection_string}
         if skew:
             env["LEASEBOARD_CLOCK_SKEW"] = str(skew)

@@ -59,11 +59,15 @@ def expected_events(history: History, expiry: float) -> list[Expected]:
                 out.append(Expected(pid, ("claim",), tenure.owner, None, tenure.start, tenure.first, why))
             elif previous.owner != tenure.owner:
                 why = f"a claim after the lease of {previous.owner} ran out ({clock(previous.end)})"
-                out.append(Expected(pid, ("expire", "steal"), tenure.owner, previous.owner, tenure.start, tenure.first,
-                                    why))  # fmt: skip
+                out.append(
+                    Expected(pid, ("expire", "steal"), tenure.owner, previous.owner, tenure.start, tenure.first, why)
+                )
             if tenure.released:
-                out.append(Expected(pid, ("release",), None, tenure.owner, tenure.end, tenure.last,
-                                    f"{tenure.owner} released it"))  # fmt: skip
+                out.append(
+                    Expected(
+                        pid, ("release",), None, tenure.owner, tenure.end, tenure.last, f"{tenure.owner} released it"
+                    )
+                )
             previous = tenure
     return out
 
@@ -108,17 +112,25 @@ def cut_off(faults: Iterable[Fault], worker: str, at: float, expiry: float, offs
     """The fault that ended ``worker``'s process (``LOST_WITH``) within ``expiry`` after the
     store-clock time ``at`` (faults: monotonic + ``offset``), with the reports it had not delivered."""
     return next(
-        (f for f in faults
-         if f.kind in LOST_WITH and worker in f.victims
-         and f.started + offset <= at + expiry and f.ended + offset >= at),
+        (
+            f
+            for f in faults
+            if f.kind in LOST_WITH
+            and worker in f.victims
+            and f.started + offset <= at + expiry
+            and f.ended + offset >= at
+        ),
         None,
-    )  # fmt: skip
+    )
 
 
 def unlogged(
-    history: History, events: Iterable[Mapping[str, object]], expiry: float, faults: Iterable[Fault] = (),
+    history: History,
+    events: Iterable[Mapping[str, object]],
+    expiry: float,
+    faults: Iterable[Fault] = (),
     offset: float = 0.0,
-) -> tuple[list[str], list[str]]:  # fmt: skip
+) -> tuple[list[str], list[str]]:
     """Every change of owner in the store's history without its event in the console's log (or with
     an event whose reason does not fit it), each with the slice of history that shows the change;
     and, apart, the changes whose event is missing because their reporter was killed within an
@@ -130,18 +142,24 @@ def unlogged(
     faults = list(faults)
     problems, excused = [], []
     for expected in expected_events(history, expiry):
-        candidates = [i for i, e in enumerate(pending)
-                      if not used[i] and _matches(expected, e) and abs(_at(e) - expected.at) <= expiry]  # fmt: skip
-        fitting = sorted((i for i in candidates if plausible(expected, pending[i])),
-                         key=lambda i: abs(_at(pending[i]) - expected.at))  # fmt: skip
+        candidates = [
+            i
+            for i, e in enumerate(pending)
+            if not used[i] and _matches(expected, e) and abs(_at(e) - expected.at) <= expiry
+        ]
+        fitting = sorted(
+            (i for i in candidates if plausible(expected, pending[i])), key=lambda i: abs(_at(pending[i]) - expected.at)
+        )
         if fitting:
             used[fitting[0]] = True
             continue
         reporter = expected.owner if expected.owner is not None else expected.previous
         cause = cut_off(faults, reporter or "", expected.at, expiry, offset) if not candidates else None
         if cause is not None:
-            excused.append(f"partition {expected.partition}: {expected.why} at {clock(expected.at)}, reported by "
-                           f"{reporter}, {cause.kind} from {clock(cause.started + offset)}")  # fmt: skip
+            excused.append(
+                f"partition {expected.partition}: {expected.why} at {clock(expected.at)}, reported by "
+                f"{reporter}, {cause.kind} from {clock(cause.started + offset)}"
+            )
             continue
         writes = per[expected.partition]
         lines = history_slice(writes, expected.write, expected.write, expected.write, writes[0].at)
@@ -162,11 +180,15 @@ def taken_after_expiry(events: Iterable[Mapping[str, object]], owner: str, held:
     for pid in sorted(held):
         mine = [e for e in found if e.get("partition_id") == pid]
         if not any(
-            e.get("kind") == "expire" and e.get("previous_owner") == owner and e.get("owner_id") not in (None, owner)
+            e.get("kind") == "expire"
+            and e.get("previous_owner") == owner
+            and e.get("owner_id") not in (None, owner)
             and owner in str(e.get("reason") or "")
             for e in mine
-        ):  # fmt: skip
+        ):
             said = "; ".join(f"{e.get('kind')} by {e.get('reporter')}: {e.get('reason')!r}" for e in mine[:4])
-            problems.append(f"console: partition {pid} of {owner}, cut off, not shown expired and claimed elsewhere "
-                            f"({said or 'no event'})")  # fmt: skip
+            problems.append(
+                f"console: partition {pid} of {owner}, cut off, not shown expired and claimed elsewhere "
+                f"({said or 'no event'})"
+            )
     return problems

@@ -123,15 +123,35 @@ def tenures(writes: list[Write], expiry: float) -> list[Tenure]:
             owner, first = current
             released = write.owner == ""
             end = write.since if released else writes[i - 1].since + expiry
-            out.append(Tenure(write.partition, owner, writes[first].at, end, first, i if released else i - 1, released,
-                              writes[first].since))  # fmt: skip
+            out.append(
+                Tenure(
+                    write.partition,
+                    owner,
+                    writes[first].at,
+                    end,
+                    first,
+                    i if released else i - 1,
+                    released,
+                    writes[first].since,
+                )
+            )
             current = None
         if current is None and write.owner:
             current = (write.owner, i)
     if current is not None:
         owner, first = current
-        out.append(Tenure(writes[first].partition, owner, writes[first].at, writes[-1].since + expiry, first,
-                          len(writes) - 1, False, writes[first].since))  # fmt: skip
+        out.append(
+            Tenure(
+                writes[first].partition,
+                owner,
+                writes[first].at,
+                writes[-1].since + expiry,
+                first,
+                len(writes) - 1,
+                False,
+                writes[first].since,
+            )
+        )
     return out
 
 
@@ -207,11 +227,15 @@ def foreign_writers(history: History, addresses: Mapping[str, str]) -> list[str]
             continue
         expected = addresses.get(write.owner)
         if expected is None:
-            problems.append(f"partition {write.partition}: a write naming {write.owner}, no worker of the fleet, "
-                            f"came from {write.client} at {clock(write.at)}")  # fmt: skip
+            problems.append(
+                f"partition {write.partition}: a write naming {write.owner}, no worker of the fleet, "
+                f"came from {write.client} at {clock(write.at)}"
+            )
         elif expected != write.client:
-            problems.append(f"partition {write.partition}: a write naming {write.owner} (host {expected}) came "
-                            f"from {write.client} at {clock(write.at)}")  # fmt: skip
+            problems.append(
+                f"partition {write.partition}: a write naming {write.owner} (host {expected}) came "
+                f"from {write.client} at {clock(write.at)}"
+            )
     return problems
 
 

@@ -80,8 +80,11 @@ def landed_outside(history: History, files: Iterable[LandedFile], expiry: float,
         if any(t.began(history) - allowed <= f.written <= t.end + allowed for t in own):
             continue
         near = min(own, key=lambda t: min(abs(t.start - f.written), abs(t.end - f.written)), default=None)
-        where = (f"its nearest tenure there ran {clock(near.start)} to {clock(near.end)}" if near
-                 else "the store never gave it that partition")  # fmt: skip
+        where = (
+            f"its nearest tenure there ran {clock(near.start)} to {clock(near.end)}"
+            if near
+            else "the store never gave it that partition"
+        )
         problems.append(
             f"landing: {f.owner} wrote {f.partition}/{f.name} (sequence {min(f.sequences)}..{max(f.sequences)}) at "
             f"{clock(f.written)}, outside every lease the store gave it there ({where}; allowed {allowed:g}s)"
@@ -99,8 +102,11 @@ def stale_pumps(history: History, files: Iterable[LandedFile], expiry: float, sl
     spans: dict[tuple[str, str, str], list[int]] = {}
     for f in files:
         found = per.get(f.partition, [])
-        inside = [i for i, t in enumerate(found)
-                  if t.owner == f.owner and t.began(history) - allowed <= f.written <= t.end + allowed]  # fmt: skip
+        inside = [
+            i
+            for i, t in enumerate(found)
+            if t.owner == f.owner and t.began(history) - allowed <= f.written <= t.end + allowed
+        ]
         if inside:
             spans.setdefault((f.partition, f.owner, f.tenure), []).extend(inside)
     problems = []
@@ -184,18 +190,23 @@ def duplicates(
         writers = {first.writer}
         for again in where[1:]:
             if again.writer in writers:
-                problems.append(f"landing: partition {pid}: {again.owner} landed sequence {sequence} twice in one "
-                                f"tenure ({again.tenure}): {first.name} and {again.name}")  # fmt: skip
+                problems.append(
+                    f"landing: partition {pid}: {again.owner} landed sequence {sequence} twice in one "
+                    f"tenure ({again.tenure}): {first.name} and {again.name}"
+                )
                 continue
             writers.add(again.writer)
             cause = next(
-                (f for f in causes
-                 if first.owner in f.victims
-                 and first.written <= f.ended + offset + slack
-                 and again.written >= f.started + offset - slack
-                 and not checkpointed_before(pid, sequence, f.started + offset - slack)),
+                (
+                    f
+                    for f in causes
+                    if first.owner in f.victims
+                    and first.written <= f.ended + offset + slack
+                    and again.written >= f.started + offset - slack
+                    and not checkpointed_before(pid, sequence, f.started + offset - slack)
+                ),
                 None,
-            )  # fmt: skip
+            )
             found_duplicates.append(Duplicate(pid, sequence, first, again, cause))
     unexplained = [d for d in found_duplicates if d.cause is None]
     for d in unexplained[:10]:
@@ -267,8 +278,12 @@ def per_nemesis(
     out = []
     for phase in phases:
         start, end = phase.started, phase.ended
-        made = [(pid, s) for pid, events in produced.items() for s, (at, bad) in enumerate(events)
-                if start <= at < end and not bad]  # fmt: skip
+        made = [
+            (pid, s)
+            for pid, events in produced.items()
+            for s, (at, bad) in enumerate(events)
+            if start <= at < end and not bad
+        ]
         gone = sum(1 for key in made if key not in landed and key not in dead)
         twice = sum(1 for d in duplicates_of if d.cause is not None and start <= d.cause.started < end)
         longest = 0.0

@@ -62,8 +62,11 @@ def read_landing(root: Path, hub: str) -> tuple[list[LandedFile], list[str]]:
     files not), and what could not be read (each a problem: a landing file is complete or absent)."""
     files, problems = [], []
     folder = root / hub
-    for partition in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))) \
-            if folder.is_dir() else []:  # fmt: skip
+    for partition in (
+        sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+        if folder.is_dir()
+        else []
+    ):
         for path in sorted(partition.iterdir()):
             visible = sequence_range(path.name) is not None
             if not visible and not (path.name.startswith(".") and ".parquet." in path.name):
@@ -75,6 +78,14 @@ def read_landing(root: Path, hub: str) -> tuple[list[LandedFile], list[str]]:
             except (OSError, pa.ArrowException) as exc:
                 problems.append(f"landing: {path.relative_to(root)} cannot be read: {exc}")
                 continue
-            files.append(LandedFile(partition.name, path.name, tuple(sequences), str(writer.get("owner_id", "")),
-                                    str(writer.get("tenure", "")), written))  # fmt: skip
+            files.append(
+                LandedFile(
+                    partition.name,
+                    path.name,
+                    tuple(sequences),
+                    str(writer.get("owner_id", "")),
+                    str(writer.get("tenure", "")),
+                    written,
+                )
+            )
     return files, problems

@@ -49,8 +49,10 @@ async def console_tells_the_truth(fleet: NetFleet, owner: str) -> list[str]:
         await asyncio.sleep(0.25)  # the poll's period
     problems = []
     if seen not in ((False, 0), (None, None)):
-        problems.append(f"console: {owner} cut from the store still shown alive={seen[0]} owning {seen[1]} "
-                        f"{deadline:.1f}s after the cut")  # fmt: skip
+        problems.append(
+            f"console: {owner} cut from the store still shown alive={seen[0]} owning {seen[1]} "
+            f"{deadline:.1f}s after the cut"
+        )
     await asyncio.sleep(max(0.0, HOLD * fleet.expiry - 1.0 - (time.monotonic() - started)))  # to the cut's end
     since = [e for e in await asyncio.to_thread(console.events) if float(e.get("at") or 0) >= wall_from]  # type: ignore[arg-type]
     return problems + taken_after_expiry(since, owner, held)
@@ -225,11 +227,16 @@ async def console_from_store(fleet: NetFleet, checks: list[PostCheck]) -> None:
         scrapes = [p for p in evidence.console if p.path == "/metrics" and started <= p.at <= ended]
         if not any(p.store_up == 0 for p in scrapes):
             seen = sorted({p.store_up for p in scrapes}, key=str)
-            problems.append(f"console-cut: /metrics never showed leaseboard_store_up 0 while the console was cut "
-                            f"from the store ({len(scrapes)} scrapes, store_up {seen})")  # fmt: skip
+            problems.append(
+                f"console-cut: /metrics never showed leaseboard_store_up 0 while the console was cut "
+                f"from the store ({len(scrapes)} scrapes, store_up {seen})"
+            )
         moved = [m for m in ownership_moves(evidence) if started <= m.at <= ended]
-        problems += [f"console-cut: partition {m.partition} moved from {m.source} to {m.target} while only the "
-                     "console was cut off" for m in moved[:5]]  # fmt: skip
+        problems += [
+            f"console-cut: partition {m.partition} moved from {m.source} to {m.target} while only the "
+            "console was cut off"
+            for m in moved[:5]
+        ]
         return problems
 
     checks.append(console_shown_the_cut)

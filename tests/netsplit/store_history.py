@@ -131,8 +131,9 @@ def postgres_history(rows: Iterable[tuple[Any, ...]]) -> History:
     found = History("postgresql", "triggers on its tables (row's last_modified, clock_timestamp())", 1e-6)
     for kind, pid, owner, etag, sequence, stamped, at, client in rows:
         if kind == "ownership":
-            found.writes.append(Write(str(pid), str(owner or ""), float(stamped), float(at), str(etag or ""),
-                                      str(client)))  # fmt: skip
+            found.writes.append(
+                Write(str(pid), str(owner or ""), float(stamped), float(at), str(etag or ""), str(client))
+            )
         else:
             found.checkpoints.append(CheckpointWrite(str(pid), int(sequence), float(at), str(client)))
     return found
@@ -193,8 +194,9 @@ def monitor_history(lines: Iterable[str], ownership_key: str, checkpoints_key: s
                     record = {}
                 if key == ownership_key:
                     since = float(record.get("modified") or at)
-                    found.writes.append(Write(pid, str(record.get("owner") or ""), since, at,
-                                              str(record.get("etag") or ""), caller))  # fmt: skip
+                    found.writes.append(
+                        Write(pid, str(record.get("owner") or ""), since, at, str(record.get("etag") or ""), caller)
+                    )
                 elif "sequence" in record:
                     found.checkpoints.append(CheckpointWrite(pid, int(record["sequence"]), at, caller))
         elif command == "hdel" and key == ownership_key:
@@ -225,8 +227,9 @@ class RedisMonitor:
             raise ConnectionError(f"Redis at {self.host}:{self.port} refused MONITOR: {answer!r}")
         sock.settimeout(0.2)  # so the thread sees ``stop`` within 0.2 s
         self._socket = sock
-        self._thread = threading.Thread(target=self._run, args=(answer[answer.index(b"\r\n") + 2 :],),
-                                        name="netsplit-monitor", daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._run, args=(answer[answer.index(b"\r\n") + 2 :],), name="netsplit-monitor", daemon=True
+        )
         self._thread.start()
 
     def _run(self, first: bytes) -> None:

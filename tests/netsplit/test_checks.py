@@ -40,22 +40,37 @@ from workers.sources.base import ReceivedEvent
 
 def evidence(*handled: tuple[str, int, str, float]) -> Evidence:
     return Evidence(
-        expiry=3.0, produced={}, handlings=[Handling(p, s, o, at) for p, s, o, at in handled], dead_letters=set(),
-        checkpoint_samples=[], ownership_samples=[], faults=[], phases=[], final_checkpoints={},
-    )  # fmt: skip
+        expiry=3.0,
+        produced={},
+        handlings=[Handling(p, s, o, at) for p, s, o, at in handled],
+        dead_letters=set(),
+        checkpoint_samples=[],
+        ownership_samples=[],
+        faults=[],
+        phases=[],
+        final_checkpoints={},
+    )
 
 
 def test_a_handoff_is_no_overlap_even_with_duplicates() -> None:
     # w1 handles 0..2 until t=2, w2 takes over at t=5 and handles 2 again (a duplicate, no overlap)
-    found = evidence(("0", 0, "w1", 1.0), ("0", 1, "w1", 1.5), ("0", 2, "w1", 2.0), ("0", 2, "w2", 5.0),
-                     ("0", 3, "w2", 5.1))  # fmt: skip
+    found = evidence(
+        ("0", 0, "w1", 1.0), ("0", 1, "w1", 1.5), ("0", 2, "w1", 2.0), ("0", 2, "w2", 5.0), ("0", 3, "w2", 5.1)
+    )
     assert overlaps(found) == []
 
 
 def test_two_owners_reading_one_partition_at_once_are_found() -> None:
     # w1 reads 10..12 from 1.0 to 1.2 while w2 reads 11..13 from 1.05 to 1.25; partition 1 is alone
-    found = evidence(("0", 10, "w1", 1.0), ("0", 11, "w1", 1.1), ("0", 12, "w1", 1.2), ("0", 11, "w2", 1.05),
-                     ("0", 12, "w2", 1.15), ("0", 13, "w2", 1.25), ("1", 0, "w3", 1.1))  # fmt: skip
+    found = evidence(
+        ("0", 10, "w1", 1.0),
+        ("0", 11, "w1", 1.1),
+        ("0", 12, "w1", 1.2),
+        ("0", 11, "w2", 1.05),
+        ("0", 12, "w2", 1.15),
+        ("0", 13, "w2", 1.25),
+        ("1", 0, "w3", 1.1),
+    )
     (problem,) = overlaps(found)
     assert problem == "partition 0: w1 read 10..12 from 1.000 to 1.200 while w2 read 11..13 from 1.050 to 1.250"
 
@@ -63,13 +78,29 @@ def test_two_owners_reading_one_partition_at_once_are_found() -> None:
 def test_a_worker_resuming_where_it_left_after_another_was_cut_off_is_no_overlap() -> None:
     # w1 reads 0..2, loses the partition to w2, which reads 3..5 and is cut off before its checkpoint;
     # w1 takes it back at its own checkpoint (2) and reads 3..6: the next sequence number, 7 s later
-    found = evidence(("0", 0, "w1", 1.0), ("0", 1, "w1", 1.1), ("0", 2, "w1", 1.2), ("0", 3, "w2", 5.0),
-                     ("0", 4, "w2", 5.1), ("0", 5, "w2", 5.2), ("0", 3, "w1", 8.2), ("0", 4, "w1", 8.3),
-                     ("0", 5, "w1", 8.4), ("0", 6, "w1", 8.5))  # fmt: skip
+    found = evidence(
+        ("0", 0, "w1", 1.0),
+        ("0", 1, "w1", 1.1),
+        ("0", 2, "w1", 1.2),
+        ("0", 3, "w2", 5.0),
+        ("0", 4, "w2", 5.1),
+        ("0", 5, "w2", 5.2),
+        ("0", 3, "w1", 8.2),
+        ("0", 4, "w1", 8.3),
+        ("0", 5, "w1", 8.4),
+        ("0", 6, "w1", 8.5),
+    )
     assert overlaps(found) == []
     # the same gap with w2 reading while w1 still goes on (w1 handles 2 at 5.15): two owners at once
-    during = evidence(("0", 0, "w1", 1.0), ("0", 1, "w1", 4.0), ("0", 2, "w1", 5.15), ("0", 3, "w2", 5.0),
-                      ("0", 4, "w2", 5.1), ("0", 5, "w2", 5.2), ("0", 3, "w1", 8.2))  # fmt: skip
+    during = evidence(
+        ("0", 0, "w1", 1.0),
+        ("0", 1, "w1", 4.0),
+        ("0", 2, "w1", 5.15),
+        ("0", 3, "w2", 5.0),
+        ("0", 4, "w2", 5.1),
+        ("0", 5, "w2", 5.2),
+        ("0", 3, "w1", 8.2),
+    )
     assert overlaps(during) == ["partition 0: w1 read 0..2 from 1.000 to 5.150 while w2 read 3..5 from 5.000 to 5.200"]
 
 
@@ -90,15 +121,22 @@ EXPIRY = 3.0
 def history(*writes: tuple[str, str, float, float], checkpoints: tuple[tuple[str, int, float], ...] = ()) -> History:
     """Writes (partition, owner, since, at), store-clock seconds; checkpoints (partition, sequence, at)."""
     return History(
-        "hand-made", "a test", 1e-6, [Write(p, o, since, at) for p, o, since, at in writes],
+        "hand-made",
+        "a test",
+        1e-6,
+        [Write(p, o, since, at) for p, o, since, at in writes],
         [CheckpointWrite(p, s, at) for p, s, at in checkpoints],
-    )  # fmt: skip
+    )
 
 
 def test_a_claim_after_the_previous_lease_expired_is_no_overlap() -> None:
     # w1 claims at 100, renews at 101 and 102 (its lease ends at 105); w2 claims at 105.2
-    found = history(("0", "w1", 100.0, 100.001), ("0", "w1", 101.0, 101.001), ("0", "w1", 102.0, 102.001),
-                    ("0", "w2", 105.2, 105.201))  # fmt: skip
+    found = history(
+        ("0", "w1", 100.0, 100.001),
+        ("0", "w1", 101.0, 101.001),
+        ("0", "w1", 102.0, 102.001),
+        ("0", "w2", 105.2, 105.201),
+    )
     assert owner_overlaps(found, EXPIRY) == []
     assert margins(found, EXPIRY) == {True: [], False: [pytest.approx(0.201)]}
     assert summary(found, EXPIRY).endswith(
@@ -113,11 +151,18 @@ def test_a_claim_after_a_release_is_no_overlap_however_soon() -> None:
 
 def test_a_claim_while_the_previous_lease_ran_fails_and_shows_the_history() -> None:
     # w1 renewed at 102 (its lease runs to 105); w2 took the partition at 104.5: half a second early
-    found = history(("0", "w1", 100.0, 100.001), ("0", "w1", 102.0, 102.001), ("0", "w2", 104.499, 104.5),
-                    ("0", "w2", 105.0, 105.001), ("1", "w3", 100.0, 100.001))  # fmt: skip
+    found = history(
+        ("0", "w1", 100.0, 100.001),
+        ("0", "w1", 102.0, 102.001),
+        ("0", "w2", 104.499, 104.5),
+        ("0", "w2", 105.0, 105.001),
+        ("1", "w3", 100.0, 100.001),
+    )
     (problem,) = owner_overlaps(found, EXPIRY)
-    assert problem.startswith("partition 0: w2 took it at 00:01:44.500000, 0.500s before the lease of w1 could have "
-                              "ended (00:01:45.000000: its last write sent by 00:01:42.000000 + expiry 3s")  # fmt: skip
+    assert problem.startswith(
+        "partition 0: w2 took it at 00:01:44.500000, 0.500s before the lease of w1 could have "
+        "ended (00:01:45.000000: its last write sent by 00:01:42.000000 + expiry 3s"
+    )
     shown = problem.splitlines()[1:]
     assert len(shown) == 4 and shown[2].startswith("    >> 00:01:44.500000 (+4.499s) w2")
     assert "w1" in shown[1] and "sent by 00:01:42.000000" in shown[1]
@@ -140,9 +185,16 @@ def test_a_checkpoint_going_back_fails_and_shows_where() -> None:
 
 
 def test_a_write_in_another_workers_name_is_found() -> None:
-    found = History("hand-made", "a test", 1e-6, [Write("0", "w1", 1.0, 1.0, client="10.0.0.4"),
-                                                  Write("0", "w2", 5.0, 5.0, client="10.0.0.4"),
-                                                  Write("0", "", 6.0, 6.0, client="10.0.0.9")])  # fmt: skip
+    found = History(
+        "hand-made",
+        "a test",
+        1e-6,
+        [
+            Write("0", "w1", 1.0, 1.0, client="10.0.0.4"),
+            Write("0", "w2", 5.0, 5.0, client="10.0.0.4"),
+            Write("0", "", 6.0, 6.0, client="10.0.0.9"),
+        ],
+    )
     assert foreign_writers(found, {"w1": "10.0.0.4", "w2": "10.0.0.5"}) == [
         "partition 0: a write naming w2 (host 10.0.0.5) came from 10.0.0.4 at 00:00:05.000000"
     ]
@@ -180,13 +232,19 @@ def test_events_handled_inside_the_owners_tenure_pass_and_one_after_it_fails() -
     # store's clock is the monotonic one + 1000. w1 handles 0..2 inside its lease, then 3..4 at
     # 105.3 and 105.4, after it ended; w2 handles 3 at 105.5, inside its own.
     found = history(("0", "w1", 100.0, 100.001), ("0", "w1", 102.0, 102.001), ("0", "w2", 105.2, 105.201))
-    inside = [Handling("0", 0, "w1", -899.5), Handling("0", 1, "w1", -898.9), Handling("0", 2, "w1", -898.1),
-              Handling("0", 3, "w2", -894.5)]  # fmt: skip
+    inside = [
+        Handling("0", 0, "w1", -899.5),
+        Handling("0", 1, "w1", -898.9),
+        Handling("0", 2, "w1", -898.1),
+        Handling("0", 3, "w2", -894.5),
+    ]
     assert handled_outside(found, inside, offset=1000.0, expiry=EXPIRY) == []
     late = [Handling("0", 3, "w1", -894.7), Handling("0", 4, "w1", -894.6)]
     (problem,) = handled_outside(found, [*inside, *late], offset=1000.0, expiry=EXPIRY)
-    assert problem.startswith("partition 0: w1 handled 3..4 from 00:01:45.300000 to 00:01:45.400000 (store clock), "
-                              "outside every lease the store gave it there (1 tenures)")  # fmt: skip
+    assert problem.startswith(
+        "partition 0: w1 handled 3..4 from 00:01:45.300000 to 00:01:45.400000 (store clock), "
+        "outside every lease the store gave it there (1 tenures)"
+    )
     assert handled_outside(found, late, offset=1000.0, expiry=EXPIRY, slack=0.5) == []
 
 
@@ -194,8 +252,10 @@ def test_an_owner_handling_while_its_lease_had_lapsed_is_found_even_if_it_claime
     # w1's lease ran out at 103.0 (renewal sent by 100), nobody took it, w1 claimed it again at 106.001;
     # w1 handled an event at 104.5 in between: it held no lease then
     found = history(("0", "w1", 100.0, 100.001), ("0", "w1", 106.0, 106.001))
-    assert [(t.start, t.end) for t in tenures(by_partition(found.writes)["0"], EXPIRY)] == [(100.001, 103.0),
-                                                                                          (106.001, 109.0)]  # fmt: skip
+    assert [(t.start, t.end) for t in tenures(by_partition(found.writes)["0"], EXPIRY)] == [
+        (100.001, 103.0),
+        (106.001, 109.0),
+    ]
     (problem,) = handled_outside(found, [Handling("0", 7, "w1", 104.5)], offset=0.0, expiry=EXPIRY)
     assert problem.startswith("partition 0: w1 handled 7..7 from 00:01:44.500000")
 
@@ -215,8 +275,12 @@ def test_where_the_store_stamps_a_write_s_end_late_an_owner_is_judged_from_its_c
 
 
 def test_a_history_that_does_not_end_where_the_store_is_incomplete() -> None:
-    found = History("hand-made", "a test", 1e-6, [Write("0", "w1", 1.0, 1.0, "e1"), Write("0", "", 2.0, 2.0, "e2"),
-                                                  Write("1", "w2", 1.0, 1.0, "e3")])  # fmt: skip
+    found = History(
+        "hand-made",
+        "a test",
+        1e-6,
+        [Write("0", "w1", 1.0, 1.0, "e1"), Write("0", "", 2.0, 2.0, "e2"), Write("1", "w2", 1.0, 1.0, "e3")],
+    )
     assert unmatched_ends(found, {"0": ("", "e2"), "1": ("w2", "e3")}) == []
     assert unmatched_ends(found, {"0": ("w3", "e9"), "1": ("w2", "e3"), "2": ("w1", "e4")}) == [
         "partition 0: the history ends with ('', 'e2'), the store holds ('w3', 'e9')",
@@ -229,8 +293,12 @@ def test_a_history_that_does_not_end_where_the_store_is_incomplete() -> None:
 
 def test_a_checkpoint_written_by_a_former_owner_is_found() -> None:
     writes = [Write("0", "w1", 1.0, 1.0, client="10.0.0.4"), Write("0", "w2", 5.0, 5.0, client="10.0.0.5")]
-    points = [CheckpointWrite("0", 10, 2.0, "10.0.0.4"), CheckpointWrite("0", 20, 6.0, "10.0.0.5"),
-              CheckpointWrite("0", 15, 6.5, "10.0.0.4"), CheckpointWrite("1", 3, 6.5, "10.0.0.4")]  # fmt: skip
+    points = [
+        CheckpointWrite("0", 10, 2.0, "10.0.0.4"),
+        CheckpointWrite("0", 20, 6.0, "10.0.0.5"),
+        CheckpointWrite("0", 15, 6.5, "10.0.0.4"),
+        CheckpointWrite("1", 3, 6.5, "10.0.0.4"),
+    ]
     found = History("hand-made", "a test", 1e-6, writes, points)
     problems = foreign_checkpoints(found, {"w1-0": "10.0.0.9", "w1": "10.0.0.4", "w2": "10.0.0.5"})
     assert [p.splitlines()[0] for p in problems] == [
@@ -259,8 +327,9 @@ def test_read_landing_gives_every_file_with_its_writer_and_skips_temporaries(tmp
     files, problems = read_landing(tmp_path, "hub")
     assert problems == []
     assert sorted((f.owner, f.sequences, f.name.startswith(".")) for f in files) == [
-        ("w1-0", (5, 6), False), ("w2-0", (5, 6), True)
-    ]  # fmt: skip
+        ("w1-0", (5, 6), False),
+        ("w2-0", (5, 6), True),
+    ]
     assert all(f.tenure and abs(f.written - time.time()) < 60 for f in files)
     (tmp_path / "hub" / "3" / f"{7:020d}-{8:020d}.parquet").write_bytes(b"not parquet")
     assert [p.split(" cannot be read")[0] for p in read_landing(tmp_path, "hub")[1]] == [
@@ -286,8 +355,9 @@ def test_a_file_landed_outside_its_writers_lease_is_found() -> None:
     elsewhere = landed("1", 0, 4, "w1", 101.0)
     problems = landed_outside(found, [*inside, late, elsewhere], EXPIRY)
     assert [p.split(" (")[0] for p in problems] == [
-        f"landing: w1 wrote 0/{late.name}", f"landing: w1 wrote 1/{elsewhere.name}"
-    ]  # fmt: skip
+        f"landing: w1 wrote 0/{late.name}",
+        f"landing: w1 wrote 1/{elsewhere.name}",
+    ]
     assert "outside every lease the store gave it there (its nearest tenure there ran 00:01:40.001000" in problems[0]
     assert "the store never gave it that partition" in problems[1]
     assert landed_outside(found, [late], EXPIRY, slack=0.5) == []
@@ -295,10 +365,18 @@ def test_a_file_landed_outside_its_writers_lease_is_found() -> None:
 
 def test_a_pump_landing_on_both_sides_of_another_owners_lease_is_found() -> None:
     # w1 holds partition 0 to 105.0, w2 from 105.201 to 109.0 (lapsed), w1 again from 110.001
-    found = history(("0", "w1", 100.0, 100.001), ("0", "w1", 102.0, 102.001), ("0", "w2", 105.2, 105.201),
-                    ("0", "w2", 106.0, 106.001), ("0", "w1", 110.0, 110.001))  # fmt: skip
-    fresh = [landed("0", 0, 9, "w1", 101.0, "a"), landed("0", 10, 19, "w2", 106.5, "b"),
-             landed("0", 20, 29, "w1", 111.0, "c")]  # fmt: skip
+    found = history(
+        ("0", "w1", 100.0, 100.001),
+        ("0", "w1", 102.0, 102.001),
+        ("0", "w2", 105.2, 105.201),
+        ("0", "w2", 106.0, 106.001),
+        ("0", "w1", 110.0, 110.001),
+    )
+    fresh = [
+        landed("0", 0, 9, "w1", 101.0, "a"),
+        landed("0", 10, 19, "w2", 106.5, "b"),
+        landed("0", 20, 29, "w1", 111.0, "c"),
+    ]
     assert stale_pumps(found, fresh, EXPIRY) == [] and landed_outside(found, fresh, EXPIRY) == []
     stale = [*fresh[:2], landed("0", 20, 29, "w1", 111.0, "a")]  # w1's first pump went on after w2's lease
     (problem,) = stale_pumps(found, stale, EXPIRY)
@@ -354,8 +432,11 @@ def test_a_duplicate_without_a_cause_fails(why: str, faults: list[Fault], checkp
 
 
 def test_an_event_landed_twice_by_one_tenure_fails() -> None:
-    files = [landed("0", 10, 19, "w1", 1002.0, "t1"), landed("0", 15, 20, "w1", 1003.0, "t1"),
-             landed("0", 20, 21, "w1", 1004.0, "t2")]  # fmt: skip
+    files = [
+        landed("0", 10, 19, "w1", 1002.0, "t1"),
+        landed("0", 15, 20, "w1", 1003.0, "t1"),
+        landed("0", 20, 21, "w1", 1004.0, "t2"),
+    ]
     twice, problems = duplicates(files, [cut("cut-store", 0.0, 10.0, "w1")], history(), offset=1000.0)
     assert len(problems) == 5 and problems[0].startswith("landing: partition 0: w1 landed sequence 15 twice in one ")
     assert [(d.sequence, d.cause is not None) for d in twice] == [(20, True)]  # another tenure: the cut's
@@ -389,14 +470,27 @@ def test_per_nemesis_figures() -> None:
 
 
 def event(kind: str, pid: str, owner: str | None, previous: str | None, reason: str, at: float) -> dict[str, object]:
-    return {"kind": kind, "partition_id": pid, "owner_id": owner, "previous_owner": previous, "reason": reason,
-            "reporter": owner or previous or "", "at": at}  # fmt: skip
+    return {
+        "kind": kind,
+        "partition_id": pid,
+        "owner_id": owner,
+        "previous_owner": previous,
+        "reason": reason,
+        "reporter": owner or previous or "",
+        "at": at,
+    }
 
 
 # partition 0: w1 claims it, its lease runs out (cut off), w2 takes it, hands it off to w3 (release), w3
 # claims it; partition 1: w1 claims, then w1 again after its own lapse (no change of owner, no event)
-CHANGES = history(("0", "w1", 100.0, 100.001), ("0", "w2", 104.0, 104.001), ("0", "", 106.0, 106.001),
-                  ("0", "w3", 106.01, 106.02), ("1", "w1", 100.0, 100.001), ("1", "w1", 110.0, 110.001))  # fmt: skip
+CHANGES = history(
+    ("0", "w1", 100.0, 100.001),
+    ("0", "w2", 104.0, 104.001),
+    ("0", "", 106.0, 106.001),
+    ("0", "w3", 106.01, 106.02),
+    ("1", "w1", 100.0, 100.001),
+    ("1", "w1", 110.0, 110.001),
+)
 LOG = [  # stamped with the store's clock: the won write's last-modified
     event("claim", "0", "w1", None, "never owned", 100.0),
     event("claim", "1", "w1", None, "never owned", 100.0),
@@ -409,9 +503,12 @@ LOG = [  # stamped with the store's clock: the won write's last-modified
 
 def test_every_change_of_owner_in_the_stores_history_is_in_the_consoles_log() -> None:
     assert [(e.partition, e.kinds, e.owner, e.previous) for e in expected_events(CHANGES, EXPIRY)] == [
-        ("0", ("claim",), "w1", None), ("0", ("expire", "steal"), "w2", "w1"), ("0", ("release",), None, "w2"),
-        ("0", ("claim",), "w3", None), ("1", ("claim",), "w1", None),
-    ]  # fmt: skip
+        ("0", ("claim",), "w1", None),
+        ("0", ("expire", "steal"), "w2", "w1"),
+        ("0", ("release",), None, "w2"),
+        ("0", ("claim",), "w3", None),
+        ("1", ("claim",), "w1", None),
+    ]
     assert unlogged(CHANGES, LOG, EXPIRY) == ([], [])
 
 
@@ -461,9 +558,14 @@ def test_a_change_whose_reporter_was_killed_right_after_it_is_counted_apart_and_
         "sigkill from 00:01:45.000000"
     ]
     # a cut or a stop only delays a report (the sink keeps it and tries again): missing, it fails
-    for fault in (cut("isolated", 5.0, 17.0, "w2"), cut("cut-store", 5.0, 17.0, "w2"),
-                  cut("sigstop", 5.0, 17.0, "w2"), cut("sigkill", 8.0, 20.0, "w2"), cut("sigkill", 5.0, 17.0, "w1"),
-                  cut("sigkill", 0.0, 3.0, "w2")):  # fmt: skip
+    for fault in (
+        cut("isolated", 5.0, 17.0, "w2"),
+        cut("cut-store", 5.0, 17.0, "w2"),
+        cut("sigstop", 5.0, 17.0, "w2"),
+        cut("sigkill", 8.0, 20.0, "w2"),
+        cut("sigkill", 5.0, 17.0, "w1"),
+        cut("sigkill", 0.0, 3.0, "w2"),
+    ):
         problems, excused = unlogged(CHANGES, log, EXPIRY, [fault], offset=100.0)
         assert len(problems) == 1 and excused == [], fault
 
@@ -472,11 +574,14 @@ def test_each_change_is_matched_with_the_event_stamped_nearest_it() -> None:
     # w2 claims partition 7 at 100.001 and is killed at once (its report dies with it), w1 takes it
     # after the expiry, hands it back at 106.0, a new w2 claims it again at 106.52: the one claim event
     # of w2 is the second claim's, and the first is counted apart against the kill
-    found = history(("7", "w2", 100.0, 100.001), ("7", "w1", 104.5, 104.501), ("7", "", 106.0, 106.001),
-                    ("7", "w2", 106.5, 106.52))  # fmt: skip
-    log = [event("expire", "7", "w1", "w2", "lease of w2 not renewed for 4.5s (expiry 3s)", 104.5),
-           event("release", "7", None, "w1", "handed off", 106.0),
-           event("claim", "7", "w2", None, "released", 106.5)]  # fmt: skip
+    found = history(
+        ("7", "w2", 100.0, 100.001), ("7", "w1", 104.5, 104.501), ("7", "", 106.0, 106.001), ("7", "w2", 106.5, 106.52)
+    )
+    log = [
+        event("expire", "7", "w1", "w2", "lease of w2 not renewed for 4.5s (expiry 3s)", 104.5),
+        event("release", "7", None, "w1", "handed off", 106.0),
+        event("claim", "7", "w2", None, "released", 106.5),
+    ]
     problems, excused = unlogged(found, log, EXPIRY, [cut("sigkill", 0.2, 12.2, "w2")], offset=100.0)
     assert problems == [] and [e.split(" at ")[0] for e in excused] == ["partition 7: the first owner"]
     (problem,), _ = unlogged(found, log, EXPIRY)
@@ -484,8 +589,10 @@ def test_each_change_is_matched_with_the_event_stamped_nearest_it() -> None:
 
 
 def test_a_cut_off_workers_partitions_show_expired_and_claimed_elsewhere() -> None:
-    log = [event("expire", "2", "w2", "w1", "lease of w1 not renewed for 3.4s (expiry 3s)", 200.0),
-           event("expire", "3", "w3", "w1", "lease of w1 not renewed for 3.1s (expiry 3s)", 200.0)]  # fmt: skip
+    log = [
+        event("expire", "2", "w2", "w1", "lease of w1 not renewed for 3.4s (expiry 3s)", 200.0),
+        event("expire", "3", "w3", "w1", "lease of w1 not renewed for 3.1s (expiry 3s)", 200.0),
+    ]
     assert taken_after_expiry(log, "w1", {"2", "3"}) == []
     assert taken_after_expiry(log[:1], "w1", {"2", "3"}) == [
         "console: partition 3 of w1, cut off, not shown expired and claimed elsewhere (no event)"

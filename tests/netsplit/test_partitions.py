@@ -121,9 +121,12 @@ def hosts(django_db_blocker: Any) -> Iterator[tuple[Network, Postgres, str]]:
 @pytest.mark.timeout(900 + 3 * SECONDS)
 @pytest.mark.parametrize("store", list(SHORT))
 async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions(
-    store: str, hosts: tuple[Network, Postgres, str], tmp_path: Path, django_db_blocker: Any,
+    store: str,
+    hosts: tuple[Network, Postgres, str],
+    tmp_path: Path,
+    django_db_blocker: Any,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     net, server, url = hosts
     seed = int(os.environ.get("CHAOS_SEED") or time.time_ns() % 1_000_000)
     os.environ["CHAOS_SEED"] = str(seed)  # the fleet's generator reads it
@@ -213,8 +216,18 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
     report.violations += unreported[:5]
     healing = [f for f in evidence.faults if f.kind in HEALED]
     balanced = dict(zip(healing, (r.seconds for r in healed), strict=True))
-    figures = per_nemesis(fleet.phases, evidence.produced, evidence.dead_letters, files, evidence.handlings, twice,
-                          history, fleet.expiry, offset, balanced)  # fmt: skip
+    figures = per_nemesis(
+        fleet.phases,
+        evidence.produced,
+        evidence.dead_letters,
+        files,
+        evidence.handlings,
+        twice,
+        history,
+        fleet.expiry,
+        offset,
+        balanced,
+    )
     with capsys.disabled():
         print_report(f"netsplit {store}", report, fleet, time.monotonic() - started)
         print(f"  {summary(history, fleet.expiry)}; its last writes compared with the store's {len(final)} records")

@@ -39,14 +39,16 @@ def spark() -> Iterator[SparkSession]:
 def received(partition_id: str, sequence_number: int, body: bytes, enqueued: float | None = None) -> ReceivedEvent:
     """An event as a hub would deliver it (offset and enqueued time follow from the sequence number)."""
     return ReceivedEvent(
-        partition_id, sequence_number, str(sequence_number * 100),
-        T0 + sequence_number if enqueued is None else enqueued, None, body,
-    )  # fmt: skip
+        partition_id,
+        sequence_number,
+        str(sequence_number * 100),
+        T0 + sequence_number if enqueued is None else enqueued,
+        None,
+        body,
+    )
 
 
-def reading(
-    home: str, sensor: str, event: str, *, armed: bool = False, at: float = T0, n: int = 0
-) -> SensorEvent:
+def reading(home: str, sensor: str, event: str, *, armed: bool = False, at: float = T0, n: int = 0) -> SensorEvent:
     return SensorEvent(f"e-{home}-{n}", home, sensor, f"{sensor}-1", event, armed, at)
 
 

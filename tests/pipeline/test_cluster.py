@@ -77,8 +77,7 @@ async def test_on_a_cluster_a_lost_spark_worker_and_a_killed_driver_still_count_
     site.start_worker("A")
     site.start_worker("B")
     await asyncio.to_thread(cluster.ready)
-    site.spawn("pipeline", manage(*pipeline, "--trigger-seconds", "1"), driver_env,
-               start_new_session=True)  # fmt: skip
+    site.spawn("pipeline", manage(*pipeline, "--trigger-seconds", "1"), driver_env, start_new_session=True)
 
     async def balanced() -> bool:
         owners = list((await site.owners()).values())

@@ -74,12 +74,32 @@ class Site(SqlSite):
 
     def start_worker(self, prefix: str) -> None:
         self.start(
-            prefix, "runworkers", "--count", "1", "--owner-prefix", prefix, "--store", "sql",
-            "--source", "embedded", "--hub", REF.hub, "--interval", "0.5", "--expiry", str(EXPIRY),
-            "--handler", "workers.landing.LandingHandler",
+            prefix,
+            "runworkers",
+            "--count",
+            "1",
+            "--owner-prefix",
+            prefix,
+            "--store",
+            "sql",
+            "--source",
+            "embedded",
+            "--hub",
+            REF.hub,
+            "--interval",
+            "0.5",
+            "--expiry",
+            str(EXPIRY),
+            "--handler",
+            "workers.landing.LandingHandler",
             # Checkpoints are rare, so a kill leaves landed but uncheckpointed events: they land twice.
-            "--checkpoint-events", "100000", "--checkpoint-seconds", "4", "--shutdown-timeout", "5",
-        )  # fmt: skip
+            "--checkpoint-events",
+            "100000",
+            "--checkpoint-seconds",
+            "4",
+            "--shutdown-timeout",
+            "5",
+        )
 
     def landed_ends(self) -> dict[str, int]:
         """Partition -> the highest sequence number in a landing file name."""

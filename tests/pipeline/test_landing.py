@@ -205,9 +205,10 @@ class CheckingStore(MemoryStore):
     async def update_checkpoint(self, checkpoint: Checkpoint, owner_id: str) -> Checkpoint:
         folder = self.root / HUB / checkpoint.partition_id
         landed = {
-            s for path in folder.glob("*.parquet")
+            s
+            for path in folder.glob("*.parquet")
             for s in pq.read_table(path, columns=["sequence_number"]).column(0).to_pylist()
-        }  # fmt: skip
+        }
         self.checked.append((checkpoint.sequence_number, landed >= set(range(checkpoint.sequence_number + 1))))
         return await super().update_checkpoint(checkpoint, owner_id)
 
@@ -219,19 +220,28 @@ async def test_the_pump_checkpoints_only_events_whose_landing_file_is_on_disk(la
         store = CheckingStore(landing.root)
         await store.claim_ownership([OwnershipRecord(REF, "0", "owner")])
         pump = PartitionPump(
-            ref=REF, partition_id="0", owner_id="owner", holds=lambda _: True, checkpoints=store, source=hub,
-            handler=landing.handler(), config=PumpConfig(checkpoint_events=1, checkpoint_seconds=60),
+            ref=REF,
+            partition_id="0",
+            owner_id="owner",
+            holds=lambda _: True,
+            checkpoints=store,
+            source=hub,
+            handler=landing.handler(),
+            config=PumpConfig(checkpoint_events=1, checkpoint_seconds=60),
             dead_letters=DeadLetters(landing.dead),
-        )  # fmt: skip
+        )
         task = asyncio.create_task(pump.run())
 
         def pumping() -> None:
             assert not task.done(), pump.stats
 
         await until(
-            lambda: pump.stats.checkpointed == 11_999, "the checkpoint at the last event", 30, check=pumping,
+            lambda: pump.stats.checkpointed == 11_999,
+            "the checkpoint at the last event",
+            30,
+            check=pumping,
             detail=lambda: str(pump.stats),
-        )  # fmt: skip
+        )
         pump.stop()
         await task
     finally:

@@ -17,10 +17,17 @@ DATABASES = ["default", "postgres"]
 
 def result(batch_id: int, minutes: list[tuple[datetime, str, int, int]], hub: str = "sensors") -> summary.BatchResult:
     return summary.BatchResult(
-        hub=hub, query_id=f"query of {hub}", batch_id=batch_id, finished_at=LATER + timedelta(minutes=5),
-        events=sum(m[2] for m in minutes), newest_enqueued=None, newest_event=None, oldest_enqueued=None,
-        write_seconds=0.1, minutes=minutes,
-    )  # fmt: skip
+        hub=hub,
+        query_id=f"query of {hub}",
+        batch_id=batch_id,
+        finished_at=LATER + timedelta(minutes=5),
+        events=sum(m[2] for m in minutes),
+        newest_enqueued=None,
+        newest_event=None,
+        oldest_enqueued=None,
+        write_seconds=0.1,
+        minutes=minutes,
+    )
 
 
 def minutes_in(using: str, hub: str = "sensors") -> dict[tuple[datetime, str], tuple[int, int]]:

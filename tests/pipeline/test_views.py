@@ -32,10 +32,19 @@ def folders(settings: LazySettings, landing: Landing) -> Landing:
 
 def batch(batch_id: int, events: int, input_rows: int | None, newest: datetime, **extra: Any) -> PipelineBatch:
     return PipelineBatch.objects.create(
-        hub=HUB, query_id="q", batch_id=batch_id, finished_at=newest + timedelta(seconds=4), events=events,
-        alerts=1, newest_enqueued=newest, newest_event=newest, write_seconds=0.5, input_rows=input_rows,
-        duration_seconds=1.5, **extra,
-    )  # fmt: skip
+        hub=HUB,
+        query_id="q",
+        batch_id=batch_id,
+        finished_at=newest + timedelta(seconds=4),
+        events=events,
+        alerts=1,
+        newest_enqueued=newest,
+        newest_event=newest,
+        write_seconds=0.5,
+        input_rows=input_rows,
+        duration_seconds=1.5,
+        **extra,
+    )
 
 
 def test_the_api_reports_aggregates_alerts_lag_batches_and_bad_input(client: Client, folders: Landing) -> None:
@@ -45,9 +54,19 @@ def test_the_api_reports_aggregates_alerts_lag_batches_and_bad_input(client: Cli
         )
     MinuteSummary.objects.create(hub="other", minute=NOON, sensor="door", events=1000)
     Alert.objects.create(
-        hub=HUB, partition_id="3", sequence_number=9, home="home-00007", kind="smoke", sensor="smoke",
-        sensor_id="smoke-1", event="detected", event_time=NOON, enqueued_time=NOON, raised_at=NOON, batch_id=1,
-    )  # fmt: skip
+        hub=HUB,
+        partition_id="3",
+        sequence_number=9,
+        home="home-00007",
+        kind="smoke",
+        sensor="smoke",
+        sensor_id="smoke-1",
+        event="detected",
+        event_time=NOON,
+        enqueued_time=NOON,
+        raised_at=NOON,
+        batch_id=1,
+    )
     batch(0, 10, 12, datetime.fromtimestamp(T0 + 20, UTC))
     batch(1, 3, 3, datetime.fromtimestamp(T0 + 30, UTC), unreadable_files=1)
     UnreadableFile.objects.create(hub=HUB, path="/l/1/x.parquet", error="torn", size=10, found_at=NOON, batch_id=1)
@@ -62,19 +81,28 @@ def test_the_api_reports_aggregates_alerts_lag_batches_and_bad_input(client: Cli
 
     assert state["hub"] == HUB
     assert state["lag"] == {
-        "newest_landed": T0 + 42, "newest_aggregated": T0 + 30, "seconds": 12.0, "partitions_landed": 2,
-    }  # fmt: skip
+        "newest_landed": T0 + 42,
+        "newest_aggregated": T0 + 30,
+        "seconds": 12.0,
+        "partitions_landed": 2,
+    }
     assert state["totals"] == {
-        "events": 13, "alerts": 3, "batches": 2, "duplicates": 2, "unreadable_files": 1, "dead_letters": 1,
-    }  # fmt: skip
+        "events": 13,
+        "alerts": 3,
+        "batches": 2,
+        "duplicates": 2,
+        "unreadable_files": 1,
+        "dead_letters": 1,
+    }
     series = state["chart"]["series"]
     assert len(series) == MINUTES and series[-1]["minute"] == (NOON + timedelta(minutes=2)).timestamp()
     assert series[-3]["events"] == {"motion": 5, "door": 7, "window": 0, "glass_break": 0, "smoke": 0}
     assert (series[-3]["alerts"], series[-2]["alerts"], series[-1]["alerts"]) == (2, 0, 1)
     assert [(a["home"], a["kind"]) for a in state["alerts"]] == [("home-00007", "smoke")]
     assert [(b["batch_id"], b["duplicates"], b["latency_seconds"]) for b in state["batches"]] == [
-        (0, 2, 4.0), (1, 0, 4.0)
-    ]  # fmt: skip
+        (0, 2, 4.0),
+        (1, 0, 4.0),
+    ]
     assert [u["path"] for u in state["unreadable_files"]] == ["/l/1/x.parquet"]
     [dead] = state["dead_letters"]
     assert (dead["partition_id"], dead["sequence_number"]) == ("1", 43) and "MalformedEvent" in dead["error"]

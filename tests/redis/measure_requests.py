@@ -29,10 +29,12 @@ async def measure(partitions: int, workers: int, scale: float, leases: int) -> d
     server = start_redis()
     defaults = RaceTimes()
     times = RaceTimes(
-        normal_lease=defaults.normal_lease * scale, maximum_lease=defaults.maximum_lease * scale,
-        maximum_shutdown=defaults.maximum_shutdown * scale, minimum_lease_grab=defaults.minimum_lease_grab * scale,
+        normal_lease=defaults.normal_lease * scale,
+        maximum_lease=defaults.maximum_lease * scale,
+        maximum_shutdown=defaults.maximum_shutdown * scale,
+        minimum_lease_grab=defaults.minimum_lease_grab * scale,
         leases_held_delay=0.05,
-    )  # fmt: skip
+    )
     interval = 2.0 * scale
     try:
         async with RedisStore(server.url) as store:
@@ -57,9 +59,12 @@ async def measure(partitions: int, workers: int, scale: float, leases: int) -> d
                 return sum(counts) == partitions and max(counts) - min(counts) <= 1
 
             await until(
-                balanced, "a balanced share", 10 * times.normal_lease, step=0.05,
+                balanced,
+                "a balanced share",
+                10 * times.normal_lease,
+                step=0.05,
                 detail=lambda: f"owned {[len(n.owned) for n in nodes]}",
-            )  # fmt: skip
+            )
             before = [n.requests for n in nodes]
             await asyncio.sleep(leases * times.normal_lease)
             per_lease = [(n.requests - b) / leases for n, b in zip(nodes, before, strict=True)]

@@ -28,9 +28,12 @@ REF = HubRef("localhost", "race-e2e", "$Default")
 # 001's spans, scaled down: the wait formula's cap (0.8 x 2.5 s) leaves room for 7 partitions per
 # node at 250 ms each, and half a delay (125 ms) decides every race.
 SPANS = {
-    "normal-lease": 4.0, "maximum-lease": 8.0, "maximum-shutdown": 2.0, "minimum-lease-grab": 2.5,
+    "normal-lease": 4.0,
+    "maximum-lease": 8.0,
+    "maximum-shutdown": 2.0,
+    "minimum-lease-grab": 2.5,
     "leases-held-delay": 0.25,
-}  # fmt: skip
+}
 INTERVAL = 0.5
 
 
@@ -58,13 +61,34 @@ class Site(Processes):
         self, prefix: str, *, store: str = "redis", env: dict[str, str] | None = None, extra: tuple[str, ...] = ()
     ) -> subprocess.Popen[bytes]:
         command = manage(
-            "runworkers", "--count", "1", "--owner-prefix", prefix,
-            "--strategy", "race", "--store", store, "--source", "embedded", "--hub", REF.hub,
-            "--interval", str(INTERVAL), "--expiry", "10",
-            "--handler", "tests.workers.recording.RecordingHandler",
-            "--checkpoint-events", "20", "--checkpoint-seconds", "0.5", "--shutdown-timeout", "2",
-            *(f"--{name}={value}" for name, value in SPANS.items()), *extra,
-        )  # fmt: skip
+            "runworkers",
+            "--count",
+            "1",
+            "--owner-prefix",
+            prefix,
+            "--strategy",
+            "race",
+            "--store",
+            store,
+            "--source",
+            "embedded",
+            "--hub",
+            REF.hub,
+            "--interval",
+            str(INTERVAL),
+            "--expiry",
+            "10",
+            "--handler",
+            "tests.workers.recording.RecordingHandler",
+            "--checkpoint-events",
+            "20",
+            "--checkpoint-seconds",
+            "0.5",
+            "--shutdown-timeout",
+            "2",
+            *(f"--{name}={value}" for name, value in SPANS.items()),
+            *extra,
+        )
         return self.spawn(prefix, command, {**self.env, **(env or {})})
 
     def stop_all(self) -> None:

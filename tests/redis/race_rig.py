@@ -62,11 +62,20 @@ class RaceCluster:
         backend = MemoryRaceBackend(self.hub, REF, self.latency, random.Random(self.rng.random()))
         built: list[Node] = []  # the node, once built: its coordinator's handoffs are kept on it
         coordinator = RaceCoordinator(
-            REF, name, self.store, backend, self.pids, self.times, controls=self.store,
-            on_event=lambda e: self.events.append((now(), e)), load=load,
+            REF,
+            name,
+            self.store,
+            backend,
+            self.pids,
+            self.times,
+            controls=self.store,
+            on_event=lambda e: self.events.append((now(), e)),
+            load=load,
             on_handoff=lambda pid: built[0].handoffs.append(asyncio.create_task(self._hand_off(built[0], pid))),
-            rng=random.Random(f"{self.seed}/{name}"), clock=lambda: EPOCH + now(), monotonic=now,
-        )  # fmt: skip
+            rng=random.Random(f"{self.seed}/{name}"),
+            clock=lambda: EPOCH + now(),
+            monotonic=now,
+        )
         node = self.nodes[name] = Node(coordinator)
         built.append(node)
         if start:

@@ -85,17 +85,22 @@ async def test_both_workers_balancer_events_reach_one_websocket_through_the_redi
 ) -> None:
     port = free_port()
     processes["daphne"] = spawn(
-        "daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "dashboard.asgi:application"],
-        environment, tmp_path,
-    )  # fmt: skip
+        "daphne",
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "dashboard.asgi:application"],
+        environment,
+        tmp_path,
+    )
 
     def daphne_runs() -> None:
         assert processes["daphne"].poll() is None, (tmp_path / "daphne.log").read_text()[-3000:]
 
     await until(
-        lambda: asyncio.to_thread(answering, f"http://127.0.0.1:{port}/api/state"), "daphne to answer", 30,
-        step=0.1, check=daphne_runs,
-    )  # fmt: skip
+        lambda: asyncio.to_thread(answering, f"http://127.0.0.1:{port}/api/state"),
+        "daphne to answer",
+        30,
+        step=0.1,
+        check=daphne_runs,
+    )
 
     # the layer the settings configure for REDIS_URL
     layer = RedisChannelLayer(hosts=[{"address": environment["REDIS_URL"], "socket_timeout": 15}], prefix="leaseboard")
@@ -114,10 +119,26 @@ async def test_both_workers_balancer_events_reach_one_websocket_through_the_redi
     async with websockets.connect(uri, origin=websockets.Origin(f"http://127.0.0.1:{port}")) as socket:
         reading = asyncio.create_task(read_layer())
         for prefix in ("A", "B"):
-            processes[prefix] = spawn(prefix, [
-                sys.executable, "manage.py", "runworkers", "--owner-prefix", prefix, "--store", "redis",
-                "--hub", HUB, "--interval", "0.5", "--expiry", "3",
-            ], environment, tmp_path)  # fmt: skip
+            processes[prefix] = spawn(
+                prefix,
+                [
+                    sys.executable,
+                    "manage.py",
+                    "runworkers",
+                    "--owner-prefix",
+                    prefix,
+                    "--store",
+                    "redis",
+                    "--hub",
+                    HUB,
+                    "--interval",
+                    "0.5",
+                    "--expiry",
+                    "3",
+                ],
+                environment,
+                tmp_path,
+            )
         deadline = time.monotonic() + 60
         try:
             while not ({"A-0", "B-0"} <= socket_reporters and {"A-0", "B-0"} <= layer_reporters):

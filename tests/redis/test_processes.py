@@ -76,10 +76,12 @@ async def test_a_node_that_joins_gets_an_even_share_within_one_normal_lease_time
         site.start("B")
         await site.until(lambda: "B-0" in site.members(), 30, "B to start")  # its first cycle
         took = await site.until(
-            lambda: site.balanced(site.allocation(), {"A-0", "B-0"})
-            and site.balanced(site.redis_owners(), {"A-0", "B-0"}),
-            2 * LEASE, "an even share",
-        )  # fmt: skip
+            lambda: (
+                site.balanced(site.allocation(), {"A-0", "B-0"}) and site.balanced(site.redis_owners(), {"A-0", "B-0"})
+            ),
+            2 * LEASE,
+            "an even share",
+        )
         # one normal lease time (and its jitter) for every partition to be challenged once, then
         # the last race and its handoff
         assert took <= LEASE * 1.05 + WAIT_CAP + 2 * INTERVAL, took

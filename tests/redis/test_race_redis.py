@@ -57,6 +57,7 @@ async def test_a_notification_reaches_every_subscriber_and_a_lost_server_breaks_
 ) -> None:
     heard: dict[str, list[tuple[Channel, str]]] = {"a": [], "b": []}
     ready: set[str] = set()
+
     def listen(name: str) -> asyncio.Task[None]:
         backend = RedisRaceBackend(store, REF)
         return asyncio.create_task(backend.listen(lambda c, p: heard[name].append((c, p)), lambda: ready.add(name)))
@@ -83,9 +84,15 @@ async def test_a_notification_reaches_every_subscriber_and_a_lost_server_breaks_
 async def test_the_race_touches_only_its_scopes_keys_and_channels(redis_server: RedisServer) -> None:
     async with Redis.from_url(redis_server.url) as admin:
         await admin.acl_setuser(
-            "racer", enabled=True, passwords=["+racer-pw"], commands=["+@all"],
-            keys=[f"{scope(REF)}:*"], channels=[f"{scope(REF)}:*"], reset_keys=True, reset_channels=True,
-        )  # fmt: skip
+            "racer",
+            enabled=True,
+            passwords=["+racer-pw"],
+            commands=["+@all"],
+            keys=[f"{scope(REF)}:*"],
+            channels=[f"{scope(REF)}:*"],
+            reset_keys=True,
+            reset_channels=True,
+        )
     url = f"redis://racer:racer-pw@127.0.0.1:{redis_server.port}/0"
     async with RedisStore(url) as scoped:
         race = RedisRaceBackend(scoped, REF)
@@ -144,9 +151,13 @@ async def test_two_coordinators_share_the_partitions_over_real_pub_sub(store: Re
             assert not any(t.done() for t in running), running
 
         await until(
-            shared, "a and b to own two partitions each", 3 * times.normal_lease, step=0.05, check=cycling,
+            shared,
+            "a and b to own two partitions each",
+            3 * times.normal_lease,
+            step=0.05,
+            check=cycling,
             detail=lambda: f"owned {[n.owned for n in nodes]}",
-        )  # fmt: skip
+        )
         allocation = (await nodes[0].backend.hgetall(("allocation",)))["allocation"]
         assert allocation == {p: n.owner_id for n in nodes for p in n.owned}
     finally:

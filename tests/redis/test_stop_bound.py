@@ -55,9 +55,22 @@ def environment(tmp_path: Path, redis_server: RedisServer, sqlite_copy: Path) ->
 
 def start(name: str, environment: dict[str, str], logs: Path) -> subprocess.Popen[bytes]:
     command = [
-        sys.executable, "manage.py", "runworkers", "--owner-prefix", name, "--store", "redis", "--hub", HUB,
-        "--interval", "0.5", "--expiry", "3", "--shutdown-timeout", str(SHUTDOWN_TIMEOUT),
-    ]  # fmt: skip
+        sys.executable,
+        "manage.py",
+        "runworkers",
+        "--owner-prefix",
+        name,
+        "--store",
+        "redis",
+        "--hub",
+        HUB,
+        "--interval",
+        "0.5",
+        "--expiry",
+        "3",
+        "--shutdown-timeout",
+        str(SHUTDOWN_TIMEOUT),
+    ]
     with (logs / f"{name}.log").open("ab") as out:
         return subprocess.Popen(command, cwd=ROOT, env=environment, stdout=out, stderr=subprocess.STDOUT)
 

@@ -67,9 +67,16 @@ class Azurite(ServerProcess):
     def command(self) -> list[str]:
         return [
             str(azurite_binary()),
-            "--blobHost", self.host, "--blobPort", str(self.port), "--location", str(self.home),
-            "--skipApiVersionCheck", "--loose", "--disableTelemetry",
-        ]  # fmt: skip
+            "--blobHost",
+            self.host,
+            "--blobPort",
+            str(self.port),
+            "--location",
+            str(self.home),
+            "--skipApiVersionCheck",
+            "--loose",
+            "--disableTelemetry",
+        ]
 
     def kill(self) -> None:
         """Stop the process, keeping the data and the port for ``start()`` (an outage).

@@ -186,8 +186,18 @@ class Network:
             _ip("addr", "add", f"{self.address(index)}/24", "dev", inside, namespace=namespace)
             _ip("link", "set", inside, "up", namespace=namespace)
             # The gateway of cut routes: an address nobody has, resolved to a MAC nobody has.
-            _ip("neigh", "add", self.address(NOWHERE), "lladdr", NOWHERE_MAC, "nud", "permanent", "dev", inside,
-                namespace=namespace)  # fmt: skip
+            _ip(
+                "neigh",
+                "add",
+                self.address(NOWHERE),
+                "lladdr",
+                NOWHERE_MAC,
+                "nud",
+                "permanent",
+                "dev",
+                inside,
+                namespace=namespace,
+            )
             self.hosts[name] = Host(name, namespace, self.address(index), self, inside)
         # The observer: this process's own namespace, on a link nothing cuts.
         outside, inside = f"lb{self.tag}po", f"lb{self.tag}eo"

@@ -94,9 +94,17 @@ class Postgres(ServerProcess):
     def command(self) -> list[str]:
         options = [f"--{key}={value}" for key, value in self.settings.items()]
         return [
-            str(postgres_bin_dir() / "postgres"), "-D", str(self.home / "data"), "-p", str(self.port),
-            "-k", str(self.home), "-c", f"listen_addresses={self.host}", *options,
-        ]  # fmt: skip
+            str(postgres_bin_dir() / "postgres"),
+            "-D",
+            str(self.home / "data"),
+            "-p",
+            str(self.port),
+            "-k",
+            str(self.home),
+            "-c",
+            f"listen_addresses={self.host}",
+            *options,
+        ]
 
     def ready(self) -> bool:
         # What ``pg_ctl -w`` reads: the postmaster writes "ready" into its pid file once it accepts
@@ -106,9 +114,11 @@ class Postgres(ServerProcess):
         except OSError:
             return False
         return (
-            len(lines) >= 8 and self.process is not None and lines[0] == str(self.process.pid)
+            len(lines) >= 8
+            and self.process is not None
+            and lines[0] == str(self.process.pid)
             and lines[7].strip() == "ready"
-        )  # fmt: skip
+        )
 
     def popen_options(self) -> dict[str, Any]:
         uid, gid = self.user if self.user else (None, None)
@@ -122,9 +132,16 @@ def _env() -> dict[str, str]:
 def _run(user: tuple[int, int] | None, cwd: Path, tool: str, *args: str) -> None:
     uid, gid = user if user else (None, None)
     result = subprocess.run(
-        [str(postgres_bin_dir() / tool), *args], cwd=cwd, capture_output=True, text=True, timeout=60,
-        env=_env(), user=uid, group=gid, check=False,
-    )  # fmt: skip
+        [str(postgres_bin_dir() / tool), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(),
+        user=uid,
+        group=gid,
+        check=False,
+    )
     if result.returncode != 0:
         raise ServerError(f"{tool} failed: {result.stderr.strip() or result.stdout.strip()}")
 

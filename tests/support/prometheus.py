@@ -91,10 +91,13 @@ class Prometheus(ServerProcess):
 
     def command(self) -> list[str]:
         return [
-            prometheus_binary(), f"--config.file={self.config}", f"--storage.tsdb.path={self.home / 'data'}",
-            f"--web.listen-address={self.host}:{self.port}", "--storage.tsdb.retention.time=1h",
+            prometheus_binary(),
+            f"--config.file={self.config}",
+            f"--storage.tsdb.path={self.home / 'data'}",
+            f"--web.listen-address={self.host}:{self.port}",
+            "--storage.tsdb.retention.time=1h",
             "--log.level=warn",
-        ]  # fmt: skip
+        ]
 
     def ready(self) -> bool:
         if not super().ready():

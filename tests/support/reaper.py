@@ -82,9 +82,13 @@ def _tell(message: dict[str, Any]) -> None:
                 read, write = os.pipe()  # neither end is inherited by other children (PEP 446)
                 try:
                     _keeper = subprocess.Popen(
-                        [sys.executable, "-I", "-S", __file__, str(os.getpid())], stdin=read,
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/", start_new_session=True,
-                    )  # fmt: skip
+                        [sys.executable, "-I", "-S", __file__, str(os.getpid())],
+                        stdin=read,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        cwd="/",
+                        start_new_session=True,
+                    )
                 except OSError:
                     os.close(write)
                     return

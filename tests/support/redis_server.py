@@ -67,9 +67,20 @@ class RedisServer(ServerProcess):
 
     def command(self) -> list[str]:
         command = [
-            redis_binary(), "--port", str(self.port), "--bind", self.host, "--save", "", "--appendonly", "no",
-            "--dir", str(self.home), "--daemonize", "no",
-        ]  # fmt: skip
+            redis_binary(),
+            "--port",
+            str(self.port),
+            "--bind",
+            self.host,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.home),
+            "--daemonize",
+            "no",
+        ]
         return [*command, "--requirepass", self.password] if self.password else command
 
     def ready(self) -> bool:

@@ -131,9 +131,13 @@ class ServerProcess:
         since = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:  # the child has its own descriptor once started
             self.process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, **self.popen_options(),
-            )  # fmt: skip
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                **self.popen_options(),
+            )
         process = self.process
         reaper.watch(process.pid, stop=self.stop_signal, group=True)
 

@@ -59,9 +59,15 @@ class SparkMaster(ServerProcess):
 
     def command(self) -> list[str]:
         return [
-            str(spark_home() / "bin" / "spark-class"), SPARK_CLASS_MASTER,
-            "--host", HOST, "--port", str(self.port), "--webui-port", str(self.webui_port),
-        ]  # fmt: skip
+            str(spark_home() / "bin" / "spark-class"),
+            SPARK_CLASS_MASTER,
+            "--host",
+            HOST,
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.webui_port),
+        ]
 
     def popen_options(self) -> dict[str, Any]:
         return {"env": spark_env(self.home), "cwd": self.home}
@@ -92,10 +98,20 @@ class SparkWorker(ServerProcess):
 
     def command(self) -> list[str]:
         return [
-            str(spark_home() / "bin" / "spark-class"), SPARK_CLASS_WORKER,
-            "--host", HOST, "--port", str(self.port), "--webui-port", str(self.webui_port),
-            "--cores", str(self.cores), "--memory", "1g", self.url,
-        ]  # fmt: skip
+            str(spark_home() / "bin" / "spark-class"),
+            SPARK_CLASS_WORKER,
+            "--host",
+            HOST,
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.webui_port),
+            "--cores",
+            str(self.cores),
+            "--memory",
+            "1g",
+            self.url,
+        ]
 
     def popen_options(self) -> dict[str, Any]:
         (self.home / "work").mkdir(parents=True, exist_ok=True)

@@ -43,11 +43,19 @@ UP = 120.0  # seconds the run may take to have its servers running (two busy cor
 # Plugins the throwaway test does not use: loading them takes seconds of CPU per process (3 to 9 s
 # of a run with two workers on two busy cores), their setting up nothing of what is looked at here.
 UNUSED_PLUGINS = [
-    f"-pno:{name}" for name in (
-        "cacheprovider", "asyncio", "anyio", "django", "hypothesispytest", "schemathesis", "pytest_postgresql",
-        "pytest_redis", "timeout",
+    f"-pno:{name}"
+    for name in (
+        "cacheprovider",
+        "asyncio",
+        "anyio",
+        "django",
+        "hypothesispytest",
+        "schemathesis",
+        "pytest_postgresql",
+        "pytest_redis",
+        "timeout",
     )
-]  # fmt: skip
+]
 
 CONFTEST = """
 import tests.support  # as tests/conftest.py does: every process of the run installs the reaper
@@ -154,9 +162,13 @@ def run(tmp_path: Path, command: list[str], env: dict[str, str] | None = None) -
     tmp.chmod(0o755)
     log = tmp_path / "output.log"
     environment = {
-        **os.environ, **(env or {}), "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT),
-        marker.split("=")[0]: marker.split("=")[1], "LEFT_BEHIND_PIDS": str(tmp_path / "pids.json"),
-    }  # fmt: skip
+        **os.environ,
+        **(env or {}),
+        "TMPDIR": str(tmp),
+        "PYTHONPATH": str(ROOT),
+        marker.split("=")[0]: marker.split("=")[1],
+        "LEFT_BEHIND_PIDS": str(tmp_path / "pids.json"),
+    }
     environment.pop("PYTEST_XDIST_WORKER", None)  # a run of its own, not one of our workers
     environment.pop("PYTEST_ADDOPTS", None)
     with log.open("wb") as out:

@@ -19,8 +19,11 @@ CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.ar
 def listen(net: Network) -> None:
     """A TCP listener on PORT in every host, answered until the network closes."""
     for host in net.hosts.values():
-        host.popen([sys.executable, "-m", "http.server", "-b", host.address, str(PORT)],
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        host.popen(
+            [sys.executable, "-m", "http.server", "-b", host.address, str(PORT)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     for name in net.hosts:
         until_sync(partial(reaches, net, name, name), f"{name}'s listener")
 
@@ -64,8 +67,10 @@ def test_closing_leaves_nothing_even_after_a_failure_with_processes_running() ->
 
 def test_the_network_of_a_killed_test_process_is_deleted_by_the_next_one() -> None:
     # SIGKILL (or a CI job's timeout) gives a test no chance to close its network
-    made = "from tests.support.netns import Network; n = Network(['a', 'b']).__enter__(); print(n.tag, flush=True); " \
-           "n['a'].popen(['sleep', '600']); import time; time.sleep(600)"  # fmt: skip
+    made = (
+        "from tests.support.netns import Network; n = Network(['a', 'b']).__enter__(); print(n.tag, flush=True); "
+        "n['a'].popen(['sleep', '600']); import time; time.sleep(600)"
+    )
     maker = subprocess.Popen([sys.executable, "-c", made], stdout=subprocess.PIPE, text=True)
     try:
         assert maker.stdout is not None

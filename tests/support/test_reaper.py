@@ -62,12 +62,15 @@ def test_a_pid_reused_since_it_was_told_is_left_alone(started: list[subprocess.P
 
 def test_descendants_are_ended_even_in_sessions_of_their_own(started: list[subprocess.Popen[str]]) -> None:
     # As PostgreSQL's backends: children of the server, each in a session of its own.
-    process, (grandchild,) = spawn(started, """
+    process, (grandchild,) = spawn(
+        started,
+        """
         import subprocess, sys, time
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
         print(child.pid, flush=True)
         time.sleep(60)
-    """)  # fmt: skip
+    """,
+    )
     assert running(grandchild)
     reaper.sweep({process.pid: entry(process)}, grace=0.1)
     until_sync(lambda: not running(grandchild), "the grandchild to end", 10)
@@ -75,12 +78,17 @@ def test_descendants_are_ended_even_in_sessions_of_their_own(started: list[subpr
 
 
 def test_the_group_is_ended_once_its_leader_is_gone(started: list[subprocess.Popen[str]]) -> None:
-    process, (member,) = spawn(started, """
+    process, (member,) = spawn(
+        started,
+        """
         import os, subprocess, sys
         member = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # same group
         print(member.pid, flush=True)
         sys.stdin.readline()
-    """, start_new_session=True, stdin=subprocess.PIPE)  # fmt: skip
+    """,
+        start_new_session=True,
+        stdin=subprocess.PIPE,
+    )
     told = entry(process, group=True)
     assert process.stdin is not None
     process.stdin.close()  # the leader exits: its member is reparented, out of the leader's tree
@@ -93,13 +101,16 @@ def test_the_stop_signal_comes_first_and_sigkill_after_the_grace(
     started: list[subprocess.Popen[str]], tmp_path: Path
 ) -> None:
     stopped = tmp_path / "stopped"
-    process, _ = spawn(started, f"""
+    process, _ = spawn(
+        started,
+        f"""
         import pathlib, signal, time
         signal.signal(signal.SIGINT, lambda *_: pathlib.Path({str(stopped)!r}).write_text("clean"))
         print(flush=True)
         while True:
             time.sleep(0.01)  # asked to stop, it does not: SIGKILL after the grace
-    """)  # fmt: skip
+    """,
+    )
     reaper.sweep({process.pid: entry(process, stop=int(signal.SIGINT))}, grace=0.5)
     assert process.wait(10) == -signal.SIGKILL
     assert stopped.read_text() == "clean"
@@ -109,16 +120,25 @@ def test_an_owner_that_exits_leaving_a_process_and_a_directory_leaves_neither(tm
     # A test or bench that failed half way, without stopping what it started.
     home = tmp_path / "home"
     owner = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import pathlib, subprocess, sys
             from tests.support import reaper
             pathlib.Path({str(home)!r}).mkdir()
             reaper.remove_on_exit(pathlib.Path({str(home)!r}))
             left = subprocess.Popen(["sleep", "60"], start_new_session=True)
             print(left.pid, reaper.keeper_pid())
-        """)],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
+        """),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     left, keeper = (int(pid) for pid in owner.stdout.split())
     until_sync(lambda: not running(left) and not running(keeper), "the process and the keeper to end", 20)
     assert not home.exists()
@@ -142,7 +162,10 @@ def test_a_forked_child_does_not_hold_the_keepers_pipe() -> None:
 def test_an_owner_killed_leaves_no_worker_of_its_process_pool() -> None:
     # A ProcessPoolExecutor's workers are forked; killed, their owner leaves them blocked forever.
     owner = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent("""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
             import os, time
             from concurrent.futures import ProcessPoolExecutor
             import tests.support
@@ -150,9 +173,13 @@ def test_an_owner_killed_leaves_no_worker_of_its_process_pool() -> None:
                 pool.submit(time.sleep, 60)
                 print(*pool._processes, flush=True)
                 time.sleep(60)
-        """)],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        """),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert owner.stdout is not None
     workers = [int(pid) for pid in owner.stdout.readline().split()]
     assert workers and all(running(pid) for pid in workers)

@@ -84,18 +84,32 @@ class Rig:
             return hub.partition_ids()
 
         coordinator = Coordinator(
-            ref=REF, owner_id=owner_id, store=self.store, partitions=partitions,
-            strategy=get_strategy(strategy), expiry=expiry, on_event=sink, rng=random.Random(7),
-            clock=self.clock, monotonic=monotonic or self.clock,
-        )  # fmt: skip
+            ref=REF,
+            owner_id=owner_id,
+            store=self.store,
+            partitions=partitions,
+            strategy=get_strategy(strategy),
+            expiry=expiry,
+            on_event=sink,
+            rng=random.Random(7),
+            clock=self.clock,
+            monotonic=monotonic or self.clock,
+        )
         options: dict[str, Any] = {"checkpoint_events": 5, "checkpoint_seconds": 1e9, "retries": 2}
         options.update(config)
         pump_config = PumpConfig(backoff_seconds=0.01, dead_letter_dir=self.dead_dir, **options)
         return EventProcessor(
-            coordinator, checkpoints=self.store, source=hub, handler=handler, interval=interval,
-            pump_config=pump_config, dead_letters=DeadLetters(self.dead_dir), rng=random.Random(1), sleep=sleep,
+            coordinator,
+            checkpoints=self.store,
+            source=hub,
+            handler=handler,
+            interval=interval,
+            pump_config=pump_config,
+            dead_letters=DeadLetters(self.dead_dir),
+            rng=random.Random(1),
+            sleep=sleep,
             shutdown_timeout=5.0,
-        )  # fmt: skip
+        )
 
     def send(self, partition_id: str, count: int, body: bytes = b'{"n": 1}') -> None:
         self.hub.send_batch([body] * count, partition_id=partition_id)

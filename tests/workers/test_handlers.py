@@ -69,9 +69,15 @@ class _StoreWithAChannel:
         return self.channel
 
 
-@pytest.mark.parametrize(("flag", "setting", "across"), [
-    ([], True, True), (["--no-release-notices"], True, False), ([], False, False), (["--release-notices"], False, True),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flag", "setting", "across"),
+    [
+        ([], True, True),
+        (["--no-release-notices"], True, False),
+        ([], False, False),
+        (["--release-notices"], False, True),
+    ],
+)
 def test_release_notices_cross_processes_unless_turned_off_by_option_or_setting(
     flag: list[str], setting: bool, across: bool, settings: Any, tmp_path: Path
 ) -> None:

@@ -249,7 +249,11 @@ async def test_a_reader_cut_off_by_the_source_ends_its_pump_as_lost_not_failed()
 
     handled: list[int] = []
     pump = PartitionPump(
-        ref=REF, partition_id="0", owner_id="w", holds=lambda pid: True, checkpoints=store,
+        ref=REF,
+        partition_id="0",
+        owner_id="w",
+        holds=lambda pid: True,
+        checkpoints=store,
         source=Source(),  # type: ignore[arg-type]
         handler=lambda event, ctx: handled.append(event.sequence_number),
         config=PumpConfig(checkpoint_events=1, checkpoint_seconds=60.0, dead_letter_dir=None),

@@ -81,8 +81,12 @@ def test_keys_map_to_partitions_stably_across_processes_and_spread_over_all(hub:
     )
     child = subprocess.run(
         [sys.executable, "-c", script, str(hub.path.parent)],
-        cwd=REPO, env={**os.environ, "PYTHONHASHSEED": "12345"}, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        cwd=REPO,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert json.loads(child.stdout) == here
     assert min(Counter(here).values()) > 200  # 1000 homes over 4 partitions, roughly even
     # Pinned so a change of hash function (which would move every home) cannot pass unnoticed.
@@ -173,6 +177,7 @@ def test_a_reader_follows_the_log_as_it_grows(hub: EmbeddedHub) -> None:
         assert seen[-1] == sent[-1]
     assert [e.sequence_number for e in seen] == list(range(len(seen)))
 
+
 # -- bad input --------------------------------------------------------------------------------------
 
 
@@ -210,9 +215,16 @@ def test_bad_input_is_refused_with_a_clear_message(
 
 @pytest.mark.parametrize(
     ("name", "partitions", "error"),
-    [("sensors", 0, ValueError), ("sensors", -3, ValueError), ("sensors", "4", TypeError),
-     ("sensors", True, TypeError), ("a/b", 4, ValueError), ("..", 4, ValueError), ("", 4, ValueError)],
-)  # fmt: skip
+    [
+        ("sensors", 0, ValueError),
+        ("sensors", -3, ValueError),
+        ("sensors", "4", TypeError),
+        ("sensors", True, TypeError),
+        ("a/b", 4, ValueError),
+        ("..", 4, ValueError),
+        ("", 4, ValueError),
+    ],
+)
 def test_a_bad_name_or_partition_count_is_refused(tmp_path: Path, name: str, partitions: int, error: type) -> None:
     with pytest.raises(error):
         EmbeddedHub(tmp_path, name, partitions=partitions)

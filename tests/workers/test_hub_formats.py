@@ -27,15 +27,19 @@ def test_a_log_written_in_format_1_still_reads_and_grows_in_format_2(tmp_path: P
     old = format_1_record(0, 1000.0, b"home-1", b"first") + format_1_record(1, 1001.0, None, b"second")
     log_path(hub, "0").write_bytes(old)
     assert [(e.sequence_number, e.partition_key, e.body, e.amqp) for e in read_all(hub, "0")] == [
-        (0, "home-1", b"first", b""), (1, None, b"second", b""),
-    ]  # fmt: skip
+        (0, "home-1", b"first", b""),
+        (1, None, b"second", b""),
+    ]
     sections = b"\x00\x53\x74\xc1\x05\x02\xa1\x01a\x41"  # application properties {"a": true}
     added = hub.send_batch([b"third", b"fourth"], partition_key="home-2", partition_id="0", amqp=[sections, b""])
     assert [e.sequence_number for e in added] == [2, 3]
     events = read_all(hub, "0")
     assert [(e.body, e.partition_key, e.amqp) for e in events] == [
-        (b"first", "home-1", b""), (b"second", None, b""), (b"third", "home-2", sections), (b"fourth", "home-2", b""),
-    ]  # fmt: skip
+        (b"first", "home-1", b""),
+        (b"second", None, b""),
+        (b"third", "home-2", sections),
+        (b"fourth", "home-2", b""),
+    ]
     assert hub.properties("0").last_enqueued_sequence_number == 3
     assert hub.reader("0", Position(sequence_number=1)).receive(10)[0].amqp == sections
 

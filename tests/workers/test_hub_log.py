@@ -72,8 +72,11 @@ print(json.dumps(seen))
 def python(script: str, *args: object) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", script, *map(str, args)],
-        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_two_writer_processes_share_a_partition_without_duplicates_and_a_third_reads_all(tmp_path: Path) -> None:

@@ -169,11 +169,18 @@ async def start_pump(
     store = MemoryStore()
     await store.claim_ownership([OwnershipRecord(REF, "0", "w")])
     pump = PartitionPump(
-        ref=REF, partition_id="0", owner_id="w", holds=lambda pid: deadline is None or time.monotonic() < deadline(pid),
-        checkpoints=store, source=source, handler=handler,
-        config=PumpConfig(dead_letter_dir=None, **config), dead_letters=DeadLetters(None), sleep=sleep,
+        ref=REF,
+        partition_id="0",
+        owner_id="w",
+        holds=lambda pid: deadline is None or time.monotonic() < deadline(pid),
+        checkpoints=store,
+        source=source,
+        handler=handler,
+        config=PumpConfig(dead_letter_dir=None, **config),
+        dead_letters=DeadLetters(None),
+        sleep=sleep,
         deadline=deadline,
-    )  # fmt: skip
+    )
     return pump, asyncio.create_task(pump.run()), store
 
 

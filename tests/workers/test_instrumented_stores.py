@@ -94,9 +94,14 @@ async def test_the_default_strategy_reads_one_snapshot_of_changes_a_cycle_throug
     strategy = get_strategy(None)
     assert strategy.name == DEFAULT and strategy.uses_members  # else it reads no snapshot at all
     coordinator = Coordinator(
-        ref=REF, owner_id="w0", store=stores.ownership, partitions=partitions, strategy=strategy,
-        controls=stores.controls, rng=random.Random(7),
-    )  # fmt: skip
+        ref=REF,
+        owner_id="w0",
+        store=stores.ownership,
+        partitions=partitions,
+        strategy=strategy,
+        controls=stores.controls,
+        rng=random.Random(7),
+    )
 
     for cycle in range(5):
         before, round_trips = reads(), memory.requests

@@ -324,11 +324,31 @@ async def handoff(
         return samples[-1][1] if samples else {}
 
     def start(name: str) -> None:
-        processes.spawn(name, manage(
-            "runworkers", "--count", "1", "--owner-prefix", name, "--store", "blob", "--source", "embedded",
-            "--hub", ref.hub, "--interval", str(INTERVAL), "--expiry", str(EXPIRY),
-            "--handler", "tests.workers.recording.RecordingHandler", "--shutdown-timeout", "5",
-        ), env)  # fmt: skip
+        processes.spawn(
+            name,
+            manage(
+                "runworkers",
+                "--count",
+                "1",
+                "--owner-prefix",
+                name,
+                "--store",
+                "blob",
+                "--source",
+                "embedded",
+                "--hub",
+                ref.hub,
+                "--interval",
+                str(INTERVAL),
+                "--expiry",
+                str(EXPIRY),
+                "--handler",
+                "tests.workers.recording.RecordingHandler",
+                "--shutdown-timeout",
+                "5",
+            ),
+            env,
+        )
 
     sampler = asyncio.create_task(sample())
     try:
@@ -365,9 +385,13 @@ def blob_env(tmp_path: Path, azurite: Any, django_db_blocker: Any) -> Iterator[d
 
 @pytest.mark.slow
 async def test_on_blob_a_handed_over_partition_is_claimed_at_once_through_the_channel_layer(
-    tmp_path: Path, blob_env: dict[str, str], azurite: Any, redis_server: RedisServer, django_db_blocker: Any,
+    tmp_path: Path,
+    blob_env: dict[str, str],
+    azurite: Any,
+    redis_server: RedisServer,
+    django_db_blocker: Any,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     env = {**blob_env, "REDIS_URL": redis_server.url}
     gaps, processes = await handoff(tmp_path, env, azurite, django_db_blocker)
     with capsys.disabled():
@@ -381,9 +405,12 @@ async def test_on_blob_a_handed_over_partition_is_claimed_at_once_through_the_ch
 
 @pytest.mark.slow
 async def test_on_blob_with_the_layer_down_a_handoff_waits_for_polling_not_the_interval(
-    tmp_path: Path, blob_env: dict[str, str], azurite: Any, django_db_blocker: Any,
+    tmp_path: Path,
+    blob_env: dict[str, str],
+    azurite: Any,
+    django_db_blocker: Any,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     env = {**blob_env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}  # a layer whose Redis is not there
     gaps, processes = await handoff(tmp_path, env, azurite, django_db_blocker)
     with capsys.disabled():

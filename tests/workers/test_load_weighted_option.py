@@ -20,9 +20,14 @@ def build(settings: Any, tmp_path: Path, *args: str) -> Any:
     return fleet_of(options)
 
 
-@pytest.mark.parametrize(("flag", "setting", "weighted"), [
-    ([], False, False), (["--load-weighted"], False, True), ([], True, True),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flag", "setting", "weighted"),
+    [
+        ([], False, False),
+        (["--load-weighted"], False, True),
+        ([], True, True),
+    ],
+)
 def test_the_option_or_the_setting_makes_the_default_strategy_weigh_by_load(
     flag: list[str], setting: bool, weighted: bool, settings: Any, tmp_path: Path
 ) -> None:

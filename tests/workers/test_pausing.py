@@ -137,13 +137,21 @@ class Rig:
         self.store = JournalStore(self.journal)
         self.source = CountingSource(ListReader(events(TOTAL)))
         self.pump = PartitionPump(
-            ref=REF, partition_id="0", owner_id="w", holds=self.lease.holds, checkpoints=self.store,
+            ref=REF,
+            partition_id="0",
+            owner_id="w",
+            holds=self.lease.holds,
+            checkpoints=self.store,
             source=self.source,  # type: ignore[arg-type]
             handler=(make or make_handler)(kind, self.journal, self.lease, fail_once_at),
-            config=PumpConfig(checkpoint_events=5, checkpoint_seconds=1e9, max_events=10, backoff_seconds=0.01,
-                              dead_letter_dir=None),
-            dead_letters=DeadLetters(None), monotonic=self.clock, sleep=sleep, deadline=self.lease.deadline,
-        )  # fmt: skip
+            config=PumpConfig(
+                checkpoint_events=5, checkpoint_seconds=1e9, max_events=10, backoff_seconds=0.01, dead_letter_dir=None
+            ),
+            dead_letters=DeadLetters(None),
+            monotonic=self.clock,
+            sleep=sleep,
+            deadline=self.lease.deadline,
+        )
         self.task: asyncio.Task[Any] | None = None
 
     async def start(self) -> None:

@@ -39,12 +39,30 @@ class Site(SqlSite):
 
     def start(self, prefix: str, *, interval: float = 0.5, expiry: float = 3.0) -> subprocess.Popen[bytes]:
         command = manage(
-            "runworkers", "--count", "1", "--owner-prefix", prefix,
-            "--store", "sql", "--source", "embedded", "--hub", REF.hub,
-            "--interval", str(interval), "--expiry", str(expiry),
-            "--handler", "tests.workers.recording.RecordingHandler",
-            "--checkpoint-events", "50", "--checkpoint-seconds", "1", "--shutdown-timeout", "5",
-        )  # fmt: skip
+            "runworkers",
+            "--count",
+            "1",
+            "--owner-prefix",
+            prefix,
+            "--store",
+            "sql",
+            "--source",
+            "embedded",
+            "--hub",
+            REF.hub,
+            "--interval",
+            str(interval),
+            "--expiry",
+            str(expiry),
+            "--handler",
+            "tests.workers.recording.RecordingHandler",
+            "--checkpoint-events",
+            "50",
+            "--checkpoint-seconds",
+            "1",
+            "--shutdown-timeout",
+            "5",
+        )
         return self.spawn(prefix, command, self.env)
 
     async def sample(self) -> None:
@@ -219,9 +237,23 @@ def _default_sigint() -> None:
 
 async def test_serve_runs_dashboard_workers_and_producer_in_one_process_and_ctrl_c_releases(site: Site) -> None:
     command = manage(
-        "serve", "--port", "0", "--workers", "2", "--produce", "200", "--no-pipeline",
-        "--hub", REF.hub, "--store", "sql", "--interval", "0.5", "--expiry", "3",
-    )  # fmt: skip
+        "serve",
+        "--port",
+        "0",
+        "--workers",
+        "2",
+        "--produce",
+        "200",
+        "--no-pipeline",
+        "--hub",
+        REF.hub,
+        "--store",
+        "sql",
+        "--interval",
+        "0.5",
+        "--expiry",
+        "3",
+    )
     process = site.spawn("serve", command, site.env, pipe_stdout=True, preexec_fn=_default_sigint)
     assert process.stdout is not None
     banner = (await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), 30)).decode()

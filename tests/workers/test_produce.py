@@ -90,8 +90,9 @@ def test_run_producer_stops_when_told_and_reports_what_it_wrote(tmp_path: Path) 
     thread.start()
     until_sync(
         lambda: sum(hub.properties(p).last_enqueued_sequence_number + 1 for p in hub.partition_ids()) >= 50,
-        "the producer to write 50 events", 20,
-    )  # fmt: skip
+        "the producer to write 50 events",
+        20,
+    )
     stop.set()
     thread.join(timeout=10)
     assert not thread.is_alive()
@@ -127,10 +128,15 @@ def test_produce_creates_grows_and_will_not_shrink_the_hub(hub_dir: Path) -> Non
 
 @pytest.mark.parametrize(
     ("option", "value", "message"),
-    [("--rate", "-1", "--rate must be 0"), ("--duration", "0", "--duration must be more than 0"),
-     ("--count", "-5", "--count must be 0 or more"), ("--homes", "0", "--homes must be at least 1"),
-     ("--partitions", "0", "--partitions must be at least 1"), ("--hub", "a/b", "hub name must be")],
-)  # fmt: skip
+    [
+        ("--rate", "-1", "--rate must be 0"),
+        ("--duration", "0", "--duration must be more than 0"),
+        ("--count", "-5", "--count must be 0 or more"),
+        ("--homes", "0", "--homes must be at least 1"),
+        ("--partitions", "0", "--partitions must be at least 1"),
+        ("--hub", "a/b", "hub name must be"),
+    ],
+)
 def test_produce_refuses_bad_options(hub_dir: Path, option: str, value: str, message: str) -> None:
     with pytest.raises(CommandError, match=message):
         call_command("produce", "--count", "1", option, value, stdout=io.StringIO())
@@ -141,8 +147,12 @@ def test_produce_stops_cleanly_on_sigterm_and_says_what_it_wrote(tmp_path: Path)
     env = {**os.environ, "LEASEBOARD_HUB_DIR": str(tmp_path), "LEASEBOARD_PARTITIONS": "3"}
     child = subprocess.Popen(
         [sys.executable, "manage.py", "produce", "--rate", "500", "--seed", "1"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
 
         def producing() -> None:
@@ -150,8 +160,11 @@ def test_produce_stops_cleanly_on_sigterm_and_says_what_it_wrote(tmp_path: Path)
 
         until_sync(
             lambda: EmbeddedHub.exists(tmp_path, "sensors") and everything(EmbeddedHub(tmp_path, "sensors")),
-            "produce to write an event", 30, step=0.05, check=producing,
-        )  # fmt: skip
+            "produce to write an event",
+            30,
+            step=0.05,
+            check=producing,
+        )
         child.send_signal(signal.SIGTERM)
         out, err = child.communicate(timeout=30)
     finally:

@@ -39,9 +39,14 @@ def environment(tmp_path: Path) -> dict[str, str]:
 
 def piped(args: list[str], tmp_path: Path) -> tuple[bytes, bytes]:
     done = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=REPO, env=environment(tmp_path), capture_output=True,
-        stdin=subprocess.DEVNULL, timeout=300, check=True,
-    )  # fmt: skip
+        [sys.executable, "manage.py", *args],
+        cwd=REPO,
+        env=environment(tmp_path),
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+        check=True,
+    )
     return done.stdout, done.stderr
 
 
@@ -51,9 +56,13 @@ def on_terminal(args: list[str], tmp_path: Path, *, stdout_to: Path | None = Non
     out = open(stdout_to, "wb") if stdout_to is not None else None  # noqa: SIM115  (closed below)
     try:
         child = subprocess.Popen(
-            [sys.executable, "manage.py", *args], cwd=REPO, env=environment(tmp_path), stdin=subprocess.DEVNULL,
-            stdout=out if out is not None else slave, stderr=slave,
-        )  # fmt: skip
+            [sys.executable, "manage.py", *args],
+            cwd=REPO,
+            env=environment(tmp_path),
+            stdin=subprocess.DEVNULL,
+            stdout=out if out is not None else slave,
+            stderr=slave,
+        )
     finally:
         os.close(slave)
         if out is not None:

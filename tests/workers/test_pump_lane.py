@@ -66,10 +66,18 @@ def pump(
     store: MemoryStore, reader: ListReader, handler: Any, clock: FakeClock, deadline: float, **config: Any
 ) -> PartitionPump:
     return PartitionPump(
-        ref=REF, partition_id="0", owner_id="w", holds=lambda pid: clock() < deadline, checkpoints=store,
-        source=Source(reader), handler=handler, config=PumpConfig(dead_letter_dir=None, **config),  # type: ignore[arg-type]
-        dead_letters=DeadLetters(None), monotonic=clock, deadline=lambda pid: deadline,
-    )  # fmt: skip
+        ref=REF,
+        partition_id="0",
+        owner_id="w",
+        holds=lambda pid: clock() < deadline,
+        checkpoints=store,
+        source=Source(reader),  # type: ignore[arg-type]
+        handler=handler,
+        config=PumpConfig(dead_letter_dir=None, **config),
+        dead_letters=DeadLetters(None),
+        monotonic=clock,
+        deadline=lambda pid: deadline,
+    )
 
 
 async def test_a_sync_pump_goes_to_its_thread_once_per_checkpoint_not_twice_per_read(
@@ -86,8 +94,16 @@ async def test_a_sync_pump_goes_to_its_thread_once_per_checkpoint_not_twice_per_
     monkeypatch.setattr(ThreadLane, "call", counted)
     store, clock, reader = await owned_store(), FakeClock(), ListReader(events(1000))
     handled: list[int] = []
-    p = pump(store, reader, lambda e, ctx: handled.append(e.sequence_number), clock, clock() + 60,
-             checkpoint_events=100, checkpoint_seconds=1e9, max_events=10)  # fmt: skip
+    p = pump(
+        store,
+        reader,
+        lambda e, ctx: handled.append(e.sequence_number),
+        clock,
+        clock() + 60,
+        checkpoint_events=100,
+        checkpoint_seconds=1e9,
+        max_events=10,
+    )
     task = asyncio.create_task(p.run())
     while len(handled) < 1000 or p.stats.checkpointed != 999:
         await asyncio.sleep(0.001)

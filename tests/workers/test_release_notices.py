@@ -44,9 +44,12 @@ def database(django_db_blocker: Any) -> Iterator[tuple[Postgres, str]]:
 
 @pytest.mark.parametrize("store", ["postgresql", "redis"])
 async def test_a_joining_worker_claims_each_handed_over_partition_as_soon_as_it_is_released(
-    store: str, database: tuple[Postgres, str], tmp_path: Path, django_db_blocker: Any,
+    store: str,
+    database: tuple[Postgres, str],
+    tmp_path: Path,
+    django_db_blocker: Any,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     cluster, url = database
     kit: Any = SqlKit(cluster, url) if store == "postgresql" else RedisKit(url)
     hub = EmbeddedHub(tmp_path / "hub", REF.hub, partitions=PARTITIONS)
@@ -67,11 +70,31 @@ async def test_a_joining_worker_claims_each_handed_over_partition_as_soon_as_it_
             return samples[-1][1] if samples else {}
 
         def start(name: str) -> None:
-            processes.spawn(name, manage(
-                "runworkers", "--count", "1", "--owner-prefix", name, "--store", kit.store,
-                "--source", "embedded", "--hub", REF.hub, "--interval", str(INTERVAL), "--expiry", str(EXPIRY),
-                "--handler", "tests.workers.recording.RecordingHandler", "--shutdown-timeout", "5",
-            ), env)  # fmt: skip
+            processes.spawn(
+                name,
+                manage(
+                    "runworkers",
+                    "--count",
+                    "1",
+                    "--owner-prefix",
+                    name,
+                    "--store",
+                    kit.store,
+                    "--source",
+                    "embedded",
+                    "--hub",
+                    REF.hub,
+                    "--interval",
+                    str(INTERVAL),
+                    "--expiry",
+                    str(EXPIRY),
+                    "--handler",
+                    "tests.workers.recording.RecordingHandler",
+                    "--shutdown-timeout",
+                    "5",
+                ),
+                env,
+            )
 
         sampler = asyncio.create_task(sample())
         try:

@@ -47,8 +47,16 @@ async def test_pumps_run_exactly_for_the_partitions_the_worker_holds_and_stop_wh
 
     # A second worker joins and steals one partition (a is above the maximum of 2).
     assert isinstance(a.coordinator, Coordinator)
-    b = Coordinator(REF, "b", any_rig.store, a.coordinator.partitions, get_strategy("balanced"), expiry=30.0,
-                    clock=any_rig.clock, monotonic=any_rig.clock)  # fmt: skip
+    b = Coordinator(
+        REF,
+        "b",
+        any_rig.store,
+        a.coordinator.partitions,
+        get_strategy("balanced"),
+        expiry=30.0,
+        clock=any_rig.clock,
+        monotonic=any_rig.clock,
+    )
     await b.cycle()
     (stolen,) = b.owned
     report = await a.step()
@@ -264,6 +272,7 @@ async def test_a_planned_move_checkpoints_before_the_release_so_no_event_is_hand
     await own_all(a, 4)
     await until(lambda: recorder.count() >= 40, what="a busy on every partition")
     b = rig.worker("b", recorder, strategy="cooperative", checkpoint_events=1000)
+
     async def two_each() -> bool:
         await a.step()
         await b.step()
@@ -314,6 +323,7 @@ async def test_handoffs_that_finish_together_are_released_in_one_request(tmp_pat
 
         store.claim_ownership = gated  # type: ignore[method-assign]
         await a.step()
+
         def ready() -> bool:  # every handoff in the first release, or ready for the next
             return in_flight[0] + len(getattr(a, "_to_release", ())) == 12
 

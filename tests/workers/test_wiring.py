@@ -103,9 +103,15 @@ def test_one_builder_gives_each_strategy_its_coordinator(name: str, kind: type) 
 
     stores = build_stores("memory")
     coordinator = build_coordinator(
-        HubRef("ns", "hub", "$Default"), "w-0", stores, partitions, strategy=get_strategy(name), expiry=10.0,
-        on_event=build_sink(broadcast=False), race_times=RaceTimes() if name == "race" else None,
-    )  # fmt: skip
+        HubRef("ns", "hub", "$Default"),
+        "w-0",
+        stores,
+        partitions,
+        strategy=get_strategy(name),
+        expiry=10.0,
+        on_event=build_sink(broadcast=False),
+        race_times=RaceTimes() if name == "race" else None,
+    )
     assert isinstance(coordinator, kind)  # both satisfy Balancer: mypy checks that, statically
     assert coordinator.owner_id == "w-0" and coordinator.owned == frozenset()
 

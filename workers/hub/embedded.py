@@ -266,8 +266,13 @@ class EmbeddedHub:
         tail = log_file.find_tail(self._tails.get(pid, EMPTY))
         size = log_file.size()
         if size > tail.end:
-            log.warning("hub %r partition %s: cutting a torn tail of %d bytes at offset %d (a writer died mid-write)",
-                        self.name, pid, size - tail.end, tail.end)  # fmt: skip
+            log.warning(
+                "hub %r partition %s: cutting a torn tail of %d bytes at offset %d (a writer died mid-write)",
+                self.name,
+                pid,
+                size - tail.end,
+                tail.end,
+            )
             os.ftruncate(log_file.fd, tail.end)
         self._tails[pid] = tail
         return tail

@@ -29,11 +29,16 @@ def describe(spark: Any) -> dict[str, Any]:
     listed = context._jsc.sc().statusStore().executorList(True).iterator()  # active ones only
     while listed.hasNext():
         item = listed.next()
-        executors.append({
-            "id": str(item.id()), "host_port": str(item.hostPort()), "driver": str(item.id()) == "driver",
-            "cores": int(item.totalCores()), "running_tasks": int(item.activeTasks()),
-            "max_memory": int(item.maxMemory()),
-        })  # fmt: skip
+        executors.append(
+            {
+                "id": str(item.id()),
+                "host_port": str(item.hostPort()),
+                "driver": str(item.id()) == "driver",
+                "cores": int(item.totalCores()),
+                "running_tasks": int(item.activeTasks()),
+                "max_memory": int(item.maxMemory()),
+            }
+        )
     executors.sort(key=lambda e: (not e["driver"], e["id"]))
     return {
         "master": str(context.master),

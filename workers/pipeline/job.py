@@ -252,12 +252,21 @@ class PipelineJob:
             for frame in (tallied, events):
                 frame.unpersist()
         result = summary.BatchResult(
-            hub=self.hub, query_id=query_id, batch_id=batch_id, finished_at=self._clock(), events=out.events,
-            newest_enqueued=_utc(out.stats["newest_enqueued"]), newest_event=_utc(out.stats["newest_event"]),
+            hub=self.hub,
+            query_id=query_id,
+            batch_id=batch_id,
+            finished_at=self._clock(),
+            events=out.events,
+            newest_enqueued=_utc(out.stats["newest_enqueued"]),
+            newest_event=_utc(out.stats["newest_event"]),
             oldest_enqueued=_utc(out.stats["oldest_enqueued"]),
-            write_seconds=time.perf_counter() - started, minutes=out.minutes, alerts=out.alerts, unreadable=bad,
-            counted=counted, input_rows=self._rows(files, unread),
-        )  # fmt: skip
+            write_seconds=time.perf_counter() - started,
+            minutes=out.minutes,
+            alerts=out.alerts,
+            unreadable=bad,
+            counted=counted,
+            input_rows=self._rows(files, unread),
+        )
         self._commit(result, files)
 
     def _fresh(self, batch: DataFrame, files: list[str] | None, batch_id: int, plan: ranges.Plan) -> DataFrame:

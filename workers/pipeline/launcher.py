@@ -30,15 +30,26 @@ def start_pipeline(
     """Start ``manage.py runpipeline`` for ``hub``, its output appended to ``log_path``; returns the process."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     command = [
-        sys.executable, str(MANAGE), "runpipeline", "--hub", hub, "--master", master,
-        "--trigger-seconds", f"{trigger_seconds:g}",
-    ]  # fmt: skip
+        sys.executable,
+        str(MANAGE),
+        "runpipeline",
+        "--hub",
+        hub,
+        "--master",
+        master,
+        "--trigger-seconds",
+        f"{trigger_seconds:g}",
+    ]
     with log_path.open("ab") as out:
         process = subprocess.Popen(
-            command, cwd=MANAGE.parent, env=dict(env if env is not None else os.environ),
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            command,
+            cwd=MANAGE.parent,
+            env=dict(env if env is not None else os.environ),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C in the terminal goes to serve, which stops us in order
-        )  # fmt: skip
+        )
     log.info("pipeline of hub %s started (pid %d, %s), log in %s", hub, process.pid, master, log_path)
     return process
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 from prometheus_client import Counter, Histogram
 
 BATCHES = Counter("leaseboard_pipeline_batches", "Micro-batches the pipeline committed.")
-EVENTS = Counter(
-    "leaseboard_pipeline_events", "Distinct events aggregated (each (partition, sequence number) once)."
-)
+EVENTS = Counter("leaseboard_pipeline_events", "Distinct events aggregated (each (partition, sequence number) once).")
 ALERTS = Counter("leaseboard_pipeline_alerts", "Alerts raised (glass break, smoke, opened while armed).")
 UNREADABLE_FILES = Counter(
     "leaseboard_pipeline_unreadable_files", "Landing files that could not be read and were skipped for good."

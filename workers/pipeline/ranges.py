@@ -144,8 +144,11 @@ def plan(
     if named is None or any(f is None for f in named):
         return Plan({p: list(v) for p, v in counted.items() if v}, True, None)
     bad = {str(PurePosixPath(unquote(urlparse(u).path))) for u in unreadable}
-    good = [f for f, uri in zip(named, files or [], strict=True)
-            if f is not None and str(PurePosixPath(unquote(urlparse(uri).path))) not in bad]  # fmt: skip
+    good = [
+        f
+        for f, uri in zip(named, files or [], strict=True)
+        if f is not None and str(PurePosixPath(unquote(urlparse(uri).path))) not in bad
+    ]
     exclude: dict[str, set[Interval]] = {}
     by_partition: dict[str, list[Interval]] = {}
     for f in good:

@@ -69,18 +69,29 @@ def apply(result: BatchResult, using: str = "default") -> bool:
         _add_alerts(result, using)
         for bad in result.unreadable:
             UnreadableFile.objects.using(using).get_or_create(
-                hub=result.hub, path=bad.path[:1024],
-                defaults={"error": bad.error, "size": bad.size, "found_at": result.finished_at,
-                          "batch_id": result.batch_id},
-            )  # fmt: skip
+                hub=result.hub,
+                path=bad.path[:1024],
+                defaults={
+                    "error": bad.error,
+                    "size": bad.size,
+                    "found_at": result.finished_at,
+                    "batch_id": result.batch_id,
+                },
+            )
         PipelineBatch.objects.using(using).create(
-            hub=result.hub, query_id=result.query_id, batch_id=result.batch_id,
-            finished_at=result.finished_at, events=result.events, alerts=result.alert_count,
-            unreadable_files=len(result.unreadable), newest_enqueued=result.newest_enqueued,
-            newest_event=result.newest_event, oldest_enqueued=result.oldest_enqueued,
+            hub=result.hub,
+            query_id=result.query_id,
+            batch_id=result.batch_id,
+            finished_at=result.finished_at,
+            events=result.events,
+            alerts=result.alert_count,
+            unreadable_files=len(result.unreadable),
+            newest_enqueued=result.newest_enqueued,
+            newest_event=result.newest_event,
+            oldest_enqueued=result.oldest_enqueued,
             write_seconds=result.write_seconds,
             input_rows=result.input_rows,
-        )  # fmt: skip
+        )
     return True
 
 

@@ -32,8 +32,17 @@ def well_formed(events: DataFrame) -> DataFrame:
     return events.where(condition)
 
 
-USED = ["partition_id", "sequence_number", "enqueued_time", "home", "sensor", "sensor_id", "event", "armed",
-        "event_time"]  # fmt: skip
+USED = [
+    "partition_id",
+    "sequence_number",
+    "enqueued_time",
+    "home",
+    "sensor",
+    "sensor_id",
+    "event",
+    "armed",
+    "event_time",
+]
 
 
 def used_columns(events: DataFrame) -> DataFrame:

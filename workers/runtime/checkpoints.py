@@ -44,9 +44,10 @@ class CheckpointOutage:
 
     def __init__(self, owner_id: str) -> None:
         self._log = OutageLog(
-            log, f"worker {owner_id}: checkpoint store",
+            log,
+            f"worker {owner_id}: checkpoint store",
             "retrying; events handled meanwhile are checkpointed when it answers (or handled again by the next owner)",
-        )  # fmt: skip
+        )
         self._failing: set[str] = set()
 
     def failed(self, partition_id: str, exc: BaseException) -> None:
@@ -92,8 +93,10 @@ class PauseLog:
             log.warning(
                 "worker %s: lease of partition %s may have run out (no successful cycle for the expiry): its pump "
                 "pauses, and so will the others that run out; each keeps its position and its pending checkpoint, "
-                "and resumes when its lease is renewed", self._owner_id, partition_id,
-            )  # fmt: skip
+                "and resumes when its lease is renewed",
+                self._owner_id,
+                partition_id,
+            )
         self._paused.add(partition_id)
         metrics.PAUSED_PARTITIONS.inc()
 
@@ -118,8 +121,11 @@ class PauseLog:
             log.warning(
                 "worker %s: pumps no longer paused after %.1fs: %d resumed where they were, %d ended without a "
                 "checkpoint (lease lost or stopping)",
-                self._owner_id, self._monotonic() - self._since, self._resumed, self._ended,
-            )  # fmt: skip
+                self._owner_id,
+                self._monotonic() - self._since,
+                self._resumed,
+                self._ended,
+            )
 
 
 class Checkpointer:

@@ -77,10 +77,17 @@ class HandlerCalls:
         self.sync: SyncWork | None = None
         if not self._async:
             self.sync = SyncWork(
-                handler=handler, ctx=ctx, batch=self.batch, max_events=config.max_events,
-                deadline=deadline, monotonic=monotonic, may_go_on=may_go_on, advance=self.advance,
-                sequence=sequence, checkpoints=checkpoints,
-            )  # fmt: skip
+                handler=handler,
+                ctx=ctx,
+                batch=self.batch,
+                max_events=config.max_events,
+                deadline=deadline,
+                monotonic=monotonic,
+                may_go_on=may_go_on,
+                advance=self.advance,
+                sequence=sequence,
+                checkpoints=checkpoints,
+            )
 
     async def run_async(self, events: Sequence[ReceivedEvent]) -> tuple[int, Exception | None]:
         """Hand ``events`` one by one to the async handler, on the loop; (how many were handled, the
@@ -130,7 +137,12 @@ class HandlerCalls:
             self.stats.errors += 1
             log.warning(
                 "%s: handler failed on sequence number %d (attempt %d of %d): %s: %s",
-                self._label, first, attempts, self._config.retries + 1, type(error).__name__, error,
+                self._label,
+                first,
+                attempts,
+                self._config.retries + 1,
+                type(error).__name__,
+                error,
             )
             if isinstance(error, MalformedEvent) or attempts > self._config.retries:
                 break
@@ -154,8 +166,13 @@ class HandlerCalls:
         self.stats.dead_lettered += len(events)
         log.error(
             "%s: set aside %d event(s) from sequence number %d to %s after %d attempt(s): %s: %s",
-            self._label, len(events), first, self._dead.path(self._ref, self._partition_id) or "memory",
-            attempts, type(error).__name__, error,
+            self._label,
+            len(events),
+            first,
+            self._dead.path(self._ref, self._partition_id) or "memory",
+            attempts,
+            type(error).__name__,
+            error,
         )
         self.advance(events)
         return True

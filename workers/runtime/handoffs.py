@@ -57,7 +57,10 @@ class Handoffs:
             if late:
                 log.warning(
                     "worker %s: partition %s still busy after %gs; handing it off anyway (its event in hand "
-                    "will be handled again by the next owner)", self._owner_id, pid, wait,
+                    "will be handled again by the next owner)",
+                    self._owner_id,
+                    pid,
+                    wait,
                 )
         self.to_release.add(pid)
         async with self._lock:
@@ -75,8 +78,12 @@ class Handoffs:
             metrics.STORE_ERRORS.labels(operation="release").inc()
             log.warning(
                 "worker %s: could not release partition(s) %s (%s: %s); the next owner takes them after the "
-                "handoff timeout", self._owner_id, ", ".join(batch), type(exc).__name__, exc,
-            )  # fmt: skip
+                "handoff timeout",
+                self._owner_id,
+                ", ".join(batch),
+                type(exc).__name__,
+                exc,
+            )
 
     async def finish(self, timeout: float) -> None:
         """Wait at most ``timeout`` for the handoffs under way (their pumps have stopped: each release is

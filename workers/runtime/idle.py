@@ -92,8 +92,12 @@ class Idle:
         try:
             notify(wake)
         except OSError as exc:
-            log.warning("%s: the source cannot wake this pump (%s); polling every %gs", self._label, exc,
-                        self._config.poll_seconds)  # fmt: skip
+            log.warning(
+                "%s: the source cannot wake this pump (%s); polling every %gs",
+                self._label,
+                exc,
+                self._config.poll_seconds,
+            )
             return False
         return True
 

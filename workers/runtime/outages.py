@@ -29,16 +29,19 @@ class WorkerLogs:
         owner_id = coordinator.owner_id
         return cls(
             cycle=OutageLog(
-                log, f"worker {owner_id}: load-balancing cycle",
+                log,
+                f"worker {owner_id}: load-balancing cycle",
                 f"retrying every {interval:g}s; pumps keep running while their leases last, then pause until renewed",
             ),
             start=OutageLog(
-                log, f"worker {owner_id}: first load-balancing cycle",
+                log,
+                f"worker {owner_id}: first load-balancing cycle",
                 f"the store may not be up yet: retrying with backoff ({interval:g}s, doubling, at most "
                 f"{backoff_max:g}s)",
             ),
             renewal=OutageLog(
-                log, f"worker {owner_id}: lease renewal",
+                log,
+                f"worker {owner_id}: lease renewal",
                 "trying again shortly while the leases last, and at every cycle",
             ),
             checkpoints=CheckpointOutage(owner_id),

@@ -53,6 +53,13 @@ log = logging.getLogger("leaseboard.worker")
 START_BACKOFF_MAX = BACKOFF_MAX  # seconds: the longest wait between tries when the store is down at start
 
 
+def _check_timing(coordinator: Balancer, interval: float, jitter: float) -> None:
+    if interval <= 0 or not 0 <= jitter < 1:
+        raise ValueError(f"interval must be > 0 and jitter in [0, 1), got {interval}, {jitter}")
+    if coordinator.expiry <= interval:
+        raise ValueError(f"lease expiry ({coordinator.expiry}s) must be longer than the interval ({interval}s)")
+
+
 class EventProcessor:
     """One worker: one owner id, one coordinator, its pumps."""
 
@@ -71,10 +78,7 @@ class EventProcessor:
         rng: random.Random | None = None,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
-        if interval <= 0 or not 0 <= jitter < 1:
-            raise ValueError(f"interval must be > 0 and jitter in [0, 1), got {interval}, {jitter}")
-        if coordinator.expiry <= interval:
-            raise ValueError(f"lease expiry ({coordinator.expiry}s) must be longer than the interval ({interval}s)")
+        _check_timing(coordinator, interval, jitter)
         self.coordinator = coordinator
         self._checkpoints = checkpoints
         self._source = source
@@ -89,9 +93,12 @@ class EventProcessor:
         self._sleep = sleep
         self._waits = Waits()
         self._pumpset = Pumps(  # its deadline timer sleeps with the worker's sleep of the moment
-            coordinator, idle_seconds=self._config.idle_seconds, build=self._new_pump,
-            sleep=lambda seconds: self._sleep(seconds), stopped=lambda: self.stopping,
-        )  # fmt: skip
+            coordinator,
+            idle_seconds=self._config.idle_seconds,
+            build=self._new_pump,
+            sleep=lambda seconds: self._sleep(seconds),
+            stopped=lambda: self.stopping,
+        )
         self.cycles = 0  # successful cycles
         # Called when this worker's cycle saw an operator's rebalance request: run_workers wakes every
         # worker of the process (a request may reach only one of them through the store).
@@ -299,7 +306,6 @@ class EventProcessor:
         )
         return next_due(given)
 
-
     async def _wait(self, seconds: float) -> bool:
         """Sleep ``seconds`` or until ``stop()`` or ``wake()``, whichever comes first (``Waits.wait``).
         True when ``stop()`` or ``wake()`` ended it."""
@@ -327,12 +333,22 @@ class EventProcessor:
 
     def _new_pump(self, pid: str) -> PartitionPump:
         return PartitionPump(
-            ref=self.coordinator.ref, partition_id=pid, owner_id=self.owner_id, holds=self.coordinator.holds,
-            checkpoints=self._checkpoints, source=self._source, handler=self._handler, config=self._config,
-            dead_letters=self.dead_letters, monotonic=self.coordinator.monotonic, sleep=self._sleep,
-            deadline=self.coordinator.deadline, outage=self._logs.checkpoints, pauses=self._logs.pauses,
+            ref=self.coordinator.ref,
+            partition_id=pid,
+            owner_id=self.owner_id,
+            holds=self.coordinator.holds,
+            checkpoints=self._checkpoints,
+            source=self._source,
+            handler=self._handler,
+            config=self._config,
+            dead_letters=self.dead_letters,
+            monotonic=self.coordinator.monotonic,
+            sleep=self._sleep,
+            deadline=self.coordinator.deadline,
+            outage=self._logs.checkpoints,
+            pauses=self._logs.pauses,
             looked_after=True,
-        )  # fmt: skip
+        )
 
     # stopping ------------------------------------------------------------------------------
 
@@ -362,6 +378,9 @@ class EventProcessor:
             metrics.STORE_ERRORS.labels(operation="release").inc()
             log.warning(
                 "worker %s: could not release its partitions (%s: %s); others take them after expiry (%gs)",
-                self.owner_id, type(exc).__name__, exc, self.coordinator.expiry,
+                self.owner_id,
+                type(exc).__name__,
+                exc,
+                self.coordinator.expiry,
             )
         log.info("worker %s stopped", self.owner_id)

@@ -100,23 +100,57 @@ class PartitionPump:
         self.paused = False
         self._label = f"partition {partition_id} ({owner_id})"
         self._sequence = SequenceGuard(self._label, self.stats)
+        self._build_rooms(handler, dead_letters, deadline, looked_after)
+
+    def _build_rooms(
+        self,
+        handler: Handler,
+        dead_letters: DeadLetters,
+        deadline: Callable[[str], float] | None,
+        looked_after: bool,
+    ) -> None:
+        """The pump's rooms: its checkpoints, its idle waits and its handler calls."""
         self._checkpoints = Checkpointer(
-            ref=ref, partition_id=partition_id, owner_id=owner_id, store=checkpoints, holds=self._may_write,
-            config=config,
-            stats=self.stats, outage=self._outage, monotonic=monotonic, label=self._label,
-        )  # fmt: skip
+            ref=self.ref,
+            partition_id=self.partition_id,
+            owner_id=self.owner_id,
+            store=self._store,
+            holds=self._may_write,
+            config=self._config,
+            stats=self.stats,
+            outage=self._outage,
+            monotonic=self._monotonic,
+            label=self._label,
+        )
         self._idle = Idle(
-            config=config, checkpoints=self._checkpoints, stats=self.stats, monotonic=monotonic, sleep=sleep,
-            stopping=self._stopping, looked_after=looked_after, label=self._label,
-        )  # fmt: skip
+            config=self._config,
+            checkpoints=self._checkpoints,
+            stats=self.stats,
+            monotonic=self._monotonic,
+            sleep=self._sleep,
+            stopping=self._stopping,
+            looked_after=looked_after,
+            label=self._label,
+        )
         # Without a deadline (a pump built by hand) the lane asks ``holds`` once per chunk of events.
+        holds = self._holds
         self._deadline = deadline or (lambda pid: math.inf if holds(pid) else -math.inf)
         self._calls = HandlerCalls(
-            handler=handler, ctx=self.ctx, config=config, dead_letters=dead_letters, checkpoints=self._checkpoints,
-            stats=self.stats, label=self._label, sequence=self._sequence, deadline=self._deadline,
-            monotonic=monotonic, hold=self._hold, may_go_on=self._may_go_on, lease_gone=self._lease_gone,
+            handler=handler,
+            ctx=self.ctx,
+            config=self._config,
+            dead_letters=dead_letters,
+            checkpoints=self._checkpoints,
+            stats=self.stats,
+            label=self._label,
+            sequence=self._sequence,
+            deadline=self._deadline,
+            monotonic=self._monotonic,
+            hold=self._hold,
+            may_go_on=self._may_go_on,
+            lease_gone=self._lease_gone,
             pause=self._idle.pause,
-        )  # fmt: skip
+        )
         self._sync = self._calls.sync
 
     def stop(self, *, lost: bool = False) -> None:
@@ -187,8 +221,9 @@ class PartitionPump:
                 if await self._checkpoints.write(final=True):
                     self.paused = False
                     self._pauses.resume(self.partition_id)
-                    log.info("%s: lease renewed, resuming after sequence number %s", self._label,
-                             self.stats.last_sequence)  # fmt: skip
+                    log.info(
+                        "%s: lease renewed, resuming after sequence number %s", self._label, self.stats.last_sequence
+                    )
                     return True
                 continue  # lost (the store said so), or not held again
             if not self.paused:
@@ -248,7 +283,10 @@ class PartitionPump:
             self.stats.ended = "stopped" if self._stopping.is_set() else "expired"
         log.info(
             "%s: pump %s after %d events (checkpoint at %s)",
-            self._label, self.stats.ended, self.stats.processed, self.stats.checkpointed,
+            self._label,
+            self.stats.ended,
+            self.stats.processed,
+            self.stats.checkpointed,
         )
         return self.stats
 

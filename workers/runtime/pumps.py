@@ -185,7 +185,10 @@ class Pumps:
             for task in late:
                 log.warning(
                     "worker %s: partition %s still busy after %gs; releasing it anyway (its event in hand "
-                    "will be handled again by the next owner)", self._owner_id, running[task], timeout,
+                    "will be handled again by the next owner)",
+                    self._owner_id,
+                    running[task],
+                    timeout,
                 )
                 task.cancel()
             if late:

@@ -44,8 +44,11 @@ async def run_workers(
             for task in tasks:
                 task.cancel()
             return
-        log.info("%s: stopping %d worker(s): finishing events in hand, checkpointing, releasing", signum.name,
-                 len(processors))
+        log.info(
+            "%s: stopping %d worker(s): finishing events in hand, checkpointing, releasing",
+            signum.name,
+            len(processors),
+        )
         for p in processors:
             p.stop()
 

@@ -48,8 +48,11 @@ class SequenceGuard:
                 missing = event.sequence_number - expected
                 log.error(
                     "%s: sequence numbers jump from %d to %d: %d events were never received (lost data)",
-                    self._label, expected - 1, event.sequence_number, missing,
-                )  # fmt: skip
+                    self._label,
+                    expected - 1,
+                    event.sequence_number,
+                    missing,
+                )
                 metrics.SEQUENCE_GAPS.inc()
                 self._stats.gaps += 1
             self.expected = event.sequence_number + 1

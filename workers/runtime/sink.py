@@ -106,7 +106,12 @@ class EventSink:
         to = event.owner_id or "-"
         log.info(
             "%s partition %s: %s -> %s (by %s: %s)",
-            event.kind.value, event.partition_id, frm, to, event.reporter, event.reason,
+            event.kind.value,
+            event.partition_id,
+            frm,
+            to,
+            event.reporter,
+            event.reason,
         )
         metrics.observe_event(event)
         self.seen.append(event)
@@ -134,7 +139,8 @@ class EventSink:
             if self.dropped == 1 or self.dropped % 1000 == 0:
                 log.error(
                     "balancer events dropped without reaching the dashboard: %d so far (more than %d waited)",
-                    self.dropped, self._backlog,
+                    self.dropped,
+                    self._backlog,
                 )
         self._queue.append(event)
         metrics.BROADCAST_BACKLOG.inc()

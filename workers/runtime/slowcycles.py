@@ -33,9 +33,14 @@ class CycleWatch:
             log.warning(
                 "worker %s: a cycle took %.2fs, more than half the %gs interval (%d store requests, %d "
                 "partitions owned; the event loop woke this worker %.2fs late: %s)",
-                self.owner_id, report.seconds, self.interval, report.requests, len(report.owned), self.late,
+                self.owner_id,
+                report.seconds,
+                self.interval,
+                report.requests,
+                len(report.owned),
+                self.late,
                 "the process is starved of CPU" if starved else "the store answers slowly",
-            )  # fmt: skip
+            )
         elif not slow and self.slow:
             log.warning("worker %s: cycles are quick again (%.3fs)", self.owner_id, report.seconds)
         self.slow = slow

@@ -58,8 +58,12 @@ class FileWatch:
             try:
                 self.backend = _Inotify(self._changed)
             except OSError as exc:
-                log.warning("inotify unavailable (%s): pumps of the embedded hub are woken by a poller "
-                            "stat-ing their logs every %gs instead", exc, poll_seconds)  # fmt: skip
+                log.warning(
+                    "inotify unavailable (%s): pumps of the embedded hub are woken by a poller "
+                    "stat-ing their logs every %gs instead",
+                    exc,
+                    poll_seconds,
+                )
         if self.backend is None:
             self.backend = _Poller(self._changed, poll_seconds)
 

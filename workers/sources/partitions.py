@@ -29,9 +29,13 @@ class PartitionList:
     then is not: the cycle simply used the last ids), and its end once."""
 
     def __init__(
-        self, fetch: Callable[[], tuple[str, ...]], bound: float, name: str = "the event source",
-        warn_after: float = 5.0, local: bool = False,
-    ) -> None:  # fmt: skip
+        self,
+        fetch: Callable[[], tuple[str, ...]],
+        bound: float,
+        name: str = "the event source",
+        warn_after: float = 5.0,
+        local: bool = False,
+    ) -> None:
         self._fetch = fetch
         self.local = local  # ``fetch`` never waits on a network: called in the event loop, no thread
         self.bound = bound
@@ -58,8 +62,12 @@ class PartitionList:
         except TimeoutError:
             waited = loop.time() - self._since
             if not self._slow and waited > self.warn_after:
-                log.warning("%s has not listed its partitions for %.1fs: balancing the last %d known meanwhile",
-                            self.name, waited, len(self.known))  # fmt: skip
+                log.warning(
+                    "%s has not listed its partitions for %.1fs: balancing the last %d known meanwhile",
+                    self.name,
+                    waited,
+                    len(self.known),
+                )
                 self._slow = True
             return self.known
         if self._slow:

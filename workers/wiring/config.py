@@ -55,16 +55,28 @@ class FleetConfig:
     def from_options(cls, options: Mapping[str, Any], count_option: str = "--count") -> FleetConfig:
         """The config of a command's parsed ``options`` (``add_worker_options``' destinations)."""
         return cls(
-            count=options["count"], count_option=count_option, strategy=options["strategy"],
-            store=options["store"], source=options["source"], hub=options["hub"],
-            consumer_group=options["consumer_group"], namespace=options["namespace"], handler=options["handler"],
-            interval=options["interval"], expiry=options["expiry"], owner_prefix=options["owner_prefix"],
-            checkpoint_events=options["checkpoint_events"], checkpoint_seconds=options["checkpoint_seconds"],
-            initial_position=options["initial_position"], shutdown_timeout=options["shutdown_timeout"],
-            release_notices=options.get("release_notices"), metrics_port=options.get("metrics_port", 0),
-            load_weighted=bool(options.get("load_weighted")), load_unit=options.get("load_unit", 100.0),
+            count=options["count"],
+            count_option=count_option,
+            strategy=options["strategy"],
+            store=options["store"],
+            source=options["source"],
+            hub=options["hub"],
+            consumer_group=options["consumer_group"],
+            namespace=options["namespace"],
+            handler=options["handler"],
+            interval=options["interval"],
+            expiry=options["expiry"],
+            owner_prefix=options["owner_prefix"],
+            checkpoint_events=options["checkpoint_events"],
+            checkpoint_seconds=options["checkpoint_seconds"],
+            initial_position=options["initial_position"],
+            shutdown_timeout=options["shutdown_timeout"],
+            release_notices=options.get("release_notices"),
+            metrics_port=options.get("metrics_port", 0),
+            load_weighted=bool(options.get("load_weighted")),
+            load_unit=options.get("load_unit", 100.0),
             race_spans=tuple((name, options[name]) for name in SPANS if name in options),
-        )  # fmt: skip
+        )
 
     @property
     def store_name(self) -> str:
@@ -98,8 +110,11 @@ def check_timing(config: FleetConfig) -> Timing:
         log.warning(
             "%s (%gs) is under three %s (%gs): one slow or missed cycle can let a lease lapse and move a "
             "partition; keep the expiry at three intervals or more (the defaults: 30s over 10s)",
-            expiry_name, expiry, interval_name, interval,
-        )  # fmt: skip
+            expiry_name,
+            expiry,
+            interval_name,
+            interval,
+        )
     return Timing(interval, expiry, interval_name, expiry_name)
 
 

@@ -85,10 +85,18 @@ def build_fleet(config: FleetConfig, source: EventSource | None = None) -> Fleet
     _add_workers(fleet, config, plan, timing, prefix, clock)
     log.info(
         "%d worker(s) %s-0..%d on %s/%s/%s: strategy %s, store %s, interval %gs, expiry %gs, handler %s",
-        config.count, prefix, config.count - 1, plan.ref.namespace, plan.ref.hub, plan.ref.consumer_group,
+        config.count,
+        prefix,
+        config.count - 1,
+        plan.ref.namespace,
+        plan.ref.hub,
+        plan.ref.consumer_group,
         f"{plan.strategy.name} (load-weighted)" if weighted else plan.strategy.name,
-        config.store_name, timing.interval, timing.expiry, config.handler,
-    )  # fmt: skip
+        config.store_name,
+        timing.interval,
+        timing.expiry,
+        config.handler,
+    )
     log.info("release notices: %s", notices.kind)
     return fleet
 
@@ -120,9 +128,12 @@ def _add_workers(
     source, stores = fleet.source, fleet.stores
     # A cycle waits at most a quarter interval for the hub's partition list, then balances the last one.
     partitions = PartitionList(
-        source.partition_ids, max(0.2, timing.interval / 4), f"event hub {plan.ref.hub}", timing.expiry,
+        source.partition_ids,
+        max(0.2, timing.interval / 4),
+        f"event hub {plan.ref.hub}",
+        timing.expiry,
         local=getattr(source, "lists_partitions_locally", False),
-    )  # fmt: skip
+    )
     for i in range(config.count):
         load = None  # 001's lease race, load-weighted, weighs what this worker's processor handled
         backend = None
@@ -132,18 +143,32 @@ def _add_workers(
             backend = race_backend(plan.ref, stores.ownership, settings.REDIS_URL or None)
             fleet.race_backends.append(backend)
         coordinator = build_coordinator(
-            plan.ref, f"{prefix}-{i}", stores, partitions, strategy=plan.strategy, expiry=timing.expiry,
-            on_event=fleet.sink, clock=clock, race_times=plan.times, race_load=load, race_on=backend,
+            plan.ref,
+            f"{prefix}-{i}",
+            stores,
+            partitions,
+            strategy=plan.strategy,
+            expiry=timing.expiry,
+            on_event=fleet.sink,
+            clock=clock,
+            race_times=plan.times,
+            race_load=load,
+            race_on=backend,
             interval=timing.interval,
             on_released=fleet.notices.publisher(),  # a planned move wakes its receiver at once
             announce_joining=True,  # news for workers waiting quietly (``quiet_until``)
             checkpoints=stores.checkpoints,  # where --load-weighted measures rates
-        )  # fmt: skip
+        )
         processor = EventProcessor(
-            coordinator, checkpoints=stores.checkpoints, source=source, handler=plan.handler,
-            interval=timing.interval, pump_config=plan.pump, dead_letters=dead_letters,
+            coordinator,
+            checkpoints=stores.checkpoints,
+            source=source,
+            handler=plan.handler,
+            interval=timing.interval,
+            pump_config=plan.pump,
+            dead_letters=dead_letters,
             shutdown_timeout=config.shutdown_timeout,
-        )  # fmt: skip
+        )
         processor.poll_waiting = not fleet.notices.across_processes
         fleet.processors.append(processor)
         if i == 0 and backend is not None and races_in_process(backend):

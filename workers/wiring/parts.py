@@ -87,14 +87,33 @@ def build_coordinator(
     if strategy.name == RACE.name:
         backend = race_on if race_on is not None else race_backend(ref, stores.ownership, settings.REDIS_URL or None)
         return build_race_coordinator(
-            ref, owner_id, stores.ownership, partitions, backend=backend, times=race_times,
-            controls=stores.controls, on_event=on_event, load=race_load, rng=rng,
-        )  # fmt: skip
+            ref,
+            owner_id,
+            stores.ownership,
+            partitions,
+            backend=backend,
+            times=race_times,
+            controls=stores.controls,
+            on_event=on_event,
+            load=race_load,
+            rng=rng,
+        )
     return Coordinator(
-        ref=ref, owner_id=owner_id, store=stores.ownership, partitions=partitions, strategy=strategy,
-        expiry=expiry, controls=stores.controls, on_event=on_event, rng=rng, clock=clock,
-        interval=interval, on_released=on_released, announce_joining=announce_joining, checkpoints=checkpoints,
-    )  # fmt: skip
+        ref=ref,
+        owner_id=owner_id,
+        store=stores.ownership,
+        partitions=partitions,
+        strategy=strategy,
+        expiry=expiry,
+        controls=stores.controls,
+        on_event=on_event,
+        rng=rng,
+        clock=clock,
+        interval=interval,
+        on_released=on_released,
+        announce_joining=announce_joining,
+        checkpoints=checkpoints,
+    )
 
 
 def event_publisher() -> Callable[[BalancerEvent], Any] | None:

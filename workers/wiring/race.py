@@ -69,9 +69,17 @@ def build_race_coordinator(
 ) -> RaceCoordinator:
     """A race node for ``owner_id`` racing on ``backend`` (``race_backend``)."""
     return RaceCoordinator(
-        ref, owner_id, store, backend, partitions, times,
-        controls=controls, on_event=on_event, load=load, rng=rng,
-    )  # fmt: skip
+        ref,
+        owner_id,
+        store,
+        backend,
+        partitions,
+        times,
+        controls=controls,
+        on_event=on_event,
+        load=load,
+        rng=rng,
+    )
 
 
 def races_in_process(backend: RaceBackend) -> bool:

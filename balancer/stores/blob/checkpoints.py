@@ -131,9 +131,13 @@ class CheckpointWrites:
             if known.etag is None:
                 return await blob.upload_blob(b"", metadata=metadata, overwrite=False, retry_total=0)
             return await blob.upload_blob(
-                b"", metadata=metadata, overwrite=True, retry_total=0,
-                etag=known.etag, match_condition=MatchConditions.IfNotModified,
-            )  # fmt: skip
+                b"",
+                metadata=metadata,
+                overwrite=True,
+                retry_total=0,
+                etag=known.etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
         except (ResourceModifiedError, ResourceExistsError):
             self._written.pop(key, None)  # written by someone else since: read again
             if attempt == 2:

@@ -186,7 +186,7 @@ class Skipped:
         problems: dict[str, CorruptRecord] = {}
         for blob in blobs:
             try:
-                found.append(parse(blob.name[len(prefix):], blob))
+                found.append(parse(blob.name[len(prefix) :], blob))
             except ValueError as exc:
                 problems[blob.name] = CorruptRecord(f"blob {blob.name!r} in {self._where}", str(exc))
                 if prefix.endswith("/ownership/") and blob.etag:

@@ -40,9 +40,15 @@ from .layout import (
 from .service import CONNECTION_STRING_ENV, CONTAINER_ENV, DEFAULT_CONTAINER, BlobContainer, container_gone
 
 __all__ = [
-    "CONNECTION_STRING_ENV", "CONTAINER_ENV", "DEFAULT_CONTAINER", "NO_OFFSET", "BlobStore", "checkpoint_blob",
-    "ownership_blob", "scope_prefix",
-]  # fmt: skip
+    "CONNECTION_STRING_ENV",
+    "CONTAINER_ENV",
+    "DEFAULT_CONTAINER",
+    "NO_OFFSET",
+    "BlobStore",
+    "checkpoint_blob",
+    "ownership_blob",
+    "scope_prefix",
+]
 
 
 class BlobStore:
@@ -121,7 +127,9 @@ class BlobStore:
         scope = scope_prefix(ref)
         blobs = await self._service.list(scope)
         parts: dict[str, list[BlobProperties]] = {
-            "ownership/": [], "leaseboard/members/": [], "leaseboard/controls/": []
+            "ownership/": [],
+            "leaseboard/members/": [],
+            "leaseboard/controls/": [],
         }
         for blob in blobs:
             for sub, found in parts.items():

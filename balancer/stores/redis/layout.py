@@ -45,8 +45,17 @@ class Keys:
     @lru_cache(maxsize=1024)  # a classmethod: the cache holds no instance alive
     def of(cls, ref: HubRef) -> Keys:
         prefix = scope(ref)
-        names = ("ownership", "checkpoints", "members", "controls", "etags", "changes", "epoch", "owner_changes",
-                 "modified")  # fmt: skip
+        names = (
+            "ownership",
+            "checkpoints",
+            "members",
+            "controls",
+            "etags",
+            "changes",
+            "epoch",
+            "owner_changes",
+            "modified",
+        )
         return cls(*(f"{prefix}:{name}" for name in names))
 
 

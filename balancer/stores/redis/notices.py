@@ -87,8 +87,11 @@ class RedisReleaseChannel:
                     log.warning(
                         "release notices: lost the subscription to %s on %s (%s: %s); subscribing again with "
                         "backoff, receivers claim at their next cycle meanwhile",
-                        self.name, self.where, type(exc).__name__, exc,
-                    )  # fmt: skip
+                        self.name,
+                        self.where,
+                        type(exc).__name__,
+                        exc,
+                    )
                 failing = True
             finally:  # a server that stopped answering never says goodbye: the close is bounded
                 await within(close_subscription(pubsub, client), CLOSE)

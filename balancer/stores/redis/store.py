@@ -95,9 +95,11 @@ class RedisStore(RedisConnections):
 
         ownership, members, controls, (seconds, micros) = await self.run("reading a snapshot", read)
         return Snapshot(
-            self._ownership(ref, ownership), self._members(ref, members), self._controls(ref, controls),
+            self._ownership(ref, ownership),
+            self._members(ref, members),
+            self._controls(ref, controls),
             server_time(seconds, micros),
-        )  # fmt: skip
+        )
 
     async def snapshot_since(self, ref: HubRef, cursor: str | None, stale_after: float | None = None) -> Changes:
         """``snapshot`` with only the ownership records written after ``cursor`` (``balancer.changes``),
@@ -112,8 +114,16 @@ class RedisStore(RedisConnections):
         stale = "" if stale_after is None else repr(float(stale_after))
 
         async def read(c: Connection) -> list[Any]:
-            keys_ = [keys.ownership, keys.changes, keys.etags, keys.epoch, keys.members, keys.controls,
-                     keys.owner_changes, keys.modified]  # fmt: skip
+            keys_ = [
+                keys.ownership,
+                keys.changes,
+                keys.etags,
+                keys.epoch,
+                keys.members,
+                keys.controls,
+                keys.owner_changes,
+                keys.modified,
+            ]
             return list(await c.script(CHANGES)(keys=keys_, args=[epoch, serial, stale]))
 
         seconds, micros, epoch, counter, full, count, flat, members, controls, fresh = await self.run(
@@ -131,14 +141,19 @@ class RedisStore(RedisConnections):
         # (the unreadable ones it skips left out) checks the copy's size.
         shown = None if int(full) else int(count) - self._skipped.unread(keys.ownership)
         return Changes(
-            ownership, self._members(ref, _pairs(members)), self._controls(ref, _pairs(controls)),
-            server_time(seconds, micros), f"{epoch}:{text(counter)}" if epoch else None, bool(int(full)), shown,
+            ownership,
+            self._members(ref, _pairs(members)),
+            self._controls(ref, _pairs(controls)),
+            server_time(seconds, micros),
+            f"{epoch}:{text(counter)}" if epoch else None,
+            bool(int(full)),
+            shown,
             fresh_after=fresh_after,
             # Leaving renewals out, every record no script wrote for ``stale_after`` is listed as stored,
             # so a hand edit (redis-cli) shows within that, unless a script writes the record first;
             # a record added or deleted by hand shows at once in the count.
             sees_every_write=fresh_after is not None,
-        )  # fmt: skip
+        )
 
     # ownership -----------------------------------------------------------------------------
 

@@ -49,16 +49,28 @@ class Command(BaseCommand):
         add_worker_options(parser, count_option="--workers", default_count=3)
         parser.add_argument("--port", type=int, default=8000, help="port to serve on (default 8000; 0: any free one)")
         parser.add_argument("--host", default="127.0.0.1", help="interface to serve on (default 127.0.0.1)")
-        parser.add_argument("--produce", type=float, default=50.0, metavar="RATE",
-                            help="events per second the embedded producer writes (default 50; 0: no producer)")
-        parser.add_argument("--partitions", type=int, default=None,
-                            help="create the embedded hub with, or grow it to, this many partitions "
-                                 "(default: LEASEBOARD_PARTITIONS)")
+        parser.add_argument(
+            "--produce",
+            type=float,
+            default=50.0,
+            metavar="RATE",
+            help="events per second the embedded producer writes (default 50; 0: no producer)",
+        )
+        parser.add_argument(
+            "--partitions",
+            type=int,
+            default=None,
+            help="create the embedded hub with, or grow it to, this many partitions (default: LEASEBOARD_PARTITIONS)",
+        )
         parser.add_argument("--homes", type=int, default=1000, help="homes (partition keys) of the producer")
-        parser.add_argument("--pipeline", action=argparse.BooleanOptionalAction, default=True,
-                            help="also run the Spark pipeline (runpipeline, local[1]) as a child process; "
-                                 "its log goes to var/pipeline.log (default: on)")
-        parser.set_defaults(handler="workers.landing.LandingHandler")  # fmt: skip
+        parser.add_argument(
+            "--pipeline",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help="also run the Spark pipeline (runpipeline, local[1]) as a child process; "
+            "its log goes to var/pipeline.log (default: on)",
+        )
+        parser.set_defaults(handler="workers.landing.LandingHandler")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["produce"] < 0:
@@ -124,10 +136,12 @@ class _Demo:
         self.running["notices"] = loop.create_task(fleet.notices.listen(fleet.processors), name="notices")
         if options["produce"] > 0:
             threading.Thread(
-                target=run_producer, name="producer", daemon=True,
+                target=run_producer,
+                name="producer",
+                daemon=True,
                 args=(self.hub, options["produce"], self.stop_producing, random.Random()),
                 kwargs={"homes": options["homes"]},
-            ).start()  # fmt: skip
+            ).start()
         if options["pipeline"]:
             self.pipeline.append(start_pipeline(self.hub_name, Path(settings.VAR_DIR) / "pipeline.log"))
         self.stdout.write(

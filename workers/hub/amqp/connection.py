@@ -276,8 +276,10 @@ class AmqpConnection(asyncio.Protocol):
             return
         log.warning(
             "connection %d from %s: no AMQP open within %gs (half-open); closing it",
-            self.id, self.peer, self.limits.handshake_timeout,
-        )  # fmt: skip
+            self.id,
+            self.peer,
+            self.limits.handshake_timeout,
+        )
         self.close("amqp:resource-limit-exceeded", f"no open frame within {self.limits.handshake_timeout:g}s")
 
     def _finish(self) -> None:
@@ -291,10 +293,15 @@ class AmqpConnection(asyncio.Protocol):
         self.router.connection_closed(self)
 
 
-_CONNECTION_EVENTS = frozenset({
-    Event.CONNECTION_REMOTE_OPEN, Event.CONNECTION_REMOTE_CLOSE, Event.TRANSPORT_ERROR, Event.TRANSPORT_TAIL_CLOSED,
-    Event.TRANSPORT_CLOSED,
-})  # fmt: skip
+_CONNECTION_EVENTS = frozenset(
+    {
+        Event.CONNECTION_REMOTE_OPEN,
+        Event.CONNECTION_REMOTE_CLOSE,
+        Event.TRANSPORT_ERROR,
+        Event.TRANSPORT_TAIL_CLOSED,
+        Event.TRANSPORT_CLOSED,
+    }
+)
 
 
 def _describe(condition: Condition) -> str:

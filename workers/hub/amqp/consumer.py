@@ -220,9 +220,16 @@ class Receivers:
                 log.info(
                     "partition %s of %s/%s: receiver %r (owner level %s, connection %d) displaced by %r (owner"
                     " level %s, connection %d)",
-                    new.partition_id, new.hub.name, new.consumer_group, old.link.name, old.owner_level, old.conn.id,
-                    new.link.name, new.owner_level, new.conn.id,
-                )  # fmt: skip
+                    new.partition_id,
+                    new.hub.name,
+                    new.consumer_group,
+                    old.link.name,
+                    old.owner_level,
+                    old.conn.id,
+                    new.link.name,
+                    new.owner_level,
+                    new.conn.id,
+                )
                 if old.conn is not new.conn:
                     old.conn.flush()
             current = [new]

@@ -94,8 +94,9 @@ class Endpoints:
     def _link_opened(self, link: Link) -> None:
         info = self._notes.attach(link.name, link.is_sender)
         if info is None:  # cannot happen: every attach passed the wire's _inspect first
-            info = AttachInfo(link.name, -1, -1, link.is_receiver, link.remote_source.address,
-                              link.remote_target.address)  # fmt: skip
+            info = AttachInfo(
+                link.name, -1, -1, link.is_receiver, link.remote_source.address, link.remote_target.address
+            )
         handler = self._attach(link, info)
         if handler is not None:
             self._handlers[link] = handler

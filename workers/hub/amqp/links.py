@@ -18,9 +18,14 @@ def refuse(conn: AmqpConnection, link: Link, condition: str, description: str) -
     a broken link, not as a refusal) and at once a closing detach carrying the error; logs it."""
     log.warning(
         "connection %d from %s: refused link %r (%s %s): %s: %s",
-        conn.id, conn.peer, link.name, "source" if link.is_sender else "target",
-        (link.remote_source.address if link.is_sender else link.remote_target.address), condition, description,
-    )  # fmt: skip
+        conn.id,
+        conn.peer,
+        link.name,
+        "source" if link.is_sender else "target",
+        (link.remote_source.address if link.is_sender else link.remote_target.address),
+        condition,
+        description,
+    )
     link.source.copy(link.remote_source)
     link.target.copy(link.remote_target)
     link.open()
@@ -45,7 +50,11 @@ def detach_oversize(conn: AmqpConnection, link: Link, size: int) -> None:
     limit = conn.limits.max_message_size
     log.warning(
         "connection %d from %s: a message of more than %d bytes on link %r (limit %d); detaching it",
-        conn.id, conn.peer, size, link.name, limit,
-    )  # fmt: skip
+        conn.id,
+        conn.peer,
+        size,
+        link.name,
+        limit,
+    )
     description = f"the message is larger than the link's max-message-size of {limit} bytes"
     close(link, "amqp:link:message-size-exceeded", description)

@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from proton import timestamp
 
@@ -97,24 +98,43 @@ def read_properties(
     hub = hubs.get(name)
     if hub is None:
         return Response(404, f"The messaging entity '{entity_url(name)}' could not be found.")
+    return _describe(hubs, hub, name, props)
+
+
+def _describe(hubs: HubDirectory, hub: EmbeddedHub, name: str, props: dict[str, Any]) -> Response:
+    """The READ answer for ``hub``: the hub itself or one of its partitions, by ``props["type"]``."""
     kind = props.get("type")
     if kind == "com.microsoft:eventhub":
         ids = list(hub.partition_ids())
         created = timestamp(millis(hubs.created_at(hub)))
-        return Response(200, "OK", {
-            "name": hub.name, "type": kind, "created_at": created, "partition_count": len(ids), "partition_ids": ids,
-        })  # fmt: skip
+        return Response(
+            200,
+            "OK",
+            {
+                "name": hub.name,
+                "type": kind,
+                "created_at": created,
+                "partition_count": len(ids),
+                "partition_ids": ids,
+            },
+        )
     if kind == "com.microsoft:partition":
         partition = str(props.get("partition"))
         if partition not in hub.partition_ids():
             return Response(404, f"event hub '{name}' has no partition '{partition}'")
         p = hub.properties(partition)
-        return Response(200, "OK", {
-            "name": hub.name, "type": kind, "partition": partition,
-            "begin_sequence_number": p.begin_sequence_number,
-            "last_enqueued_sequence_number": p.last_enqueued_sequence_number,
-            "last_enqueued_offset": p.last_enqueued_offset if p.last_enqueued_offset is not None else "-1",
-            "last_enqueued_time_utc": timestamp(millis(p.last_enqueued_time or 0.0)),
-            "is_partition_empty": p.is_empty,
-        })  # fmt: skip
+        return Response(
+            200,
+            "OK",
+            {
+                "name": hub.name,
+                "type": kind,
+                "partition": partition,
+                "begin_sequence_number": p.begin_sequence_number,
+                "last_enqueued_sequence_number": p.last_enqueued_sequence_number,
+                "last_enqueued_offset": p.last_enqueued_offset if p.last_enqueued_offset is not None else "-1",
+                "last_enqueued_time_utc": timestamp(millis(p.last_enqueued_time or 0.0)),
+                "is_partition_empty": p.is_empty,
+            },
+        )
     return Response(400, f"unsupported $management type {kind!r}")

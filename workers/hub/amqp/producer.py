@@ -86,9 +86,11 @@ class ProducerLink:
             # A keyed event on a partition's link (the SDK's buffered producer sends them so, having
             # placed the key itself) is stored on that partition, with its key.
             events = self.hub.send_batch(
-                incoming.bodies, partition_key=incoming.partition_key, partition_id=self.partition_id,
+                incoming.bodies,
+                partition_key=incoming.partition_key,
+                partition_id=self.partition_id,
                 amqp=incoming.amqp,
-            )  # fmt: skip
+            )
         except BadMessage as exc:
             log.warning("connection %d from %s: event refused: %s", self.conn.id, self.conn.peer, exc)
             reject(delivery, exc.condition, str(exc))

@@ -27,11 +27,16 @@ HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES, APPLICATION_PROPE
 DATA, AMQP_SEQUENCE, AMQP_VALUE, FOOTER = 0x75, 0x76, 0x77, 0x78
 BODY = (DATA, AMQP_SEQUENCE, AMQP_VALUE)
 _NAMES = {
-    b"amqp:header:list": HEADER, b"amqp:delivery-annotations:map": DELIVERY_ANNOTATIONS,
-    b"amqp:message-annotations:map": MESSAGE_ANNOTATIONS, b"amqp:properties:list": PROPERTIES,
-    b"amqp:application-properties:map": APPLICATION_PROPERTIES, b"amqp:data:binary": DATA,
-    b"amqp:amqp-sequence:list": AMQP_SEQUENCE, b"amqp:amqp-value:*": AMQP_VALUE, b"amqp:footer:map": FOOTER,
-}  # fmt: skip
+    b"amqp:header:list": HEADER,
+    b"amqp:delivery-annotations:map": DELIVERY_ANNOTATIONS,
+    b"amqp:message-annotations:map": MESSAGE_ANNOTATIONS,
+    b"amqp:properties:list": PROPERTIES,
+    b"amqp:application-properties:map": APPLICATION_PROPERTIES,
+    b"amqp:data:binary": DATA,
+    b"amqp:amqp-sequence:list": AMQP_SEQUENCE,
+    b"amqp:amqp-value:*": AMQP_VALUE,
+    b"amqp:footer:map": FOOTER,
+}
 PARTITION_KEY = "x-opt-partition-key"
 HUB_ANNOTATIONS = frozenset({PARTITION_KEY, "x-opt-sequence-number", "x-opt-offset", "x-opt-enqueued-time"})
 

@@ -136,9 +136,13 @@ class HubServer:
     async def _listen(self, port: int, tls: ssl.SSLContext | None) -> int:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(
-            lambda: AmqpConnection(self, self.limits, "leaseboard-hub"), self.host, port, reuse_address=True, ssl=tls,
+            lambda: AmqpConnection(self, self.limits, "leaseboard-hub"),
+            self.host,
+            port,
+            reuse_address=True,
+            ssl=tls,
             ssl_handshake_timeout=self.limits.handshake_timeout if tls is not None else None,
-        )  # fmt: skip
+        )
         self._servers.append(server)
         return int(server.sockets[0].getsockname()[1])
 
@@ -234,9 +238,16 @@ class HubServer:
         start = parse_filter(info.filters)
         level = _owner_level(info.properties)
         consumer = ConsumerLink(
-            conn, link, hub, address.partition_id, address.consumer_group, start, level,
-            RUNTIME_METRICS in info.desired_capabilities, self.wake,
-        )  # fmt: skip
+            conn,
+            link,
+            hub,
+            address.partition_id,
+            address.consumer_group,
+            start,
+            level,
+            RUNTIME_METRICS in info.desired_capabilities,
+            self.wake,
+        )
         refused = self.receivers.admit(consumer)
         if refused is not None:
             consumer.on_detach()
@@ -316,9 +327,13 @@ class HubServer:
         now = self._clock()
         grants = self._grants.get(conn.id, [])
         return read_properties(
-            request, self.hubs, self.key, now, lambda entity: any(g.covers(entity, now) for g in grants),
+            request,
+            self.hubs,
+            self.key,
+            now,
+            lambda entity: any(g.covers(entity, now) for g in grants),
             lambda hub: f"sb://{self.endpoint}/{hub}",
-        )  # fmt: skip
+        )
 
     # -- the event pump --------------------------------------------------------------------------
 
@@ -330,8 +345,11 @@ class HubServer:
             try:
                 n = consumer.pump(budget)
             except Exception:  # one receiver's failure must not stop the others
-                log.exception("sending to receiver %r of partition %s failed; detaching it", consumer.link.name,
-                              consumer.partition_id)  # fmt: skip
+                log.exception(
+                    "sending to receiver %r of partition %s failed; detaching it",
+                    consumer.link.name,
+                    consumer.partition_id,
+                )
                 consumer.detach("amqp:internal-error", "the hub failed to send to this receiver")
                 touched.add(consumer.conn)
                 continue

@@ -56,9 +56,14 @@ class Command(BaseCommand):
             with _stop_on_signals(stop), progress(f"hub {name!r}", total=count, unit="events") as task:
                 target = cast(EmbeddedHub, _Counting(hub, task)) if task.enabled else hub
                 produced = run_producer(
-                    target, rate, stop, random.Random(options["seed"]), homes=options["homes"], count=count,
+                    target,
+                    rate,
+                    stop,
+                    random.Random(options["seed"]),
+                    homes=options["homes"],
+                    count=count,
                     duration=duration,
-                )  # fmt: skip
+                )
         finally:
             hub.close()
         self.stdout.write(

@@ -37,24 +37,47 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         add = parser.add_argument
         add("--port", type=int, default=5672, help="port to listen on (default 5672; 0: any free one)")
-        add("--host", default="127.0.0.1",
+        add(
+            "--host",
+            default="127.0.0.1",
             help="interface to listen on (default 127.0.0.1; plain AMQP is not encrypted: keep it local or"
-                 " use --no-plain)")
-        add("--tls-cert", default=None, metavar="PEM",
-            help=f"certificate chain for AMQPS (default: ${ENV_CERT}); with --tls-key, turns TLS on")
+            " use --no-plain)",
+        )
+        add(
+            "--tls-cert",
+            default=None,
+            metavar="PEM",
+            help=f"certificate chain for AMQPS (default: ${ENV_CERT}); with --tls-key, turns TLS on",
+        )
         add("--tls-key", default=None, metavar="PEM", help=f"its private key (default: ${ENV_KEY})")
-        add("--tls-port", type=int, default=None,
+        add(
+            "--tls-port",
+            type=int,
+            default=None,
             help=f"port for AMQPS (default ${ENV_PORT}, else {AMQPS_PORT}, the only port the SDKs use with TLS"
-                 " unless given custom_endpoint_address; 0: any free one)")
+            " unless given custom_endpoint_address; 0: any free one)",
+        )
         add("--no-plain", action="store_true", help="serve AMQPS only: no plain AMQP port (needs TLS)")
         add("--hub", default=None, help="hub to create or grow (default: LEASEBOARD_HUB); every hub found is served")
-        add("--partitions", type=int, default=None,
-            help="create the hub with, or grow it to, this many partitions (default: LEASEBOARD_PARTITIONS)")
-        add("--idle-timeout", type=float, default=120.0,
+        add(
+            "--partitions",
+            type=int,
+            default=None,
+            help="create the hub with, or grow it to, this many partitions (default: LEASEBOARD_PARTITIONS)",
+        )
+        add(
+            "--idle-timeout",
+            type=float,
+            default=120.0,
             help="the idle timeout clients are told, in seconds (default 120, as Azure); a connection silent"
-                 " for twice this is closed")
-        add("--poll-interval", type=float, default=0.02,
-            help="seconds between looks for events other processes appended (default 0.02)")
+            " for twice this is closed",
+        )
+        add(
+            "--poll-interval",
+            type=float,
+            default=0.02,
+            help="seconds between looks for events other processes appended (default 0.02)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["idle_timeout"] <= 0 or options["poll_interval"] <= 0:
@@ -73,10 +96,15 @@ class Command(BaseCommand):
         if options["no_plain"] and tls is None:
             raise CommandError("--no-plain needs TLS: give --tls-cert and --tls-key (or set their variables)")
         server = HubServer(
-            settings.LEASEBOARD_HUB_DIR, key, host=options["host"],
-            port=None if options["no_plain"] else options["port"], tls=tls, tls_port=tls_port,
-            limits=Limits(idle_timeout=options["idle_timeout"]), poll_interval=options["poll_interval"],
-        )  # fmt: skip
+            settings.LEASEBOARD_HUB_DIR,
+            key,
+            host=options["host"],
+            port=None if options["no_plain"] else options["port"],
+            tls=tls,
+            tls_port=tls_port,
+            limits=Limits(idle_timeout=options["idle_timeout"]),
+            poll_interval=options["poll_interval"],
+        )
         asyncio.run(self._serve(server, name, partitions, f"{where}{tls_from}"))
 
     def _tls(self, options: dict[str, Any]) -> tuple[ssl.SSLContext | None, str, int]:

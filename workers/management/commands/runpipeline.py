@@ -47,11 +47,18 @@ class Command(BaseCommand):
         add("--hub", help="hub whose landing area to process (default: LEASEBOARD_HUB)")
         add("--master", help="Spark master (default: LEASEBOARD_SPARK_MASTER, else local[*]); spark://host:7077")
         add("--once", action="store_true", help="process what is landed now, then exit (trigger availableNow)")
-        add("--trigger-seconds", type=float, default=DEFAULT_TRIGGER_SECONDS,
-            help=f"seconds between micro-batches when running continuously (default {DEFAULT_TRIGGER_SECONDS:g})")
-        add("--reset", action="store_true",
+        add(
+            "--trigger-seconds",
+            type=float,
+            default=DEFAULT_TRIGGER_SECONDS,
+            help=f"seconds between micro-batches when running continuously (default {DEFAULT_TRIGGER_SECONDS:g})",
+        )
+        add(
+            "--reset",
+            action="store_true",
             help="first delete the Spark checkpoint, the Parquet results and the database summary of the hub, "
-            "and put the archived landing files back")
+            "and put the archived landing files back",
+        )
         add("--metrics-port", type=int, default=0, help="serve Prometheus metrics on 127.0.0.1:PORT (default: off)")
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -38,8 +38,13 @@ from workers.wiring import (
 def add_worker_options(parser: CommandParser, count_option: str = "--count", default_count: int = 1) -> None:
     """The options of a fleet (``FleetConfig.from_options`` reads them); ``serve`` names the count ``--workers``."""
     add = parser.add_argument
-    add(count_option, type=int, default=default_count, dest="count",
-        help=f"workers in this process (default {default_count})")
+    add(
+        count_option,
+        type=int,
+        default=default_count,
+        dest="count",
+        help=f"workers in this process (default {default_count})",
+    )
     add("--strategy", help=f"planning strategy: {', '.join(sorted(NAMES))} (default: {DEFAULT})")
     add("--store", choices=sorted(store_names()), help="ownership and checkpoint store (default: LEASEBOARD_STORE)")
     add("--source", choices=sorted(SOURCES), help="event source (default: LEASEBOARD_SOURCE)")
@@ -48,21 +53,42 @@ def add_worker_options(parser: CommandParser, count_option: str = "--count", def
     add("--namespace", help="namespace (default: LEASEBOARD_NAMESPACE)")
     add("--handler", default=DEFAULT_HANDLER, help=f"dotted path of the handler (default: {DEFAULT_HANDLER})")
     add("--interval", type=float, help="seconds between load-balancing cycles (default: LEASEBOARD_INTERVAL)")
-    add("--expiry", type=float,
-        help="seconds without renewal after which a lease is free; > --interval (default: LEASEBOARD_EXPIRY)")
+    add(
+        "--expiry",
+        type=float,
+        help="seconds without renewal after which a lease is free; > --interval (default: LEASEBOARD_EXPIRY)",
+    )
     add("--owner-prefix", help="owner ids are '<prefix>-<i>' (default: '<hostname>-<pid>')")
-    add("--checkpoint-events", type=int,
-        help="checkpoint after this many events (default: LEASEBOARD_CHECKPOINT_EVENTS)")
-    add("--checkpoint-seconds", type=float,
-        help="checkpoint after this many seconds (default: LEASEBOARD_CHECKPOINT_SECONDS)")
-    add("--initial-position", choices=["earliest", "latest"], default="earliest",
-        help="where a partition without a checkpoint starts (default: earliest)")
-    add("--shutdown-timeout", type=float, default=10.0,
-        help="seconds a graceful stop waits for handlers, and again for the release (default 10)")
-    add("--release-notices", action=argparse.BooleanOptionalAction, default=None,
+    add(
+        "--checkpoint-events",
+        type=int,
+        help="checkpoint after this many events (default: LEASEBOARD_CHECKPOINT_EVENTS)",
+    )
+    add(
+        "--checkpoint-seconds",
+        type=float,
+        help="checkpoint after this many seconds (default: LEASEBOARD_CHECKPOINT_SECONDS)",
+    )
+    add(
+        "--initial-position",
+        choices=["earliest", "latest"],
+        default="earliest",
+        help="where a partition without a checkpoint starts (default: earliest)",
+    )
+    add(
+        "--shutdown-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a graceful stop waits for handlers, and again for the release (default 10)",
+    )
+    add(
+        "--release-notices",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="tell a worker waiting for a partition of its release at once, over the store's channel where "
-             "it has one, else the channel layer where it reaches other processes (REDIS_URL) "
-             "(default: LEASEBOARD_RELEASE_NOTICES, on)")
+        "it has one, else the channel layer where it reaches other processes (REDIS_URL) "
+        "(default: LEASEBOARD_RELEASE_NOTICES, on)",
+    )
     add("--metrics-port", type=int, default=0, help="serve Prometheus metrics on ADDR:PORT (default: off)")
     add("--metrics-addr", default="127.0.0.1", help="interface of --metrics-port (default 127.0.0.1)")
     add_race_options(parser)

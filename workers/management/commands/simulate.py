@@ -22,9 +22,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--strategy", default=None,
+            "--strategy",
+            default=None,
             help=f"one of {', '.join(NAMES)} (default: {DEFAULT}, the project's default)",
-        )  # fmt: skip
+        )
         parser.add_argument("--scenario", required=True, help=f"one of {', '.join(SCENARIOS)}")
         parser.add_argument("--partitions", type=int, default=32, help="partitions P (default 32)")
         parser.add_argument("--workers", type=int, default=4, help="workers N (default 4)")
@@ -32,15 +33,17 @@ class Command(BaseCommand):
         parser.add_argument("--interval", type=float, default=DEFAULTS.interval, help="seconds between cycles")
         parser.add_argument("--expiry", type=float, default=DEFAULTS.expiry, help="lease expiry in seconds")
         parser.add_argument(
-            "--no-notices", action="store_true",
+            "--no-notices",
+            action="store_true",
             help="no notices (the Blob store without a channel layer): a released partition waits for its "
-                 "receiver's next poll, a join or a control for the others' next cycle, and nobody waits quietly",
-        )  # fmt: skip
+            "receiver's next poll, a join or a control for the others' next cycle, and nobody waits quietly",
+        )
         parser.add_argument(
-            "--load-weighted", action="store_true",
+            "--load-weighted",
+            action="store_true",
             help=f"share by measured events per second ({DEFAULT}'s weighted variant, as runworkers --load-weighted; "
-                 "see the hot-partition scenario)",
-        )  # fmt: skip
+            "see the hot-partition scenario)",
+        )
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -60,10 +63,15 @@ class Command(BaseCommand):
                 raise CommandError(str(exc)) from None
         with progress(f"{chosen.name} / {scenario}", total=seeds, unit="seeds", enabled=not options["json"]) as task:
             result = simulate(
-                strategy, scenario, options["partitions"], options["workers"], seeds,
+                strategy,
+                scenario,
+                options["partitions"],
+                options["workers"],
+                seeds,
                 Settings(interval=interval, expiry=expiry, notice_latency=None if options["no_notices"] else 0.005),
-                on_seed=lambda _seed: task.advance(), weighted=options["load_weighted"],
-            )  # fmt: skip
+                on_seed=lambda _seed: task.advance(),
+                weighted=options["load_weighted"],
+            )
         if options["json"]:
             self.stdout.write(json.dumps(result))
         else:
@@ -77,17 +85,19 @@ def summary(r: dict[str, Any]) -> str:
         value = r[key]
         return "n/a" if value["median"] is None else f"{value['median']:g}{unit} median, {value['max']:g}{unit} max"
 
-    return "\n".join([
-        f"{r['strategy']} / {r['scenario']}: {r['partitions']} partitions, {r['workers']} workers, "
-        f"{r['seeds']} seeds (interval {r['interval']:g}s, expiry {r['expiry']:g}s)",
-        f"  balanced runs      {r['balanced_runs']}/{r['seeds']}",
-        f"  cycles to balance  {mm('cycles_to_balance')} (balancing intervals)",
-        f"  time to balance    {mm('seconds_to_balance', 's')}",
-        f"  reads to balance   {mm('reads_to_balance')} (the most cycles a worker ran, wake-ups included)",
-        f"  moves              {mm('moves')} (fewest possible: {r['min_moves']})",
-        f"  overlap            {mm('overlap_seconds', 's')}",
-        f"  longest unowned    {r['max_unowned_seconds']:g}s",
-        f"  requests/cycle     {mm('store_requests_per_worker_cycle')}",
-        f"  plan time          {mm('plan_ms', ' ms')}",
-        f"  load max/mean      {mm('load_spread')}{' (load-weighted)' if r.get('load_weighted') else ''}",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"{r['strategy']} / {r['scenario']}: {r['partitions']} partitions, {r['workers']} workers, "
+            f"{r['seeds']} seeds (interval {r['interval']:g}s, expiry {r['expiry']:g}s)",
+            f"  balanced runs      {r['balanced_runs']}/{r['seeds']}",
+            f"  cycles to balance  {mm('cycles_to_balance')} (balancing intervals)",
+            f"  time to balance    {mm('seconds_to_balance', 's')}",
+            f"  reads to balance   {mm('reads_to_balance')} (the most cycles a worker ran, wake-ups included)",
+            f"  moves              {mm('moves')} (fewest possible: {r['min_moves']})",
+            f"  overlap            {mm('overlap_seconds', 's')}",
+            f"  longest unowned    {r['max_unowned_seconds']:g}s",
+            f"  requests/cycle     {mm('store_requests_per_worker_cycle')}",
+            f"  plan time          {mm('plan_ms', ' ms')}",
+            f"  load max/mean      {mm('load_spread')}{' (load-weighted)' if r.get('load_weighted') else ''}",
+        ]
+    )
