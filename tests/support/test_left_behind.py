@@ -38,6 +38,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 GONE = 30.0  # seconds after the end within which nothing may be left (the keeper's grace is 5 s)
+EXIT = 120.0  # seconds a run may take to exit after its signal (a graceful teardown, on a busy machine)
 UP = 120.0  # seconds the run may take to have its servers running (two busy cores)
 
 # Plugins the throwaway test does not use: loading them takes seconds of CPU per process (3 to 9 s
@@ -145,7 +146,10 @@ class Run:
 
     def nothing_left(self, what: str) -> None:
         """Wait until the run has exited and nothing it started runs; fail naming what is left."""
-        until_sync(lambda: self.process.poll() is not None, f"{what}: the run to exit", GONE, step=0.05)
+        try:  # Ctrl-C tears the run down gracefully: on a busy machine that took over 30 s
+            until_sync(lambda: self.process.poll() is not None, f"{what}: the run to exit", EXIT, step=0.05)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- output\n{self.output()}") from None
         try:
             until_sync(lambda: not self.left(), f"{what}: nothing left", GONE, step=0.05)
         except AssertionError:
