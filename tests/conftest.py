@@ -39,10 +39,11 @@ LONGEST_FIRST = (
     "tests/netsplit/test_partitions.py",
     "tests/pipeline/test_cluster.py",
     "tests/chaos/test_chaos.py",
-    "tests/redis/test_stop_bound.py",
     "tests/dashboard/test_schema_fuzz.py",
-    "tests/contract/test_listeners_stop.py",
 )
+# Tests that load the machine themselves (ten worker processes started at once, spinning processes):
+# after everything else, not in the first minutes when the longest ones all start together.
+LAST = ("tests/redis/test_stop_bound.py", "tests/contract/test_listeners_stop.py")
 # Tests that must not run beside each other on pytest-xdist (``--dist loadgroup``): the partition
 # suites each build bridges and addresses in the root network namespace, and they and the chaos
 # suites judge fleets by their timing; side by side (with Microsoft's livetest starting its own
@@ -55,6 +56,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = item.nodeid.split("::", 1)[0]
         if path in LONGEST_FIRST:
             return LONGEST_FIRST.index(path)
+        if path in LAST:
+            return len(LONGEST_FIRST) + 2
         return len(LONGEST_FIRST) + (0 if item.get_closest_marker("slow") else 1)
 
     items.sort(key=rank)  # stable: the order within each rank stays the collection order
