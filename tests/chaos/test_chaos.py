@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import time
 from collections.abc import Iterator
@@ -143,11 +144,14 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_faults(
     problems += crash_loops(fleet)
     report.violations += problems + fleet.problems
     elapsed = time.monotonic() - started
-    with capsys.disabled():
+    told = io.StringIO()  # the report, printed and, for a failed run, in its assertion (xdist shows no print)
+    with contextlib.redirect_stdout(told):
         print_report(store, report, fleet, elapsed)
+    with capsys.disabled():
+        print(told.getvalue(), end="")
     # All on the first line too: a run that keeps only pytest's summary line (CI) still says what broke.
     headline = f"[{store}] {len(report.violations)} broken invariants: " + " | ".join(report.violations)
-    assert not report.violations, headline + "\n" + "\n".join(report.violations)
+    assert not report.violations, headline + "\n" + "\n".join(report.violations) + "\n" + told.getvalue()
 
 
 async def finish(fleet: Fleet) -> list[str]:

@@ -149,13 +149,15 @@ def recovery_problems(fleet: NetFleet, found: list[Recovery]) -> list[str]:
     ]
 
 
-def worker_lines(root: Path, violations: list[str], limit: int = 40) -> list[str]:
-    """What the workers named in ``violations`` logged about the partitions named there, for the report
-    of a failed run: a run under ``ci-under-load`` leaves nothing else behind (its clone is deleted).
-    Per worker (``w24-0`` logs to ``root/w24.log``), its last ``limit`` lines that name one of those
-    partitions as a word, or warn."""
+def worker_lines(root: Path, violations: list[str], limit: int = 120) -> list[str]:
+    """What the workers logged about the partitions named in ``violations``, for the report of a
+    failed run: a run under ``ci-under-load`` leaves nothing else behind (its clone is deleted).
+    Per worker named there (every worker when none is: ``w24-0`` logs to ``root/w24.log``), its last
+    ``limit`` lines that name one of those partitions as a word, warn or report an error."""
     text = " ".join(violations)
     owners = sorted(set(re.findall(r"\b(w\d+)-\d+\b", text)))
+    if not owners:  # an event lost names no worker: any of them may have skipped it
+        owners = sorted(path.stem for path in root.glob("w*.log") if re.fullmatch(r"w\d+", path.stem))
     pids = sorted(set(re.findall(r"\bpartition (\d+)\b", text)))
     named = re.compile(r"(?<![\d.:,])(" + "|".join(pids) + r")(?![\d.,])") if pids else None
     out: list[str] = []
@@ -166,8 +168,19 @@ def worker_lines(root: Path, violations: list[str], limit: int = 40) -> list[str
         lines = [
             line
             for line in path.read_text(errors="replace").splitlines()
-            if " WARNING " in line or (named is not None and named.search(line))
+            if " WARNING " in line or " ERROR " in line or (named is not None and named.search(line))
         ]
-        out.append(f"--- {path.name}: {len(lines)} lines about partitions {', '.join(pids) or '-'} or warnings")
+        out.append(f"--- {path.name}: {len(lines)} lines about partitions {', '.join(pids) or '-'}, warnings or errors")
         out.extend(f"    {line}" for line in lines[-limit:])
+    return out
+
+
+def sequence_jumps(root: Path) -> list[str]:
+    """A reader that skipped events: every pump's "sequence numbers jump" error (``workers.runtime.sequence``)
+    in the workers' logs. The hub here keeps every event, so a jump is a reader's or a pump's bug."""
+    out = []
+    for path in sorted(root.glob("w*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            if "sequence numbers jump" in line:
+                out.append(f"reader: {path.stem}: {line.split(' ', 2)[-1]}")
     return out

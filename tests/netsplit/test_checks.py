@@ -10,7 +10,7 @@ import pytest
 
 from balancer.model import HubRef
 from tests.chaos.evidence import Evidence, Fault, Handling, Phase
-from tests.netsplit.checks import overlaps, worker_lines
+from tests.netsplit.checks import overlaps, sequence_jumps, worker_lines
 from tests.netsplit.eventlog import expected_events, taken_after_expiry, unlogged
 from tests.netsplit.history import (
     CheckpointWrite,
@@ -617,3 +617,34 @@ def test_a_failed_run_reports_what_the_workers_involved_logged_about_the_partiti
         "workers.runtime.pump: w24-0/16: resuming after checkpoint 6",
         "workers.runtime.processor: worker w24-0: a cycle took 2.51s",
     ]
+
+
+def test_an_event_lost_names_no_worker_so_every_workers_lines_about_its_partition_are_reported(tmp_path: Path) -> None:
+    (tmp_path / "w1.log").write_text(
+        "2026-11-26 22:14:06,547 INFO leaseboard.pump: partition 6 (w1-0): resuming after checkpoint 2483\n"
+        "2026-11-26 22:14:06,600 INFO leaseboard.pump: partition 7 (w1-0): resuming after checkpoint 10\n"
+    )
+    (tmp_path / "w2.log").write_text(
+        "2026-11-26 22:14:07,000 ERROR leaseboard.pump: partition 5 (w2-0): sequence numbers jump from 9 to 11\n"
+    )
+    (tmp_path / "console.log").write_text("2026-11-26 22:14:07,000 ERROR partition 6: not a worker's log\n")
+    lines = worker_lines(tmp_path, ["coverage: partition 6: 1 of 5974 events never handled (first [2484])"])
+    assert [line for line in lines if line.startswith("---")] == [
+        "--- w1.log: 1 lines about partitions 6, warnings or errors",
+        "--- w2.log: 1 lines about partitions 6, warnings or errors",
+    ]
+    assert "resuming after checkpoint 2483" in lines[1] and "jump from 9 to 11" in lines[3]
+
+
+def test_a_reader_that_skipped_events_is_a_broken_invariant(tmp_path: Path) -> None:
+    (tmp_path / "w3.log").write_text(
+        "2026-11-26 22:14:07,000 INFO leaseboard.pump: partition 5 (w3-0): resuming after checkpoint 8\n"
+        "2026-11-26 22:14:07,100 ERROR leaseboard.pump: partition 5 (w3-0): sequence numbers jump from 9 to 11: "
+        "1 events were never received (lost data)\n"
+    )
+    assert sequence_jumps(tmp_path) == [
+        "reader: w3: ERROR leaseboard.pump: partition 5 (w3-0): sequence numbers jump from 9 to 11: "
+        "1 events were never received (lost data)"
+    ]
+    (tmp_path / "w3.log").write_text("2026-11-26 22:14:07,000 INFO leaseboard.pump: partition 5: resuming\n")
+    assert sequence_jumps(tmp_path) == []

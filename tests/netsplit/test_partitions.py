@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import shutil
 import tempfile
@@ -54,7 +55,15 @@ from tests.chaos.faults import PostCheck, new_name
 from tests.chaos.invariants import check
 from tests.chaos.stores import DASHBOARD_ALIAS, migrated_database
 from tests.chaos.test_chaos import finish, print_report
-from tests.netsplit.checks import OVERLAP_SLACK, crash_loops, overlaps, recovery, recovery_problems, worker_lines
+from tests.netsplit.checks import (
+    OVERLAP_SLACK,
+    crash_loops,
+    overlaps,
+    recovery,
+    recovery_problems,
+    sequence_jumps,
+    worker_lines,
+)
 from tests.netsplit.cluster import HOSTS, HostedConsole, NetFleet, make_kit, start_hub, start_store
 from tests.netsplit.deadlines import within
 from tests.netsplit.eventlog import unlogged
@@ -193,7 +202,7 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
                 getattr(kit, "finish", lambda: None)()
     report = check(evidence)
     report.violations += problems + [p for post in checks for p in post(evidence)] + fleet.problems
-    report.violations += crash_loops(fleet, evidence)
+    report.violations += crash_loops(fleet, evidence) + sequence_jumps(fleet.root)[:5]
     healed = recovery(fleet, evidence, HEALED)
     report.violations += recovery_problems(fleet, healed) + overlaps(evidence)
     assert net is not None
@@ -228,7 +237,8 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
         offset,
         balanced,
     )
-    with capsys.disabled():
+    told = io.StringIO()  # the report, printed and, for a failed run, in its assertion (xdist shows no print)
+    with contextlib.redirect_stdout(told):
         print_report(f"netsplit {store}", report, fleet, time.monotonic() - started)
         print(f"  {summary(history, fleet.expiry)}; its last writes compared with the store's {len(final)} records")
         print(
@@ -253,6 +263,8 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
         if report.violations:  # what the workers involved logged: the run's files go with its clone
             for line in worker_lines(fleet.root, report.violations):
                 print(line)
+    with capsys.disabled():
+        print(told.getvalue(), end="")
     # All on the first line too: a run that keeps only pytest's summary line (CI) still says what broke.
     headline = f"{len(report.violations)} broken invariants (CHAOS_SEED={seed}): " + " | ".join(report.violations)
-    assert not report.violations, headline + "\n" + "\n".join(report.violations)
+    assert not report.violations, headline + "\n" + "\n".join(report.violations) + "\n" + told.getvalue()
