@@ -237,6 +237,8 @@ LEASEBOARD_SPARK_MASTER = envstr("LEASEBOARD_SPARK_MASTER", "local[*]")
 AZURE_STORAGE_CONNECTION_STRING = envstr("AZURE_STORAGE_CONNECTION_STRING", "")
 LEASEBOARD_BLOB_CONTAINER = envstr("LEASEBOARD_BLOB_CONTAINER", "leaseboard")
 EVENTHUB_CONNECTION_STRING = envstr("EVENTHUB_CONNECTION_STRING", "")
+# Events per read of --source eventhubs (the link credit; README, "Event Hubs": latency by prefetch).
+EVENTHUB_PREFETCH = envint("EVENTHUB_PREFETCH", 20, minimum=1)
 
 # --- the operator console ---------------------------------------------------------------------
 # Anonymous visitors see the read-only console (True) or are sent to the login page (False).

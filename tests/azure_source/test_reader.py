@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from azure.eventhub import EventHubConsumerClient
@@ -153,24 +157,20 @@ def test_the_owner_level_given_is_the_one_the_service_sees(
 
 
 @pytest.mark.parametrize(
-    ("given", "env", "expected"),
-    [(None, None, 20), (None, "64", 64), (5, "64", 5), (1000, None, 300)],  # never above the queue (300)
+    ("given", "expected"),
+    [(None, 20), (64, 64), (5, 5), (1000, 300)],  # never above the queue (300)
 )
 def test_a_read_takes_at_most_prefetch_events_20_unless_set(
-    given: int | None,
-    env: str | None,
-    expected: int,
-    clients: Clients,
-    clock: FakeClock,
-    monkeypatch: pytest.MonkeyPatch,
+    given: int | None, expected: int, clients: Clients, clock: FakeClock
 ) -> None:
     # The SDK hands events over only when a read ends: at a 0.2 s silence or after `prefetch` frames,
     # so a trickle faster than 5 a second waits for `prefetch` events (see reader.py).
-    if env is not None:
-        monkeypatch.setenv("EVENTHUB_PREFETCH", env)
-    source = EventHubsSource(
-        "sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock, prefetch=given
-    )
+    if given is None:
+        source = EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock)
+    else:
+        source = EventHubsSource(
+            "sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock, prefetch=given
+        )
     with source:
         reader = source.reader("1", Position.earliest())
         clients.last.wait_for(lambda: clients.last.started, "the reader to receive")
@@ -178,16 +178,34 @@ def test_a_read_takes_at_most_prefetch_events_20_unless_set(
         reader.close()
 
 
-@pytest.mark.parametrize("env", ["0", "-3", "lots", "2.5"])
-def test_a_prefetch_setting_that_is_no_whole_number_above_zero_is_refused_in_one_line(
-    env: str, clients: Clients, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("given", [0, -3, 2.5, True])
+def test_a_prefetch_that_is_no_whole_number_above_zero_is_refused_in_one_line(
+    given: object, clients: Clients, clock: FakeClock
 ) -> None:
-    monkeypatch.setenv("EVENTHUB_PREFETCH", env)
-    with pytest.raises(ValueError, match="EVENTHUB_PREFETCH") as raised:
-        EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock)
+    with pytest.raises(ValueError, match=f"prefetch must be a whole number of at least 1, got {given}") as raised:
+        EventHubsSource(
+            "sensors",
+            connection_string=CONNECTION_STRING,
+            client_factory=clients,
+            clock=clock,
+            prefetch=given,  # type: ignore[arg-type]
+        )
     assert "\n" not in str(raised.value)
-    with pytest.raises(ValueError, match="prefetch must be a whole number of at least 1, got 0"):
-        EventHubsSource("sensors", connection_string=CONNECTION_STRING, client_factory=clients, clock=clock, prefetch=0)
+
+
+@pytest.mark.parametrize("env", ["0", "-3", "lots", "2.5"])
+def test_a_prefetch_setting_that_is_no_whole_number_above_zero_is_refused_in_one_line(env: str) -> None:
+    root = Path(__file__).resolve().parents[2]
+    environment = {**os.environ, "EVENTHUB_PREFETCH": env, "DJANGO_SETTINGS_MODULE": "dashboard.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=root,
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0
+    assert "ImproperlyConfigured: EVENTHUB_PREFETCH must be" in done.stderr
 
 
 def test_a_reader_of_an_unknown_partition_or_with_a_bad_position_is_refused(

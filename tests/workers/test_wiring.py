@@ -224,3 +224,32 @@ def test_the_stores_get_their_connections_from_settings_and_read_no_environment(
     }
     blob = build_stores("blob").ownership
     assert isinstance(blob, BlobStore) and blob.container == "from-config"
+
+
+class _GivenSource:
+    """Stands in for EventHubsSource: what build_source hands it."""
+
+    def __init__(self, **given: object) -> None:
+        self.given = given
+
+
+def test_the_event_hubs_source_gets_its_connection_consumer_group_and_prefetch_from_settings(
+    settings: LazySettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workers.wiring import parts
+
+    monkeypatch.setitem(parts.SOURCES, "eventhubs", f"{__name__}._GivenSource")
+    monkeypatch.setenv("EVENTHUB_CONNECTION_STRING", "from the environment after start: nobody reads it")
+    settings.EVENTHUB_CONNECTION_STRING = "Endpoint=sb://settings.example/"
+    settings.LEASEBOARD_CONSUMER_GROUP = "audit"
+    settings.EVENTHUB_PREFETCH = 64
+    source = parts.build_source("eventhubs", hub="sensors")
+    assert source.given == {  # type: ignore[attr-defined]
+        "hub": "sensors",
+        "consumer_group": "audit",
+        "connection_string": "Endpoint=sb://settings.example/",
+        "prefetch": 64,
+    }
+    assert parts.build_source("eventhubs", hub="sensors", consumer_group="billing").given["consumer_group"] == (  # type: ignore[attr-defined]
+        "billing"
+    )

@@ -53,7 +53,10 @@ def build_source(name: str | None = None, hub: str | None = None, consumer_group
             settings.LEASEBOARD_HUB_DIR, hub or settings.LEASEBOARD_HUB, partitions=settings.LEASEBOARD_PARTITIONS
         )
     return cls(  # type: ignore[no-any-return]
-        hub=hub or settings.LEASEBOARD_HUB, consumer_group=consumer_group or settings.LEASEBOARD_CONSUMER_GROUP
+        hub=hub or settings.LEASEBOARD_HUB,
+        consumer_group=consumer_group or settings.LEASEBOARD_CONSUMER_GROUP,
+        connection_string=settings.EVENTHUB_CONNECTION_STRING,
+        prefetch=settings.EVENTHUB_PREFETCH,
     )
 
 

@@ -1,8 +1,10 @@
 """``EventHubsSource``: one event hub and consumer group as a ``workers.sources.base.EventSource``.
 
-The connection string comes from ``EVENTHUB_CONNECTION_STRING`` (or ``connection_string=``); it is
-checked, and the hub is asked for its partition ids, when the source is built, so a wrong string,
-a rejected key or an unknown hub is one clear ``EventHubsConfigError`` at start.
+The connection string, the consumer group and the prefetch are given (``workers.wiring`` reads
+them from the settings: ``EVENTHUB_CONNECTION_STRING``, ``LEASEBOARD_CONSUMER_GROUP``,
+``EVENTHUB_PREFETCH``; the source reads no environment). The string is checked, and the hub is
+asked for its partition ids, when the source is built, so a wrong string, a rejected key or an
+unknown hub is one clear ``EventHubsConfigError`` at start.
 
 Lag. Readers ask the service to attach the partition's last-enqueued properties to every delivery
 (``track_last_enqueued_event_properties``); ``properties`` answers from those while a reader of this
@@ -12,7 +14,6 @@ source has fresh ones, and asks the service otherwise.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import weakref
@@ -33,22 +34,7 @@ from workers.sources.eventhubs.sdk import ClientFactory, LastEnqueued, propertie
 
 log = logging.getLogger("leaseboard.eventhubs")
 
-ENV_CONSUMER_GROUP = "LEASEBOARD_CONSUMER_GROUP"
-ENV_PREFETCH = "EVENTHUB_PREFETCH"  # events per read (the link credit); see reader.py on latency
-DEFAULT_PREFETCH = 20
-
-
-def _prefetch_from_env() -> int:
-    text = os.environ.get(ENV_PREFETCH, "").strip()
-    if not text:
-        return DEFAULT_PREFETCH
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"{ENV_PREFETCH}={text!r} is not a whole number") from None
-    if value < 1:
-        raise ValueError(f"{ENV_PREFETCH} must be at least 1, got {value}")
-    return value
+DEFAULT_PREFETCH = 20  # events per read (the link credit; setting EVENTHUB_PREFETCH); see reader.py on latency
 
 
 class EventHubsSource:
@@ -62,14 +48,14 @@ class EventHubsSource:
         self,
         hub: str,
         *,
-        connection_string: str | None = None,
-        consumer_group: str | None = None,
+        connection_string: str = "",
+        consumer_group: str = "$Default",
         owner_level: int | None = 0,
         owner_id: str | None = None,
         refresh_seconds: float = 5.0,
         tracked_max_age: float = 5.0,
         queue_events: int = 300,
-        prefetch: int | None = None,
+        prefetch: int = DEFAULT_PREFETCH,
         client_factory: ClientFactory = sdk_client,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -77,14 +63,13 @@ class EventHubsSource:
             raise TypeError(f"owner_level must be a whole number or None, got {owner_level!r}")
         if queue_events < 1:
             raise ValueError(f"queue_events must be at least 1, got {queue_events}")
-        self._prefetch = prefetch if prefetch is not None else _prefetch_from_env()
+        self._prefetch = prefetch
         if isinstance(self._prefetch, bool) or not isinstance(self._prefetch, int) or self._prefetch < 1:
             raise ValueError(f"prefetch must be a whole number of at least 1, got {self._prefetch!r}")
-        given = connection_string if connection_string is not None else os.environ.get(ENV_CONNECTION_STRING, "")
-        self._connection_string = given.strip()
+        self._connection_string = connection_string.strip()
         self._redact = Redactor(self._connection_string)
         self.hub = hub
-        self.consumer_group = consumer_group or os.environ.get(ENV_CONSUMER_GROUP) or "$Default"
+        self.consumer_group = consumer_group or "$Default"
         self.namespace = self._check_connection_string()
         self.owner_level = owner_level
         self.owner_id = owner_id
