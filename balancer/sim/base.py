@@ -319,7 +319,7 @@ class Run(abc.ABC):
         victim = env.choice(settled) if settled else names[0]
         if joins:
             self._launch(names[-1], self._now() + env.uniform(0, s.start_spread))
-        if kind == "stop-and-join":
+        if kind in ("stop", "stop-and-join"):  # a graceful stop: the runtime's shutdown releases everything
             async with self.locks[victim]:
                 await self.coordinators[victim].release_all()
             self._crash(victim)

@@ -21,6 +21,7 @@ SCENARIOS: dict[str, str] = {
     "slow-worker": "N balanced, one worker's handler blocks for 10 cycles",
     "drain": "N balanced, one drained",
     "pin": "N balanced, one partition pinned to a worker that does not own it",
+    "stop": "N balanced, one stops gracefully (releasing what it holds)",
     "stop-and-join": "N-1 balanced; at one instant one stops (releasing what it holds) and another joins",
     "newcomer-crash": "N-1 balanced; one joins and crashes right after announcing itself",
     "store-outage": "N balanced; no worker can reach the store for 3 times the expiry",

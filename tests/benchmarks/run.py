@@ -24,6 +24,7 @@ BENCHMARKS = [
     ("one worker end to end on the embedded hub", "tests.benchmarks.bench_worker"),
     ("one worker vs the hub's raw read rate; memory over 10M events", "tests.benchmarks.bench_throughput"),
     ("strategies x scenarios (simulator)", "tests.benchmarks.bench_strategies"),
+    ("simulator vs real runworkers processes: seconds to balance and moves", "tests.benchmarks.bench_sim_vs_real"),
     ("store requests per worker per cycle, every real store", "tests.benchmarks.bench_stores"),
     ("a planned move, real processes: release to first event, notices on and off", "tests.benchmarks.bench_handoff"),
     ("Spark pipeline: 1M landed events vs a pyarrow scan; demo latency", "tests.benchmarks.bench_pipeline"),

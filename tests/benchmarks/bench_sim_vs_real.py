@@ -1,0 +1,132 @@
+"""The simulator against real processes (`make bench`; issue 34, item 2): is the simulator faithful?
+
+For scale-out, drain, stop (graceful), stop-and-join, crash and add-partitions, side by side: the
+simulator's seconds to balance and moves (``balancer.sim.run.simulate``, the default strategy, the
+median over the seeds) and the same measured on real ``runworkers`` processes on the SQL store on
+PostgreSQL (``tests.benchmarks.real_scenarios``: every scenario played in turn by one fleet per
+round, the median over the rounds), at the same fleet size, interval and expiry; then the ratio real
+over simulated, and whether both figures agree within 20 %. The simulated runs are the scenarios of
+``balancer.sim.scenarios`` with the same sizes: N workers on ⌊2P/3⌋ partitions, the hub growing to
+P in add-partitions. Both sides judge balance and count moves the same way (see
+``real_scenarios``); the real side times a join from the new worker's first cycle, and the seconds a
+process takes to get there are printed below the table.
+
+Run: ``.venv/bin/python -m tests.benchmarks.bench_sim_vs_real [--rounds K] [--seeds K]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from balancer.sim.run import Settings, simulate
+from tests.benchmarks.django_env import temporary_django
+from tests.benchmarks.size import size
+
+SCENARIOS = ("scale-out", "drain", "stop", "stop-and-join", "crash", "add-partitions")
+PARTITIONS = size(12, 6)  # the hub after add-partitions; every other scenario runs on ⌊2P/3⌋ of them
+WORKERS = size(4, 3)
+INTERVAL, EXPIRY = size((2.0, 10.0), (0.5, 3.0))
+TOLERANCE = 0.2
+
+
+def sizes(scenario: str) -> tuple[int, int]:
+    """(partitions, workers) the simulator is given for ``scenario``."""
+    return (PARTITIONS if scenario == "add-partitions" else 2 * PARTITIONS // 3), WORKERS
+
+
+def simulated(seeds: int) -> dict[str, dict[str, Any]]:
+    """Scenario -> the simulator's JSON object at the bench's sizes and timing."""
+    settings = Settings(interval=INTERVAL, expiry=EXPIRY)
+    return {s: simulate(None, s, *sizes(s), seeds=seeds, settings=settings) for s in SCENARIOS}
+
+
+def measured(rounds: int, tmp: Path) -> tuple[dict[str, list[tuple[float, int]]], list[float]]:
+    """Scenario -> (seconds, moves) of each real run; and the processes' start-up seconds."""
+    from tests.benchmarks.real_scenarios import on_postgresql, play_round
+
+    out: dict[str, list[tuple[float, int]]] = {s: [] for s in SCENARIOS}
+    startup: list[float] = []
+
+    def body(kit: Any) -> None:
+        for n in range(rounds):
+            root = tmp / f"round-{n}"
+            root.mkdir()
+            timing, size_ = (INTERVAL, EXPIRY), (WORKERS, 2 * PARTITIONS // 3, PARTITIONS)
+            phases, started = asyncio.run(play_round(kit, root, f"simreal{n}", timing, size_))
+            startup.extend(started)
+            for phase in phases:
+                assert phase.seconds is not None
+                out[phase.scenario].append((phase.seconds, phase.moves))
+
+    on_postgresql(body)
+    return out, startup
+
+
+def ratio(real: float, sim: float) -> float | None:
+    if sim == 0:
+        return 1.0 if real == 0 else None
+    return real / sim
+
+
+def _within(value: float | None) -> bool:
+    return value is not None and abs(value - 1) <= TOLERANCE
+
+
+def _ratio_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+HEADER = (
+    f"{'scenario':<15} {'P/N':>6}  {'sim s':>7} {'real s':>7} {'ratio':>6}  "
+    f"{'sim moves':>9} {'real moves':>10} {'ratio':>6}  {'real runs':>9}  {'within 20%':>10}"
+)
+
+
+def row(scenario: str, sim: dict[str, Any], real: list[tuple[float, int]]) -> tuple[str, bool]:
+    """One line of the table, and whether both figures agree within the tolerance."""
+    p, n = sizes(scenario)
+    sim_s, sim_moves = sim["seconds_to_balance"]["median"], sim["moves"]["median"]
+    real_s = statistics.median(s for s, _ in real)
+    real_moves = statistics.median(m for _, m in real)
+    by_s, by_moves = ratio(real_s, sim_s), ratio(real_moves, sim_moves)
+    agree = _within(by_s) and _within(by_moves)
+    text = (
+        f"{scenario:<15} {f'{p}/{n}':>6}  {sim_s:>7.2f} {real_s:>7.2f} {_ratio_text(by_s):>6}  "
+        f"{sim_moves:>9g} {real_moves:>10g} {_ratio_text(by_moves):>6}  {len(real):>9}  {'yes' if agree else 'no':>10}"
+    )
+    return text, agree
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--rounds", type=int, default=size(3, 1), help="real fleets, each through every scenario")
+    parser.add_argument("--seeds", type=int, default=size(20, 2), help="simulated runs per scenario")
+    options = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    sim = simulated(options.seeds)
+    with temporary_django("bench-sim-vs-real-") as tmp:
+        real, startup = measured(options.rounds, tmp)
+    print(
+        f"simulator vs real runworkers processes (SQL store on PostgreSQL), default strategy, interval "
+        f"{INTERVAL:g}s, expiry {EXPIRY:g}s; medians: simulator over {options.seeds} seeds, real over the runs "
+        f"({options.rounds} round(s); scale-out twice a round); ratio = real / simulated"
+    )
+    print(HEADER)
+    agreed = 0
+    for scenario in SCENARIOS:
+        text, agree = row(scenario, sim[scenario], real[scenario])
+        agreed += agree
+        print(text, flush=True)
+    print(
+        f"{agreed} of {len(SCENARIOS)} within 20 %; a real join is timed from the new worker's first cycle, which "
+        f"came {statistics.median(startup):.1f} s (median; max {max(startup):.1f} s) after its process started"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
