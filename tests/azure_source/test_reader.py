@@ -21,6 +21,7 @@ from tests.support.clock import FakeClock
 from tests.support.waiting import until_sync
 from workers.sources.base import Position, ReceivedEvent
 from workers.sources.eventhubs import EventHubsReader, EventHubsSource, PartitionStolen, ReaderFailed, is_stolen, sdk
+from workers.sources.eventhubs.reader import GATE_CHECK
 
 from .fake import (
     CONNECTION_STRING,
@@ -383,6 +384,38 @@ def test_an_open_refused_after_every_retry_fails_the_reader_with_the_sdks_error(
     assert client.opens == 4  # the first try and the client's 3 retries
     assert isinstance(errors[0].__cause__, ConnectError) and "Connection refused" in str(errors[0])
     until_sync(lambda: not reader.receiving and client.returned, "the consumer to be closed")
+
+
+def test_a_link_that_went_down_opens_again_only_once_the_gate_says_the_lease_holds(
+    direct: tuple[EventHubsSource, Clients],
+) -> None:
+    # A worker cut off from the hub and the store: its paused pump keeps the reader, and the link
+    # must not open again while the lease may be another worker's (equal owner levels: the service
+    # would cut the new owner off).
+    source, clients = direct
+    reader, client = open_reader(source, clients, [], "3")
+    client.wait_for(lambda: client.opens == 1, "the first open")
+    held = threading.Event()
+    asked: list[bool] = []
+
+    def may_open() -> bool:
+        asked.append(held.is_set())
+        return asked[-1]
+
+    reader.gate(may_open)
+    assert client.consumer is not None
+    client.consumer.running = False  # the link went down while the lease may have run out
+    until_sync(lambda: asked.count(False) >= 3, f"the reader to ask its gate three times (every {GATE_CHECK}s)")
+    assert client.opens == 1
+    held.set()  # renewed
+    client.wait_for(lambda: client.opens == 2, "the link to open again")
+    deliver(client, [sdk_event(0)])
+    assert [e.sequence_number for e in reader.receive(10)] == [0]
+    held.clear()
+    client.consumer.running = False
+    started = time.monotonic()
+    reader.close()  # a reader waiting at its gate closes at once
+    assert time.monotonic() - started < 2.0 and not reader.receiving and client.opens == 2
 
 
 def test_close_cuts_the_backoff_between_two_opens_short(direct: tuple[EventHubsSource, Clients]) -> None:

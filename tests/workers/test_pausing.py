@@ -344,3 +344,34 @@ async def test_a_handler_that_raises_not_held_while_the_lease_is_held_fails_like
     rig.pump.stop()
     assert rig.task is not None
     await asyncio.wait_for(rig.task, 10)
+
+
+class GatedReader(ListReader):
+    """A reader whose link could take the partition from another reader: it offers ``gate``."""
+
+    def __init__(self, items: list[ReceivedEvent]) -> None:
+        super().__init__(items)
+        self.may_open: Any = None
+
+    def gate(self, may_open: Any) -> None:
+        self.may_open = may_open
+
+
+async def test_a_readers_link_may_open_only_while_the_pumps_lease_holds() -> None:
+    # Event Hubs' readers reconnect on their own: a worker cut off from everything must not take the
+    # partition back from its new owner when the network heals (workers.sources.eventhubs.reader).
+    rig = Rig("sync")
+    reader = GatedReader(events(TOTAL))
+    rig.source = CountingSource(reader)
+    rig.pump._source = rig.source  # type: ignore[assignment]
+    await rig.start()
+    await until(lambda: reader.may_open is not None, what="the pump to gate its reader")
+    await rig.paused()  # its handler saw the lease run out at event LAPSE_AT
+    assert reader.may_open() is False  # the lease ran out: the link stays shut
+    rig.lease.renew()
+    assert reader.may_open() is True
+    rig.pump.wake()
+    await until(lambda: rig.journal.handled() == list(range(TOTAL)), what="every event, once")
+    rig.pump.stop()
+    assert rig.task is not None
+    await asyncio.wait_for(rig.task, 10)

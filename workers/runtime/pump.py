@@ -253,6 +253,9 @@ class PartitionPump:
             if position is None:
                 return self._end()
             reader = await lane.call(self._source.reader, self.partition_id, position)
+            gate = getattr(reader, "gate", None)
+            if callable(gate):  # its link opens only while the lease holds (workers.sources.base)
+                gate(self._held)
             self._idle.attach(reader)
             self._checkpoints.start()
             while await self._hold():

@@ -4,7 +4,9 @@ A source is opened once per process; a reader per owned partition. Readers are s
 never block for long (``receive`` returns what is there, possibly nothing): the runtime calls them
 from worker threads so the event loop, and with it lease renewal, is never held up. A reader may
 also offer ``notify(wake)`` to wake its pump when new events come instead of being polled
-(``workers.sources.arrivals``).
+(``workers.sources.arrivals``), and ``gate(may_open)``: a reader whose link can take the partition
+from another reader (Event Hubs' owner level) opens it only while ``may_open()``, which the pump
+answers with "my lease is still valid".
 """
 
 from __future__ import annotations

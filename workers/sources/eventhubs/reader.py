@@ -31,6 +31,14 @@ Microsoft's processor): when a partition moves, the new owner's receiver makes t
 the previous one, even if that worker has not yet noticed it lost its lease. The old reader's
 ``receive`` then raises ``PartitionStolen``.
 
+Opening only while the lease holds. The pump hands the reader ``gate(may_open)`` (its lease is
+still valid): every opening of the link, the first, ours after a failed open and the SDK's own
+reconnects inside ``receive``, waits until ``may_open()`` says yes. A worker cut off from the hub
+and the store keeps its paused pump and reader; without the gate, its reader reconnected when the
+network healed, with the same owner level as the partition's new owner, and the service cut the
+new owner's receiver off (the partition suite saw the new owner's pump end "lost" and handle 20
+events again).
+
 Failure modes of the bridge:
 - The first error, after the SDK's own retries, ends the reader for good and ``receive`` raises
   (``PartitionStolen`` or ``ReaderFailed``); the runtime restarts the pump from its checkpoint if
@@ -75,6 +83,7 @@ from workers.sources.eventhubs.sdk import (
 log = logging.getLogger("leaseboard.eventhubs")
 
 GRACE_SECONDS = 0.5  # for the thread to close the consumer itself before close() cuts its socket
+GATE_CHECK = 0.2  # seconds: a link waiting for its gate asks again this often (close() wakes it at once)
 
 
 class EventHubsReader:
@@ -110,6 +119,7 @@ class EventHubsReader:
         self._wake: Callable[[], None] | None = None  # notify(): the pump waiting for events
         self._consumer_group = consumer_group
         self._consumer: Consumer | None = None  # the SDK's, while the thread drives it
+        self._gate: Callable[[], bool] | None = None  # may the link be opened now (see ``gate``)
         # The callback's context, as EventProcessor keeps one per partition (last_enqueued comes from it).
         self._context = PartitionContext("", hub, consumer_group, partition_id)
         self._kwargs: dict[str, Any] = {
@@ -162,6 +172,13 @@ class EventHubsReader:
             ready = bool(self._queue) or self._error is not None
         if wake is not None and ready:
             wake()
+
+    def gate(self, may_open: Callable[[], bool] | None) -> None:
+        """Open (and open again) the link only while ``may_open()`` (called from the reader's thread)
+        says so: the pump passes "my lease is still valid". None opens at any time."""
+        with self._cond:
+            self._gate = may_open
+            self._cond.notify_all()
 
     def _woken(self) -> None:
         wake = self._wake
@@ -236,6 +253,7 @@ class EventHubsReader:
     def _drive(self, consumer: Consumer) -> None:
         """EventProcessor's receive loop for one partition: until closed or failed."""
         self._consumer = consumer
+        self._gated(consumer)
         try:
             while self._going():
                 if not consumer.running and not self._open(consumer):
@@ -270,6 +288,34 @@ class EventHubsReader:
                     self._cond.wait_for(lambda: self._closed or self._error is not None, wait)
                 retried += 1
         return False
+
+    def _gated(self, consumer: Consumer) -> None:
+        """Every opening of ``consumer``'s link (ours in ``_open`` and the SDK's retries inside its
+        ``receive``, which call the same method) first waits for the gate."""
+        opening = consumer._open
+
+        def gated_open() -> bool:
+            return opening() if consumer.running or self._may_open() else False
+
+        setattr(consumer, "_open", gated_open)  # noqa: B010 (the SDK calls self._open(); a method of its own)
+
+    def _may_open(self) -> bool:
+        """Wait until the gate says the link may open: True, or False once closed or failed."""
+        waited = False
+        while True:
+            with self._cond:
+                if self._closed or self._error is not None:
+                    return False
+                gate = self._gate
+            if gate is None or gate():
+                if waited:
+                    log.info("%s: the lease holds again; opening the link", self._label)
+                return True
+            if not waited:
+                log.info("%s: the lease may have run out; the link opens once it holds again", self._label)
+                waited = True
+            with self._cond:
+                self._cond.wait_for(lambda: self._closed or self._error is not None, GATE_CHECK)
 
     def _going(self) -> bool:
         with self._cond:
