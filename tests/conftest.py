@@ -30,6 +30,8 @@ from django.db import connections
 from tests.support.databases import add_django_database, remove_django_database
 from tests.support.postgres import Postgres, start_postgres
 
+pytest_plugins = ["tests.support.timeline"]  # PYTEST_TIMELINE=FILE: where a run's time went
+
 POSTGRES = "postgres"
 
 # The longest tests, longest first (each a few minutes, mostly waiting): `make test` runs the suite on

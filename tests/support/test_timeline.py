@@ -1,0 +1,42 @@
+"""tests.support.timeline: a run's tests per worker, and which worker bounds the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.timeline import summary
+
+
+def test_the_summary_puts_the_worker_that_ended_last_first_with_its_busy_and_idle_time() -> None:
+    rows = [
+        {"worker": "gw0", "test": "a", "start": 100.0, "end": 110.0},
+        {"worker": "gw0", "test": "b", "start": 115.0, "end": 120.0},
+        {"worker": "gw1", "test": "c", "start": 100.0, "end": 190.0},
+    ]
+    lines = summary(rows, top=1)
+    assert lines[0] == "gw1: 1 tests, busy 90s, idle 0s, ended at 90s"
+    assert lines[2] == "gw0: 2 tests, busy 15s, idle 5s, ended at 20s"
+    assert lines[3].split() == ["10.0s", "from", "0s", "a"]
+
+
+def test_a_run_with_the_variable_set_records_each_test_once(tmp_path: Path) -> None:
+    (tmp_path / "test_two.py").write_text("def test_one():\n    pass\n\ndef test_two():\n    pass\n")
+    record = tmp_path / "timeline.jsonl"
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTEST_TIMELINE": str(record), "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "tests.support.timeline", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [r["test"].rsplit("::", 1)[1] for r in rows] == ["test_one", "test_two"]
+    assert all(r["worker"] == "main" and r["end"] >= r["start"] for r in rows)

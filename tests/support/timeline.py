@@ -1,0 +1,75 @@
+"""Where a run's time went: each test's start and end on each pytest-xdist worker.
+
+With ``PYTEST_TIMELINE=FILE`` set, every test appends one JSON line to FILE (worker, test, start,
+end; wall clock, setup and teardown included); ``python -m tests.support.timeline FILE`` then
+prints, per worker, when it was busy and idle and its longest tests, and which worker ended last:
+what bounds the run's length (its critical path) and which tests to spread or shorten. The plugin
+is loaded by ``tests/conftest.py``; without the variable it does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ENV = "PYTEST_TIMELINE"
+_started: dict[str, float] = {}
+
+
+def _worker() -> str:
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    if os.environ.get(ENV):
+        _started[nodeid] = time.time()
+
+
+def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
+    path = os.environ.get(ENV)
+    if not path or nodeid not in _started:
+        return
+    line = json.dumps({"worker": _worker(), "test": nodeid, "start": _started.pop(nodeid), "end": time.time()})
+    with open(path, "a", encoding="utf-8") as out:  # one short append per test: whole lines across workers
+        out.write(line + "\n")
+
+
+def summary(rows: list[dict[str, Any]], top: int = 5) -> list[str]:
+    """Per worker: busy seconds, idle seconds between tests, end (from the run's first start) and
+    its ``top`` longest tests; the worker that ended last first."""
+    if not rows:
+        return ["no tests recorded"]
+    origin = min(r["start"] for r in rows)
+    by_worker: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_worker[row["worker"]].append(row)
+    out = []
+    ends = {w: max(r["end"] for r in rs) - origin for w, rs in by_worker.items()}
+    for worker in sorted(by_worker, key=lambda w: -ends[w]):
+        tests = sorted(by_worker[worker], key=lambda r: r["start"])
+        busy = sum(r["end"] - r["start"] for r in tests)
+        out.append(
+            f"{worker}: {len(tests)} tests, busy {busy:.0f}s, idle {ends[worker] - busy:.0f}s, "
+            f"ended at {ends[worker]:.0f}s"
+        )
+        for row in sorted(tests, key=lambda r: r["start"] - r["end"])[:top]:
+            out.append(f"    {row['end'] - row['start']:7.1f}s from {row['start'] - origin:6.0f}s  {row['test'][:110]}")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m tests.support.timeline FILE (written by a run with PYTEST_TIMELINE=FILE)")
+        return 2
+    rows = [json.loads(line) for line in Path(argv[0]).read_text(encoding="utf-8").splitlines() if line.strip()]
+    print("\n".join(summary(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
