@@ -34,7 +34,7 @@ from balancer.sim.measures import (
     min_moves,
     overlap_seconds,
 )
-from balancer.sim.scenarios import COLD, EPOCH, REF, Outcome, Settings
+from balancer.sim.scenarios import COLD, EPOCH, REF, Outcome, Settings, steady_for
 from balancer.sim.store import LatentStore, Ledger
 from balancer.sim.worker import SimWorker, deliver
 from balancer.stores.memory import MemoryStore
@@ -313,7 +313,7 @@ class Run(abc.ABC):
         joins = kind in ("scale-out", "stop-and-join", "newcomer-crash")
         settled = names[:-1] if joins else names
         await self._adopt(settled)
-        await self._sleep_until(self._now() + 2 * s.interval)  # a little steady state first
+        await self._sleep_until(self._now() + steady_for(s, kind, self.partitions, len(names), self.seed))
         self.disturbed_at = self.quiet_at = self._now()
         self.ledger.counting = True
         victim = env.choice(settled) if settled else names[0]

@@ -3,6 +3,7 @@ settings, and what one seeded run of a scenario measured."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from balancer.model import HubRef
@@ -45,6 +46,14 @@ class Settings:
     latency: tuple[float, float] = (0.002, 0.020)  # seconds per store round trip, uniform
     start_spread: float = 0.05  # workers that start together start within this many seconds
     handoff_seconds: float = 0.2  # finish the event in hand and checkpoint, before a release
+    # The disturbance comes this long after the balanced start (all leases written at once): two
+    # intervals of steady state, plus a random share (up to ``steady_spread`` expiries) of one expiry.
+    # With none (the default) every disturbance finds the workers waiting quietly and every lease the
+    # same age (a crash always comes 2 intervals after the last renewal); with 1.0 it may come at any
+    # age of a lease within its renewal cycle and any point of a worker's waits, as an event in a
+    # real fleet does (``bench_sim_vs_real`` runs so).
+    steady_intervals: float = 2.0
+    steady_spread: float = 0.0  # in expiries
     observe_cycles: int = 10  # a run ends once balance has held this long (and the disturbance is over)
     horizon_cycles: int = 100  # or this long (plus P/N cycles) after the disturbance ended, balanced or not
     skew_seconds: float = 180.0
@@ -66,6 +75,13 @@ class Settings:
     def __post_init__(self) -> None:
         if self.interval <= 0 or self.expiry <= 0:
             raise ValueError(f"interval and expiry must be > 0, got {self.interval}, {self.expiry}")
+
+
+def steady_for(settings: Settings, scenario: str, partitions: int, workers: int, seed: int) -> float:
+    """Seconds from the balanced start to the disturbance (``Settings.steady_spread``), drawn from a
+    generator of its own: the victims and every other draw stay those of the seed."""
+    spread = random.Random(f"steady/{scenario}/{partitions}/{workers}/{seed}").uniform(0, settings.steady_spread)
+    return settings.steady_intervals * settings.interval + spread * settings.expiry
 
 
 def effective_size(scenario: str, partitions: int, workers: int) -> tuple[int, int]:

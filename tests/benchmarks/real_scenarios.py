@@ -101,6 +101,7 @@ class Watch:
 
     fleet: Fleet
     samples: list[OwnershipSample] = field(default_factory=list)
+    trips: list[float] = field(default_factory=list)  # seconds each listing of the records took
     joined: dict[str, float] = field(default_factory=dict)  # owner -> when its join notice came
     _news: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -108,7 +109,9 @@ class Watch:
         fleet = self.fleet
         while True:
             try:
+                sent = time.monotonic()
                 records = await fleet.store.list_ownership(fleet.ref)
+                self.trips.append(time.monotonic() - sent)
                 now = await fleet.store.now()
             except Exception:  # a sample lost is only a sample
                 await asyncio.sleep(0.1)
@@ -262,9 +265,10 @@ class Round:
 
 async def play_round(
     kit: SqlKit, root: Path, name: str, timing: tuple[float, float], size: tuple[int, int, int]
-) -> tuple[list[Phase], list[float]]:
-    """One round on a hub of its own (``name``): the phases measured and the processes' start-up
-    seconds. ``timing``: (interval, expiry); ``size``: (workers, partitions first, partitions last)."""
+) -> tuple[list[Phase], Round]:
+    """One round on a hub of its own (``name``): the phases measured, and the round (the processes'
+    start-up seconds, the samples). ``timing``: (interval, expiry); ``size``: (workers, partitions
+    first, partitions last)."""
     interval, expiry = timing
     workers, first, last = size
     opened = await kit.open()
@@ -282,7 +286,7 @@ async def play_round(
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.to_thread(fleet.shutdown)
         await kit.close(opened)
-    return phases, played.startup
+    return phases, played
 
 
 def on_postgresql(body: Callable[[SqlKit], Any]) -> Any:
