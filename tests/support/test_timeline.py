@@ -10,6 +10,12 @@ from pathlib import Path
 
 from tests.support.timeline import summary
 
+# Plugins the throwaway run does not use: each pytest process would spend seconds loading them.
+UNUSED = [
+    f"-pno:{name}"
+    for name in ("cacheprovider", "django", "hypothesispytest", "schemathesis", "pytest_postgresql", "pytest_redis")
+]
+
 
 def test_the_summary_puts_the_worker_that_ended_last_first_with_its_busy_and_idle_time() -> None:
     rows = [
@@ -29,7 +35,7 @@ def test_a_run_with_the_variable_set_records_each_test_once(tmp_path: Path) -> N
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTEST_TIMELINE": str(record), "PYTHONPATH": str(root)}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "tests.support.timeline", "-p", "no:cacheprovider", str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "tests.support.timeline", *UNUSED, str(tmp_path)],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -40,3 +46,11 @@ def test_a_run_with_the_variable_set_records_each_test_once(tmp_path: Path) -> N
     rows = [json.loads(line) for line in record.read_text().splitlines()]
     assert [r["test"].rsplit("::", 1)[1] for r in rows] == ["test_one", "test_two"]
     assert all(r["worker"] == "main" and r["end"] >= r["start"] for r in rows)
+    record.unlink()
+    xdist = subprocess.run(
+        [*done.args, "-n", "2"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )  # the workers record, not the controller as well
+    assert xdist.returncode == 0, xdist.stdout + xdist.stderr
+    rows = [json.loads(line) for line in record.read_text().splitlines()]
+    assert sorted(r["test"].rsplit("::", 1)[1] for r in rows) == ["test_one", "test_two"]
+    assert {r["worker"] for r in rows} <= {"gw0", "gw1"}

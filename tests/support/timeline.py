@@ -19,6 +19,13 @@ from typing import Any
 
 ENV = "PYTEST_TIMELINE"
 _started: dict[str, float] = {}
+_recording = [False]  # this process records: the variable is set and it runs tests (not xdist's controller)
+
+
+def pytest_configure(config: Any) -> None:
+    # xdist's controller (-n N, not itself a worker) sees each worker's tests start and end too: not twice.
+    controller = not os.environ.get("PYTEST_XDIST_WORKER") and bool(getattr(config.option, "numprocesses", None))
+    _recording[0] = bool(os.environ.get(ENV)) and not controller
 
 
 def _worker() -> str:
@@ -26,13 +33,13 @@ def _worker() -> str:
 
 
 def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
-    if os.environ.get(ENV):
+    if _recording[0]:
         _started[nodeid] = time.time()
 
 
 def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
     path = os.environ.get(ENV)
-    if not path or nodeid not in _started:
+    if not _recording[0] or not path or nodeid not in _started:
         return
     line = json.dumps({"worker": _worker(), "test": nodeid, "start": _started.pop(nodeid), "end": time.time()})
     with open(path, "a", encoding="utf-8") as out:  # one short append per test: whole lines across workers
