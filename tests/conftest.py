@@ -46,11 +46,10 @@ LONGEST_FIRST = (
 # Tests that load the machine themselves (ten worker processes started at once, spinning processes):
 # after everything else, not in the first minutes when the longest ones all start together.
 LAST = ("tests/redis/test_stop_bound.py", "tests/contract/test_listeners_stop.py")
-# Tests that must not run beside each other on pytest-xdist (``--dist loadgroup``): the partition
-# suites each build bridges and addresses in the root network namespace, and they and the chaos
-# suites judge fleets by their timing; side by side (with Microsoft's livetest starting its own
-# fourteen workers) they loaded two cores thirty-fold and a fleet's timing broke.
-GROUPS = {"tests/netsplit/test_partitions.py": "faults", "tests/chaos/test_chaos.py": "faults"}
+# No xdist groups: the partition and chaos suites run beside each other and beside everything else.
+# (Groups added here never took effect: xdist's own hook reads the markers before this one adds them.
+# Every run of the last weeks therefore ran them side by side, and the timeline, PYTEST_TIMELINE,
+# shows the run bound by its total CPU, not by one chain: a group of them would only lengthen it.)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -63,10 +62,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return len(LONGEST_FIRST) + (0 if item.get_closest_marker("slow") else 1)
 
     items.sort(key=rank)  # stable: the order within each rank stays the collection order
-    for item in items:
-        for prefix, group in GROUPS.items():
-            if item.nodeid.startswith(prefix):
-                item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _named_databases(item: pytest.Item) -> set[str]:
