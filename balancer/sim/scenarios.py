@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from balancer.lease import RENEW_SHARE
 from balancer.model import HubRef
 
 REF = HubRef("sim.example", "sensors", "$Default")
@@ -54,6 +55,11 @@ class Settings:
     # real fleet does (``bench_sim_vs_real`` runs so).
     steady_intervals: float = 2.0
     steady_spread: float = 0.0  # in expiries
+    # The balanced start's claims: each worker claims its deal at a moment of its own, drawn within
+    # this share of the renewal period (the coordinator's renew share of the expiry), so each renews on
+    # a phase of its own afterwards, as in a real fleet, whose leases were won at different times. With
+    # none (the default) every lease is written at once and every worker renews in step with the others.
+    start_phases: float = 0.0
     observe_cycles: int = 10  # a run ends once balance has held this long (and the disturbance is over)
     horizon_cycles: int = 100  # or this long (plus P/N cycles) after the disturbance ended, balanced or not
     skew_seconds: float = 180.0
@@ -82,6 +88,18 @@ def steady_for(settings: Settings, scenario: str, partitions: int, workers: int,
     generator of its own: the victims and every other draw stay those of the seed."""
     spread = random.Random(f"steady/{scenario}/{partitions}/{workers}/{seed}").uniform(0, settings.steady_spread)
     return settings.steady_intervals * settings.interval + spread * settings.expiry
+
+
+def claim_offsets(
+    settings: Settings, scenario: str, workers: list[str], seed: int, partitions: int
+) -> dict[str, float]:
+    """Seconds from the balanced start at which each of ``workers`` claims its deal
+    (``Settings.start_phases``), drawn from a generator of its own: every other draw stays the seed's."""
+    if settings.start_phases <= 0:
+        return dict.fromkeys(workers, 0.0)
+    period = settings.start_phases * RENEW_SHARE * settings.expiry
+    draw = random.Random(f"phases/{scenario}/{partitions}/{len(workers)}/{seed}")
+    return {w: draw.uniform(0, period) for w in workers}
 
 
 def effective_size(scenario: str, partitions: int, workers: int) -> tuple[int, int]:

@@ -15,7 +15,7 @@ from dataclasses import replace
 from balancer.lease import Coordinator
 from balancer.model import EventKind, partition_ids
 from balancer.sim.base import Run
-from balancer.sim.scenarios import REF, Settings
+from balancer.sim.scenarios import REF, Settings, claim_offsets
 from balancer.sim.store import LatentStore
 from balancer.strategies import Claim, Plan, Strategy, View
 
@@ -68,8 +68,11 @@ class TableRun(Run):
         """Deal the partitions out; each worker claims its deal with a scripted plan."""
         pids = list(partition_ids(self.hub_size))
         self.env.shuffle(pids)
-        for i, w in enumerate(workers):
-            deal = Plan(claims=tuple(Claim(p, EventKind.CLAIM, None, "initial state") for p in pids[i :: len(workers)]))
+        start, offsets = self._now(), claim_offsets(self.s, self.scenario, workers, self.seed, self.partitions)
+        deals = {w: pids[i :: len(workers)] for i, w in enumerate(workers)}
+        for w in sorted(workers, key=lambda w: offsets[w]):  # in worker order when all claim at once
+            await self._sleep_until(start + offsets[w])
+            deal = Plan(claims=tuple(Claim(p, EventKind.CLAIM, None, "initial state") for p in deals[w]))
             self.tables[w].strategy = replace(self.strategy, plan=_scripted(deal))
             self.alive.add(w)
             await self._cycle(w)

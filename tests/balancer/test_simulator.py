@@ -368,3 +368,25 @@ def test_partitions_added_to_a_quiet_fleet_are_owned_within_an_interval() -> Non
     result = simulate(None, "add-partitions", 32, 4, seeds=3, settings=settings)
     assert result["balanced_runs"] == 3
     assert result["seconds_to_balance"]["max"] <= settings.interval  # type: ignore[index]
+
+
+@pytest.mark.parametrize("phases", [0.0, 1.0])
+def test_the_balanced_start_spreads_renewals_over_the_renewal_period_when_told(phases: float) -> None:
+    # A real fleet's leases were won at different times, so each worker renews on a phase of its own
+    # (bench_sim_vs_real: a renewal step restarts a quiet wait's looks at the hub); by default every
+    # lease of the balanced start is written at once and every worker renews in step.
+    settings = Settings(interval=2.0, expiry=10.0, start_phases=phases)
+
+    async def renewals() -> list[float]:
+        run = TableRun(get_strategy(DEFAULT), "crash", 8, 4, 0, settings)
+        run._build()
+        await run._adopt(run.names)
+        due = [run.coordinators[w].next_renewal() for w in run.names]
+        return sorted(t for t in due if t is not None)
+
+    due = sim_loop.run(renewals())
+    assert len(due) == 4
+    if phases:
+        assert due[-1] - due[0] > 1.0  # four draws within 6.5 s: 1 s apart at the least for this seed
+    else:
+        assert due[-1] - due[0] < 0.1  # claimed one after the other: only the store's round trips apart
