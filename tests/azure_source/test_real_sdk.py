@@ -184,6 +184,33 @@ def test_a_reader_on_the_amqp_hub_reads_without_the_sdks_event_processor(amqp_hu
         assert reader.last_enqueued is not None and reader.last_enqueued.sequence_number == 4
 
 
+def _ignore(*received: object) -> None:
+    pass
+
+
+def _keep_alive_threads() -> set[int | None]:
+    """pyamqp's keep-alive threads alive now (its target is the client's _keep_alive)."""
+    return {t.ident for t in threading.enumerate() if "_keep_alive" in t.name}
+
+
+def test_a_reader_starts_no_keep_alive_thread_beside_the_one_that_receives(amqp_hub: Served) -> None:
+    # Two threads reading one connection can hand its transfers over in the wrong order (the SDK's
+    # keep-alive beside the receiving one: workers.sources.eventhubs.sdk, KEEP_ALIVE). The SDK's own
+    # consumer would start one; the reader's does not.
+    before = _keep_alive_threads()
+    with EventHubsSource("sensors", connection_string=amqp_hub.connection_string) as source:
+        reader = source.reader("1", Position.earliest())
+        until_sync(lambda: bool(reader.receive(10)), "the reader's first events")
+        assert not _keep_alive_threads() - before
+        with EventHubConsumerClient.from_connection_string(
+            amqp_hub.connection_string, "$Default", eventhub_name="sensors"
+        ) as client:  # the same private consumer, made as the SDK makes it: with the thread (what is avoided)
+            consumer = client._create_consumer("$Default", "0", "-1", _ignore)
+            consumer.receive(True, 10, None)
+            assert _keep_alive_threads() - before
+            consumer.close()
+
+
 def test_a_reader_on_the_amqp_hub_is_cut_off_by_a_higher_owner_level(amqp_hub: Served) -> None:
     with (
         EventHubsSource("sensors", connection_string=amqp_hub.connection_string) as old,

@@ -56,6 +56,15 @@ class Consumer(Protocol):
 
 
 _CONSUMER_METHODS = ("receive", "_open", "_handle_exception", "close")
+# KEEP_ALIVE. The SDK's consumer (always, from _create_consumer) starts a keep-alive thread that
+# calls the connection's listen() every 30 s, beside the thread that receives. Each reads frames
+# under the socket's lock but processes them after it, so the two can hand transfers over in the
+# wrong order: the partition suite saw event 1984 before 1983 (the pump's sequence guard then took
+# 1983 for a repeat, and it was never handled) one second after a paused pump resumed, when the
+# receiving thread, held in the reader's full queue, began reading again beside the keep-alive.
+# The reader's thread calls receive() without pause (0.2 s socket timeout), which services the
+# connection; while it waits for room in the queue nothing reads, and a service that closes the idle
+# connection meanwhile is reconnected to at the next receive, from the last event handed over.
 _fallback_logged = threading.Lock()  # acquired once: the fallback is logged once per process
 
 
@@ -89,6 +98,8 @@ def open_consumer(
         _fall_back(f"{type(client).__name__}._create_consumer is missing or takes other arguments")
         return None
     consumer = create(*args, **kwargs)
+    if hasattr(consumer, "_keep_alive"):
+        consumer._keep_alive = None  # no keep-alive thread: see KEEP_ALIVE
     missing = [name for name in _CONSUMER_METHODS if not callable(getattr(consumer, name, None))]
     if missing or not hasattr(consumer, "running") or not _binds(consumer.receive, True, 1, None):
         _fall_back(f"{type(consumer).__name__} lacks {', '.join(missing) or 'running'} or takes other arguments")
