@@ -2,7 +2,7 @@
 # `make test-pythons` (the end of `make test`): the fast suite, everything not marked slow, on each
 # supported Python other than the default one that this machine has (.ci/pythons.sh), each in its
 # own virtual environment .venv-X.Y (`make venv-X.Y`: built once, rebuilt when pyproject.toml
-# changes). Says which Pythons were found and which were run; fails when a suite fails, never
+# changes); the suites run side by side. Says which Pythons were found and which were run; fails when a suite fails, never
 # because a Python is missing.
 #
 # Environment: DEFAULT_PYTHON (the interpreter of the whole suite: .venv/bin/python, else python3),
@@ -24,12 +24,37 @@ echo "Pythons: $version is the default (the whole suite); other supported Python
 
 xdist=()
 if [ "$workers" != 0 ]; then xdist=(-n "$workers"); fi
+# Each environment is built first (one after another: pip's cache is shared), then the fast suites
+# run side by side, each into a log of its own printed whole when it ends: they mostly wait
+# (servers, processes, timeouts), so two at once take little longer than one.
+ready=()
 for minor in "${found[@]}"; do
+  if make --no-print-directory "venv-$minor"; then
+    ready+=("$minor")
+  else
+    results+=("$minor (its environment could not be built)")
+    failed=1
+  fi
+done
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+pids=()
+for minor in "${ready[@]}"; do
+  (
+    started=$SECONDS
+    ".venv-$minor/bin/pytest" -p no:cacheprovider -q -m "not slow" "${xdist[@]}" >"$logs/$minor.log" 2>&1
+    status=$?
+    echo "$status $((SECONDS - started))" >"$logs/$minor.status"
+  ) &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+for minor in "${ready[@]}"; do
   echo "== Python $minor: the fast suite (-m 'not slow') in .venv-$minor"
-  started=$SECONDS
-  if make --no-print-directory "venv-$minor" \
-    && ".venv-$minor/bin/pytest" -p no:cacheprovider -q -m "not slow" "${xdist[@]}"; then
-    results+=("$minor (fast suite passed in $((SECONDS - started)) s)")
+  cat "$logs/$minor.log"
+  read -r status took <"$logs/$minor.status" || status=1
+  if [ "$status" = 0 ]; then
+    results+=("$minor (fast suite passed in ${took} s)")
   else
     results+=("$minor (fast suite FAILED)")
     failed=1

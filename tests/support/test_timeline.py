@@ -36,6 +36,8 @@ def test_a_run_with_the_variable_set_records_each_test_once(tmp_path: Path) -> N
     record = tmp_path / "timeline.jsonl"
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTEST_TIMELINE": str(record), "PYTHONPATH": str(root)}
+    for name in [n for n in env if n.startswith("PYTEST_XDIST_")]:  # a run of its own, not one of our workers
+        env.pop(name)
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "tests.support.timeline", *UNUSED, str(tmp_path)],
         cwd=tmp_path,
