@@ -3,12 +3,16 @@
 Sequence numbers must be contiguous per partition. A jump means events were lost (retention ran
 out before they were read, or a reader bug): it is logged as an error and counted in
 ``leaseboard_sequence_gaps_total``; processing goes on from the event that arrived. A repeat (a
-reader that delivered an event twice) is skipped with a warning.
+reader that delivered an event twice) is skipped with a warning. Events of one read that came out
+of order are put back in order first (logged as a warning): an event that arrived after a later
+one would otherwise pass for a repeat and never be handled (the Event Hubs SDK's keep-alive thread
+once did that: ``workers.sources.eventhubs.sdk``).
 """
 
 from __future__ import annotations
 
 import logging
+from itertools import pairwise
 
 import workers.metrics as metrics
 from workers.runtime.config import PumpStats
@@ -38,6 +42,12 @@ class SequenceGuard:
             if numbers == list(range(expected, expected + len(numbers))):
                 self.expected = expected + len(numbers)
                 return events
+        numbers = [event.sequence_number for event in events]
+        if any(later < earlier for earlier, later in pairwise(numbers)):
+            log.warning(
+                "%s: reader delivered sequence numbers out of order (%s); put back in order", self._label, _few(numbers)
+            )
+            events = sorted(events, key=lambda event: event.sequence_number)
         kept = []
         for event in events:
             expected = self.expected
@@ -58,3 +68,8 @@ class SequenceGuard:
             self.expected = event.sequence_number + 1
             kept.append(event)
         return kept
+
+
+def _few(numbers: list[int]) -> str:
+    shown = ", ".join(str(n) for n in numbers[:8])
+    return shown + (f", ... ({len(numbers)} in all)" if len(numbers) > 8 else "")
