@@ -171,9 +171,8 @@ class Reading(Renewal):
     def _settles(self, view: View, plan: Plan, active: Mapping[str, OwnershipRecord]) -> Settled | None:
         """What the next cycle compares its read with to skip its plan, when this one may be the last
         to plan for a while: an empty plan, every partition held by a live worker, and every other
-        live member holding some or drained (a live member that holds nothing drops out when its
-        heartbeat ages, which changes the plan without a write; one whose heartbeat has aged already
-        is out of every plan). None: the next cycle plans."""
+        member holding some or drained (a member that holds nothing drops out when its heartbeat ages,
+        which changes the plan without a write). None: the next cycle plans."""
         if not (self.steady_cycles and self.strategy.settles and not self.strategy.uses_load) or self._read is None:
             return None
         if plan != NOTHING or view.first_cycle or self._rebalance or view.dark:
@@ -181,10 +180,7 @@ class Reading(Renewal):
         if len(active) != len(view.partition_ids):
             return None
         members, controls, holders = self._read
-        # Live members only (``view.members``: a fresh heartbeat or a live lease). A crashed worker's
-        # record stays in the store; once its heartbeat is older than the expiry it is in no plan
-        # and can change none, and counting it kept a fleet from ever settling after a crash.
-        idle = set(view.members) - holders - view.drained - {self.owner_id}
+        idle = {m.owner_id for m in members} - holders - view.drained - {self.owner_id}
         if idle:
             return None
         return Settled(view.partition_ids, members, controls, holders, frozenset(self._leases))
