@@ -5,10 +5,17 @@
 # changes); the suites run side by side. Says which Pythons were found and which were run; fails when a suite fails, never
 # because a Python is missing.
 #
+#   bash .ci/test-pythons.sh [--build-only]
+#
+# --build-only builds (or finds up to date) each environment and runs nothing: `make test` builds
+# them in the background beside the whole suite (.ci/test.sh); the run after it then finds them ready.
+#
 # Environment: DEFAULT_PYTHON (the interpreter of the whole suite: .venv/bin/python, else python3),
 # FAST_WORKERS (pytest-xdist workers per suite, default 2; 0 runs each suite in one process).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+build_only=0
+if [ "${1:-}" = --build-only ]; then build_only=1; fi
 
 default=${DEFAULT_PYTHON:-.venv/bin/python}
 [ -x "$default" ] || command -v "$default" >/dev/null 2>&1 || default=python3
@@ -36,6 +43,10 @@ for minor in "${found[@]}"; do
     failed=1
   fi
 done
+if [ "$build_only" = 1 ]; then
+  for result in "${results[@]}"; do echo "not built: $result"; done
+  exit $failed
+fi
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 pids=()

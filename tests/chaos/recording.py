@@ -1,8 +1,10 @@
 """The handler the chaos workers run: records every event it is handed, on the shared monotonic clock.
 
 ``--handler tests.chaos.recording.Recorder`` appends ``partition,sequence,owner,monotonic,malformed``
-to ``$LEASEBOARD_RECORD_DIR/<process id>.csv``, flushed before the handler returns, so every event a
-checkpoint covers is on disk even if the process is killed the next moment. A body that is not a
+(``malformed`` 0 or 1; ``r`` on a line that retracts the handling of the same partition, sequence,
+owner and time, see ``Recorder.retract``) to ``$LEASEBOARD_RECORD_DIR/<process id>.csv``, flushed
+before the handler returns, so every event a checkpoint covers is on disk even if the process is
+killed the next moment. A body that is not a
 JSON object (the producer's malformed events) is recorded and then refused with ``MalformedEvent``,
 which the pump sets aside to its dead-letter file without retrying.
 
@@ -18,13 +20,15 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tests.chaos.evidence import Handling
 from tests.workers.recording import RecordingHandler
 from workers.handlers import MalformedEvent, NotHeld, PartitionContext
 from workers.sources.base import ReceivedEvent
+
+RETRACTED = "r"  # the last field of a line that takes back a handling recorded before (``retract``)
 
 
 class Recorder(RecordingHandler):
@@ -35,28 +39,46 @@ class Recorder(RecordingHandler):
         if not event.body.startswith(b"{"):
             raise MalformedEvent(f"not a JSON object: {event.body[:20]!r}")
 
-    def record(self, events: Sequence[ReceivedEvent], ctx: PartitionContext) -> None:
-        """One line per event, all with the time read before the lease was found still held."""
-        at = time.monotonic()
+    def record(self, events: Sequence[ReceivedEvent], ctx: PartitionContext) -> str:
+        """One line per event, all with the time read before the lease was found still held; that time
+        as written (what ``retract`` names)."""
+        at = f"{time.monotonic():.6f}"
         if not ctx.holds():
             raise NotHeld(f"partition {ctx.partition_id}: the lease of {ctx.owner_id} may have run out")
-        lines = "".join(
-            f"{e.partition_id},{e.sequence_number},{ctx.owner_id},{at:.6f},{int(not e.body.startswith(b'{'))}\n"
-            for e in events
-        )
+        self._write(events, ctx, at, lambda e: str(int(not e.body.startswith(b"{"))))
+        return at
+
+    def retract(self, events: Sequence[ReceivedEvent], ctx: PartitionContext, at: str) -> None:
+        """The handling of ``events`` recorded at ``at`` took no effect: the handler refused them
+        (``NotHeld`` before anything landed) and the pump hands them on again, to this worker once its
+        lease is renewed or to the next owner. Not a handling, so not a duplicate when they come back."""
+        self._write(events, ctx, at, lambda _: RETRACTED)
+
+    def _write(
+        self, events: Sequence[ReceivedEvent], ctx: PartitionContext, at: str, last: Callable[[ReceivedEvent], str]
+    ) -> None:
+        lines = "".join(f"{e.partition_id},{e.sequence_number},{ctx.owner_id},{at},{last(e)}\n" for e in events)
         with self._lock:
             self._file.write(lines)
             self._file.flush()
 
 
 def read_handlings(directory: Path) -> list[Handling]:
-    """Every handling recorded under ``directory`` (a line cut short by a kill is dropped)."""
-    out = []
+    """Every handling recorded under ``directory`` and not retracted (a line cut short by a kill is
+    dropped)."""
+    recorded, retracted = [], set()
     for path in sorted(directory.glob("*.csv")):
         for line in path.read_text(encoding="utf-8").split("\n")[:-1]:
-            partition, sequence, owner, at, malformed = line.split(",")
-            out.append(Handling(partition, int(sequence), owner, float(at), malformed == "1"))
-    return out
+            partition, sequence, owner, at, last = line.split(",")
+            if last == RETRACTED:
+                retracted.add((partition, sequence, owner, at))
+            else:
+                recorded.append((partition, sequence, owner, at, last == "1"))
+    return [
+        Handling(partition, int(sequence), owner, float(at), malformed)
+        for partition, sequence, owner, at, malformed in recorded
+        if (partition, sequence, owner, at) not in retracted
+    ]
 
 
 def stuck(event: ReceivedEvent, ctx: PartitionContext) -> None:
