@@ -30,7 +30,7 @@ echo "Pythons: $version is the default (the whole suite); other supported Python
   "${found[*]:-none}; not found: ${missing[*]:-none}"
 
 xdist=()
-if [ "$workers" != 0 ]; then xdist=(-n "$workers"); fi
+if [ "$workers" != 0 ]; then xdist=(-n "$workers" --dist loadgroup); fi
 # Each environment is built first (one after another: pip's cache is shared), then the fast suites
 # run side by side, each into a log of its own printed whole when it ends: they mostly wait
 # (servers, processes, timeouts), so two at once take little longer than one.

@@ -4,8 +4,8 @@
 #
 # The other Pythons' virtual environments are built in the background from the start, beside lint
 # and the whole suite, which leaves about a third of the two cores idle while its tests wait on
-# servers and processes; building them one after another at the end added about 1.5 min to a fresh
-# clone's run. Their output is printed when they are done. A run that is stopped or fails half way
+# servers and processes (PYTEST_TIMELINE); building them one after another at the end added about
+# 1.5 min to a fresh clone's run. Their output is printed when they are done. A run that is stopped or fails half way
 # stops the builds too (their own process group), so no pip is left behind.
 #
 #   bash .ci/test.sh PY VENV TEST_WORKERS FAST_WORKERS
@@ -14,8 +14,9 @@ cd "$(dirname "$0")/.."
 
 py=$1 venv=$2 workers=$3 fast_workers=$4
 builds_log=$(mktemp)
-# setsid: the builds get a process group of their own, which the trap stops whole.
-DEFAULT_PYTHON="$py" setsid bash .ci/test-pythons.sh --build-only >"$builds_log" 2>&1 &
+# setsid: the builds get a process group of their own, which the trap stops whole; nice: they take
+# only the CPU the suite leaves, not its tests' (whose timing bounds a busy machine already strains).
+DEFAULT_PYTHON="$py" setsid nice -n 19 bash .ci/test-pythons.sh --build-only >"$builds_log" 2>&1 &
 builds=$!
 stop_builds() {
   kill -TERM -- "-$builds" 2>/dev/null

@@ -30,7 +30,10 @@ from django.db import connections
 from tests.support.databases import add_django_database, remove_django_database
 from tests.support.postgres import Postgres, start_postgres
 
-pytest_plugins = ["tests.support.timeline"]  # PYTEST_TIMELINE=FILE: where a run's time went
+pytest_plugins = [
+    "tests.support.timeline",  # PYTEST_TIMELINE=FILE: where a run's time went
+    "tests.support.xdist_groups",  # the "spark" group, and loadgroup made to work on pytest 9.2
+]
 
 POSTGRES = "postgres"
 
@@ -46,10 +49,10 @@ LONGEST_FIRST = (
 # Tests that load the machine themselves (ten worker processes started at once, spinning processes):
 # after everything else, not in the first minutes when the longest ones all start together.
 LAST = ("tests/redis/test_stop_bound.py", "tests/contract/test_listeners_stop.py")
-# No xdist groups: the partition and chaos suites run beside each other and beside everything else.
-# (Groups added here never took effect: xdist's own hook reads the markers before this one adds them.
-# Every run of the last weeks therefore ran them side by side, and the timeline, PYTEST_TIMELINE,
-# shows the run bound by its total CPU, not by one chain: a group of them would only lengthen it.)
+# One xdist group only, "spark" (tests/support/xdist_groups.py): the tests that use the session's
+# SparkSession run on one xdist worker, so one JVM starts. The partition and chaos suites stay
+# ungrouped: the timeline (PYTEST_TIMELINE) shows the run bound by its total CPU, not by one chain,
+# and a group of them would only lengthen one.
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
