@@ -10,8 +10,9 @@ real over simulated, and whether both figures agree within 20 %. The simulated r
 scenarios of ``balancer.sim.scenarios`` with the same sizes: N workers on ⌊2P/3⌋ partitions, the
 hub growing to P in add-partitions, and the crash on P (the real fleet plays it last, after the
 hub grew: see ``real_scenarios``). Both sides judge balance and count moves the same way (see
-``real_scenarios``); the real side times a join from the new worker's first cycle, and the seconds a
-process takes to get there are printed below the table.
+``real_scenarios``); both sides time a join from the new worker's first cycle (the simulator's
+``start_spread`` is 0 here), and the seconds a process takes to get there are printed below the
+table; a stop-and-join from the stopping worker's release, the newcomer having just joined.
 
 The simulator is told the real environment (``settings_of``): the store's round trip as the bench
 measured it on its own listings, the handler's time to finish the event in hand (``HANDOFF``),
@@ -69,6 +70,7 @@ def settings_of(latency: tuple[float, float]) -> Settings:
         handoff_seconds=HANDOFF,
         steady_spread=1.0,
         start_phases=1.0,
+        start_spread=0.0,  # a join is timed from the newcomer's first cycle on both sides
     )
 
 

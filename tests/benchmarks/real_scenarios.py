@@ -8,7 +8,8 @@ starting from the state its simulated twin starts from (``balancer.sim.scenarios
     N workers start and balance on ⌊2P/3⌋ partitions;
     drain (N balanced, one drained), then it is undrained (not measured);
     stop (N balanced, one gets SIGTERM: a graceful stop, releasing what it holds);
-    stop-and-join (N-1 balanced; one joins and at that instant another gets SIGTERM);
+    stop-and-join (N-1 balanced; one joins and at that instant another gets SIGTERM; timed from
+    the stopping one's release, when the simulator's starts);
     scale-out (N-1 balanced, one joins); stop and scale-out again;
     add-partitions (N balanced, the hub grows to P);
     crash (N balanced on P, one gets SIGKILL), last.
@@ -110,6 +111,7 @@ class Watch:
     samples: list[OwnershipSample] = field(default_factory=list)
     trips: list[float] = field(default_factory=list)  # seconds each listing of the records took
     joined: dict[str, float] = field(default_factory=dict)  # owner -> when its join notice came
+    releases: list[tuple[str, float]] = field(default_factory=list)  # (owner, when) of each release notice
     _news: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def sample(self) -> None:
@@ -134,7 +136,9 @@ class Watch:
             async for notice in channel.listen():
                 if not notice.partition_ids:
                     self.joined.setdefault(notice.by, time.monotonic())
-                    self._news.set()
+                else:
+                    self.releases.append((notice.by, time.monotonic()))
+                self._news.set()
         finally:
             await channel.aclose()
 
@@ -150,6 +154,27 @@ class Watch:
             if time.monotonic() > deadline:
                 raise AssertionError(f"no join notice from {worker.owner} in {PHASE_TIMEOUT:g}s")
         return self.joined[worker.owner]
+
+    async def release_of(self, worker: Worker, after: float) -> float:
+        """When ``worker`` released its partitions after ``after`` (its graceful stop's release notice);
+        when it ends having released nothing, ``after``."""
+        deadline = time.monotonic() + PHASE_TIMEOUT
+        while True:
+            heard = [at for by, at in self.releases if by == worker.owner and at >= after]
+            if heard:
+                return heard[0]
+            if not worker.running:
+                return after
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no release notice from {worker.owner} in {PHASE_TIMEOUT:g}s")
+            self._news.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._news.wait(), 0.05)
+
+    async def heard(self) -> None:
+        """Until the next notice the listener hears."""
+        self._news.clear()
+        await self._news.wait()
 
     def balanced_since(self, eligible: set[str], after: float) -> float | None:
         """The start of the balanced stretch the latest sample is in (not before ``after``)."""
@@ -231,6 +256,17 @@ class Round:
         await self.watch.settle(Phase("undrain", time.monotonic(), self.eligible()))
         return phase
 
+    async def listening(self) -> None:
+        """Until the bench's own listener hears a notice of its own (sent again every 0.1 s until then):
+        from then on it hears every join and release. Before any worker starts."""
+        deadline = time.monotonic() + PHASE_TIMEOUT
+        while OPERATOR not in self.watch.joined:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the bench's listener heard nothing in {PHASE_TIMEOUT:g}s")
+            await self.news()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.watch.heard(), 0.1)
+
     async def news(self) -> None:
         channel = release_channel(self.fleet.store, self.fleet.ref)
         assert channel is not None
@@ -249,10 +285,13 @@ class Round:
         return await self.watch.settle(Phase("scale-out", self.watch.joined[worker.owner], self.eligible()))
 
     async def stop_and_join(self) -> Phase:
+        """The simulator's event: one worker releases everything as it stops while another has just
+        joined. The newcomer joins first (a process takes a second or so to its first cycle), the victim
+        gets SIGTERM at once, and the phase starts at the victim's release, as the simulated one does."""
         victim = self.pick()
-        worker = await self.join()
-        self.end(victim, signal.SIGTERM)
-        at = self.watch.joined[worker.owner]
+        await self.join()
+        sent = self.end(victim, signal.SIGTERM)
+        at = await self.watch.release_of(victim, sent)
         return await self.watch.settle(Phase("stop-and-join", at, self.eligible(), {victim.owner}))
 
     async def add_partitions(self, partitions: int) -> Phase:
@@ -286,7 +325,7 @@ async def play_round(
     played = Round(watch)
     try:
         fleet.start_producing()
-        await asyncio.sleep(0.2)  # the listener is listening
+        await played.listening()
         phases = await played.play(workers, last)
     finally:
         for task in tasks:
