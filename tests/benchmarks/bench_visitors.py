@@ -39,8 +39,7 @@ import psutil  # type: ignore[import-untyped]  # no stubs installed (types-psuti
 import websockets
 
 from tests.benchmarks.size import size
-from tests.support.servers import free_port
-from tests.support.waiting import until_sync
+from tests.support.servers import ServerProcess, start_on_a_free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE, HUB, OTHER, GROUP = "bench.example", "sensors", "orders", "$Default"
@@ -91,28 +90,52 @@ def _name(rng: random.Random) -> str:
     return "".join(rng.choices(string.ascii_lowercase + string.digits, k=rng.randint(3, 40)))
 
 
+class Daphne(ServerProcess):
+    """The console under Daphne on ``port``, its log under ``home``: ready once ``/metrics`` answers."""
+
+    name = "console (daphne)"
+
+    def __init__(self, port: int, home: Path, env: dict[str, str]) -> None:
+        super().__init__(port, home)
+        home.mkdir(parents=True, exist_ok=True)
+        self.env = env
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "daphne", "-b", self.host, "-p", str(self.port), "dashboard.asgi:application"]
+
+    def popen_options(self) -> dict[str, Any]:
+        return {"cwd": ROOT, "env": self.env}
+
+    def ready(self) -> bool:
+        return super().ready() and _get(self.port, "/metrics")[0] == 200
+
+    def start(self, timeout: float = 60.0) -> None:  # a production start on a busy machine
+        super().start(timeout)
+
+
+def _get(port: int, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+    except OSError:
+        return 0, b""
+
+
 class Console:
     def __init__(self, var: Path) -> None:
         self.env = _environment(var)
-        self.port = free_port()
-        self.log = var / "console.log"
         subprocess.run([sys.executable, "-c", SEED], cwd=ROOT, env=self.env, check=True)
-        command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)]
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [*command, "dashboard.asgi:application"], cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT
-            )
-        until_sync(lambda: self.get("/metrics")[0] == 200, "the console to answer", timeout=60)
-        self.ps = psutil.Process(self.process.pid)
+        # A port taken between choosing and binding it is tried again elsewhere; a console that exits
+        # or does not answer fails with its log (once it waited 60 s with no word of why).
+        self.server = start_on_a_free_port(lambda port: Daphne(port, var / "daphne", self.env))
+        self.port = self.server.port
+        assert self.server.process is not None
+        self.ps = psutil.Process(self.server.process.pid)
 
     def get(self, path: str) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=30) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read()
-        except OSError:
-            return 0, b""
+        return _get(self.port, path)
 
     def figures(self) -> dict[str, float]:
         """CPU over SAMPLE seconds, memory now, and the console's own gauges."""
@@ -126,8 +149,7 @@ class Console:
         return found
 
     def stop(self) -> None:
-        self.process.kill()
-        self.process.wait(10)
+        self.server.stop()
 
 
 async def _sockets(port: int, count: int, rng: random.Random, held: list[Any], codes: Counter[str]) -> None:
