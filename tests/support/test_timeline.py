@@ -18,6 +18,17 @@ UNUSED = [
 ]
 
 
+def throwaway_run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest ARGS`` (without the plugins it does not use) as a run of its own in ``cwd``,
+    this repository importable, with ``env`` added to the environment."""
+    root = Path(__file__).resolve().parents[2]
+    environ = {**os.environ, **(env or {}), "PYTHONPATH": str(root)}
+    for name in [n for n in environ if n.startswith("PYTEST_XDIST_")]:  # not one of our workers
+        environ.pop(name)
+    command = [sys.executable, "-m", "pytest", *UNUSED, *args]
+    return subprocess.run(command, cwd=cwd, env=environ, capture_output=True, text=True, timeout=120)
+
+
 def test_the_summary_puts_the_worker_that_ended_last_first_with_its_busy_and_idle_time() -> None:
     rows = [
         {"worker": "gw0", "test": "a", "start": 100.0, "end": 110.0, "cpu": 9.5},
@@ -34,26 +45,15 @@ def test_the_summary_puts_the_worker_that_ended_last_first_with_its_busy_and_idl
 def test_a_run_with_the_variable_set_records_each_test_once(tmp_path: Path) -> None:
     (tmp_path / "test_two.py").write_text("def test_one():\n    pass\n\ndef test_two():\n    pass\n")
     record = tmp_path / "timeline.jsonl"
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTEST_TIMELINE": str(record), "PYTHONPATH": str(root)}
-    for name in [n for n in env if n.startswith("PYTEST_XDIST_")]:  # a run of its own, not one of our workers
-        env.pop(name)
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "tests.support.timeline", *UNUSED, str(tmp_path)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    env = {"PYTEST_TIMELINE": str(record)}
+    done = throwaway_run(["-q", "-p", "tests.support.timeline", str(tmp_path)], tmp_path, env)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = [json.loads(line) for line in record.read_text().splitlines()]
     assert [r["test"].rsplit("::", 1)[1] for r in rows] == ["test_one", "test_two"]
     assert all(r["worker"] == "main" and r["end"] >= r["start"] and r["cpu"] >= 0 for r in rows)
     record.unlink()
-    xdist = subprocess.run(
-        [*done.args, "-n", "2"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-    )  # the workers record, not the controller as well
+    # the workers record, not the controller as well
+    xdist = throwaway_run(["-q", "-p", "tests.support.timeline", str(tmp_path), "-n", "2"], tmp_path, env)
     assert xdist.returncode == 0, xdist.stdout + xdist.stderr
     rows = [json.loads(line) for line in record.read_text().splitlines()]
     assert sorted(r["test"].rsplit("::", 1)[1] for r in rows) == ["test_one", "test_two"]

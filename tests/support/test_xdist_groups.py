@@ -3,18 +3,13 @@ xdist worker (one JVM), on the pytest this suite runs (9.2 drops xdist 3.8's gro
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.support.test_timeline import UNUSED
+from tests.support.test_timeline import throwaway_run
 
 LOADGROUP = ["-n", "3", "--dist", "loadgroup"]
 TESTS = """
-import time
-
 import pytest
 
 
@@ -25,29 +20,18 @@ def spark():
 
 @pytest.mark.parametrize("n", range(6))
 def test_with_spark(spark, n):
-    time.sleep(0.05)
+    pass
 
 
 @pytest.mark.parametrize("n", range(6))
 def test_without(n):
-    time.sleep(0.05)
+    pass
 """
 
 
 def test_every_test_that_uses_spark_runs_on_one_xdist_worker(tmp_path: Path) -> None:
     (tmp_path / "test_grouped.py").write_text(TESTS)
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    for name in [n for n in env if n.startswith("PYTEST_XDIST_")]:  # a run of its own, not one of our workers
-        env.pop(name)
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-v", "-p", "tests.support.xdist_groups", *UNUSED, *LOADGROUP, str(tmp_path)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = throwaway_run(["-v", "-p", "tests.support.xdist_groups", *LOADGROUP, str(tmp_path)], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     ran = re.findall(r"^\[(gw\d)\] .*PASSED .*::(test_\w+)\[(\d)\](@\w+)?", done.stdout, re.MULTILINE)
     assert len(ran) == 12, done.stdout
