@@ -54,11 +54,14 @@ class Reading(Renewal):
 
         Waiting that long is only for a driver that hears of every other change at once: joins
         (``announce_joining``), releases (``on_released``), operators' controls (their wake-up). A
-        notice it misses costs at most this wait instead of one interval."""
+        notice it misses costs at most this wait instead of one interval. Never past the end of a
+        stolen lease's fence (``holds``): the cycle after it starts that partition's pump."""
         interval = self.interval if interval is None else interval
         if not self._steady or self._read_at is None or interval is None:
             return None
-        return self._read_at + self.expiry - self._stale_after() + interval
+        until = self._read_at + self.expiry - self._stale_after() + interval
+        fence = self.fenced_until()  # a stolen lease's pump starts at the first cycle after its fence
+        return until if fence is None else min(until, fence)
 
     async def partitions_changed(self) -> bool:
         """Whether the hub's partitions differ from those the last cycle read (one call of the partition

@@ -28,6 +28,9 @@ from .options import RENEW_SHARE, STALE_MAX, STALE_SHARE
 class Lease:
     record: OwnershipRecord
     renewed_at: float  # local monotonic time the winning request was *sent*
+    # A stolen lease: the local monotonic time before which the worker it was taken from may still
+    # hold it by its own clock (see ``Writes._apply``); nothing is handled before then.
+    fenced_until: float = -math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,9 +167,22 @@ class LeaseState:
         Judged on the local monotonic clock from the moment the last winning claim or renewal was
         sent, so a worker that was stopped (SIGSTOP, a long GC pause) knows on waking, before it
         touches another event, that someone else may hold the partition now.
+
+        False too while a stolen lease is fenced: the worker it was taken from may still handle
+        events until its own lease deadline, which it judges by its own clock and cannot have set
+        later than one expiry after this worker's steal came back (``Lease.fenced_until``).
         """
         lease = self._leases.get(partition_id)
-        return lease is not None and self.monotonic() - lease.renewed_at < self.expiry
+        if lease is None:
+            return False
+        now = self.monotonic()
+        return lease.fenced_until <= now and now - lease.renewed_at < self.expiry
+
+    def fenced_until(self) -> float | None:
+        """The latest local monotonic time a stolen lease is fenced until, if one still is, else None."""
+        now = self.monotonic()
+        fences = [lease.fenced_until for lease in self._leases.values() if lease.fenced_until > now]
+        return max(fences, default=None)
 
     def deadline(self, partition_id: str) -> float:
         """The local monotonic time from which ``holds(partition_id)`` is False unless renewed meanwhile

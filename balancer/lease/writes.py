@@ -3,11 +3,18 @@
 Every write carries the ETag last seen; a write that loses changed nothing. Steals and renewals go
 round the ETag loop of 000 (``_retry``); the results are applied to the table (``_apply``) as gains,
 losses and releases.
+
+A stolen lease is fenced for one expiry from the moment the steal came back: the worker it was taken
+from renewed it last before the steal landed, so by its own clock its lease ends within that expiry,
+and it may handle events until then (it hears of the steal only at its next renewal). ``holds()`` is
+False meanwhile, so no pump starts: a steal never makes two workers handle a partition at once. A
+claim of an expired or released record needs no fence.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -109,7 +116,7 @@ class Writes(Liveness):
                 else:
                     lost.append(self._event(EventKind.LOST, pid, None, "taken before release", now))
             elif record is not None and record.owner_id == self.owner_id:
-                self._leases[pid] = Lease(record, sent_at)
+                self._leases[pid] = Lease(record, sent_at, self._leases[pid].fenced_until)
             else:
                 del self._leases[pid]
                 lost.append(self._event(EventKind.LOST, pid, None, "renewal refused (ETag moved)", now))
@@ -117,7 +124,8 @@ class Writes(Liveness):
             record = won.get(pid)
             if record is None or record.owner_id != self.owner_id:
                 continue
-            self._leases[pid] = Lease(record, sent_at)
+            fence = self.monotonic() + self.expiry if claim.kind is EventKind.STEAL else -math.inf
+            self._leases[pid] = Lease(record, sent_at, fence)
             if claim.reason.startswith("corrupt record"):
                 log.warning("partition %s: replaced a %s (%s)", pid, claim.reason, self.ref)
             gained.append(

@@ -326,3 +326,31 @@ async def test_a_receiver_absent_for_longer_than_the_expiry_waits_afresh_before_
     assert waited in b.owned  # 30 s of waiting while present: the timeout takes over as before
     [steal] = [e for e in cluster.events if e.kind is EventKind.STEAL]
     assert steal.partition_id == waited and "did not hand over" in steal.reason
+
+
+async def test_a_stolen_lease_is_handled_only_once_the_holders_own_lease_has_run_out() -> None:
+    # b takes the partition a never handed over. a renewed it just before (its renewal steps run on
+    # their own), and judges its lease by its own clock: it may handle events for up to one expiry
+    # after its last renewal, hearing of the steal only at its next one. b owns the partition at
+    # once but holds it (handles, checkpoints) only one expiry after its steal came back; a cycle
+    # then starts its pump, and no quiet wait runs past that moment.
+    cluster, a, b, waited = await _b_waits_for_a()
+    started = cluster.now
+    for step in (10.0, 20.0, 30.0):
+        cluster.now = started + step
+        await a.cycle()
+        await b.cycle()
+    [steal] = [e for e in cluster.events if e.kind is EventKind.STEAL]
+    assert steal.partition_id == waited and waited in b.owned
+    stolen_at = cluster.now
+    assert a.holds(waited), "a renewed at the same moment: by its own clock it may still handle"
+    assert not b.holds(waited) and b.fenced_until() == stolen_at + cluster.expiry
+    cluster.now = stolen_at + 10.0
+    await b.cycle()  # a renewal of the stolen lease keeps its fence
+    assert waited in b.owned and not b.holds(waited)
+    quiet = b.quiet_until(10.0)
+    assert quiet is None or quiet <= stolen_at + cluster.expiry
+    cluster.now = stolen_at + cluster.expiry - 0.001
+    assert a.holds(waited) and not b.holds(waited)  # never both
+    cluster.now = stolen_at + cluster.expiry
+    assert not a.holds(waited) and b.holds(waited) and b.fenced_until() is None
