@@ -46,7 +46,8 @@ def overlaps(evidence: Evidence, slack: float = OVERLAP_SLACK) -> list[str]:
     ``slack``, that no worker handled an event of a partition while another was between two
     consecutive events of its own reading there, less than an expiry apart: a worker cut off stops
     before its lease can have expired in the store, and the next owner starts only after that. (That
-    no two leases overlapped at all is the store history's to prove: ``history.owner_overlaps``.)"""
+    no worker handled outside its leases, a stolen one's fence included, is the store history's to prove:
+    ``history.handled_outside``.)"""
     problems = []
     by_key: dict[tuple[str, str], list[tuple[int, float]]] = {}
     moments: dict[str, list[tuple[float, str]]] = {}  # partition -> (time, owner) of every handling, sorted

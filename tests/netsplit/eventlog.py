@@ -12,7 +12,7 @@ twice in that time), one event each, saying what it says and with a reason that 
   reason ``never owned`` or ``released``;
 - a tenure that follows another owner's lease running out: an ``expire`` by its owner naming that
   owner as ``previous_owner``, its reason saying whose lease was not renewed (or a ``steal`` from
-  it, with a reason: a live owner's lease taken, which ``history.owner_overlaps`` would fail anyway);
+  it, with a reason: a live owner's lease taken, its new owner fenced for one expiry);
 - a release: a ``release`` by the owner that released, with a reason (``handed off``, ``shutting
   down``).
 

@@ -21,7 +21,7 @@ here). ``landing.read_landing`` reads them; the rules:
 
 ``per_nemesis`` gives the figures of each phase: events produced, lost, processed twice (counted
 against the fault that caused them), the longest time any partition went without an event
-processed, the longest overlap of two leases in the store's history (0 unless a rule broke) and
+processed, the longest overlap of two leases in the store's history (0 but for a steal, whose new owner is fenced) and
 the time to balance after the heal.
 """
 

@@ -23,7 +23,6 @@ from tests.netsplit.history import (
     handled_outside,
     judge,
     margins,
-    owner_overlaps,
     summary,
     tenures,
     unmatched_ends,
@@ -137,7 +136,7 @@ def test_a_claim_after_the_previous_lease_expired_is_no_overlap() -> None:
         ("0", "w1", 102.0, 102.001),
         ("0", "w2", 105.2, 105.201),
     )
-    assert owner_overlaps(found, EXPIRY) == []
+    assert [t.fence for t in tenures(found.writes, EXPIRY)] == [0.0, 0.0]  # no steal: no fence
     assert margins(found, EXPIRY) == {True: [], False: [pytest.approx(0.201)]}
     assert summary(found, EXPIRY).endswith(
         "0 after a release, 1 after a lease ran out (closest +0.201s); proves no two leases at once to within 1e-06s"
@@ -146,11 +145,13 @@ def test_a_claim_after_the_previous_lease_expired_is_no_overlap() -> None:
 
 def test_a_claim_after_a_release_is_no_overlap_however_soon() -> None:
     found = history(("0", "w1", 100.0, 100.001), ("0", "", 101.0, 101.001), ("0", "w2", 101.01, 101.02))
-    assert owner_overlaps(found, EXPIRY) == []
+    assert [(t.owner, t.fence) for t in tenures(found.writes, EXPIRY)] == [("w1", 0.0), ("w2", 0.0)]
+    assert handled_outside(found, [Handling("0", 0, "w2", 101.03)], offset=0.0, expiry=EXPIRY) == []
 
 
-def test_a_claim_while_the_previous_lease_ran_fails_and_shows_the_history() -> None:
-    # w1 renewed at 102 (its lease runs to 105); w2 took the partition at 104.5: half a second early
+def test_a_lease_taken_while_the_previous_one_ran_is_a_steal_fenced_for_one_expiry() -> None:
+    # w1 renewed at 102 (its lease runs to 105); w2 took the partition at 104.5, half a second early: a
+    # steal. w1 may handle until 105 by its own clock, so w2 may handle only from 107.5 (its fence).
     found = history(
         ("0", "w1", 100.0, 100.001),
         ("0", "w1", 102.0, 102.001),
@@ -158,22 +159,23 @@ def test_a_claim_while_the_previous_lease_ran_fails_and_shows_the_history() -> N
         ("0", "w2", 105.0, 105.001),
         ("1", "w3", 100.0, 100.001),
     )
-    (problem,) = owner_overlaps(found, EXPIRY)
-    assert problem.startswith(
-        "partition 0: w2 took it at 00:01:44.500000, 0.500s before the lease of w1 could have "
-        "ended (00:01:45.000000: its last write sent by 00:01:42.000000 + expiry 3s"
-    )
+    w1, w2 = tenures(by_partition(found.writes)["0"], EXPIRY)
+    assert (w1.end, w2.start, w2.fence, w2.began(found)) == (105.0, 104.5, EXPIRY, 107.5)
+    assert margins(found, EXPIRY) == {True: [], False: [pytest.approx(-0.5)]}  # the leases overlapped
+    fenced = [Handling("0", 5, "w1", 104.9), Handling("0", 6, "w2", 107.6)]
+    assert handled_outside(found, fenced, offset=0.0, expiry=EXPIRY) == [] and judge(found, EXPIRY) == []
+    (problem,) = handled_outside(found, [*fenced, Handling("0", 6, "w2", 104.6)], offset=0.0, expiry=EXPIRY)
+    assert problem.startswith("partition 0: w2 handled 6..6 from 00:01:44.600000 to 00:01:44.600000 (store clock)")
     shown = problem.splitlines()[1:]
-    assert len(shown) == 4 and shown[2].startswith("    >> 00:01:44.500000 (+4.499s) w2")
-    assert "w1" in shown[1] and "sent by 00:01:42.000000" in shown[1]
-    assert judge(found, EXPIRY) == [f"store history: {problem}"]
+    assert any(line.startswith("    ") and "w2" in line and "sent by 00:01:44.499000" in line for line in shown)
 
 
-def test_an_overlap_within_the_stores_resolution_is_not_reported() -> None:
-    found = history(("0", "w1", 100.0, 100.1), ("0", "w2", 102.6, 102.7))
-    assert owner_overlaps(found, EXPIRY) != []
+def test_an_event_handled_within_the_stores_resolution_of_a_tenure_is_not_reported() -> None:
+    found = history(("0", "w1", 100.0, 100.1), ("0", "", 102.6, 102.7), ("0", "w2", 102.8, 102.9))
+    early = [Handling("0", 0, "w2", 102.5)]
+    assert handled_outside(found, early, offset=0.0, expiry=EXPIRY) != []
     found.resolution = 1.0  # a history stamped to the second proves no more
-    assert owner_overlaps(found, EXPIRY) == []
+    assert handled_outside(found, early, offset=0.0, expiry=EXPIRY) == []
 
 
 def test_a_checkpoint_going_back_fails_and_shows_where() -> None:

@@ -16,8 +16,9 @@ back, and the console never a 500.
 
 The store's own history (``store_history``: a trigger in PostgreSQL, ``MONITOR`` on Redis, Azurite's
 request log) is judged too (``history``), by the store's clock and nothing the workers wrote: per
-partition no two leases at once (to within the resolution of the history's stamps),
-checkpoints never going back, every ownership write coming from the host of the worker it names, and
+partition no two workers handling at once (a lease taken from a live owner, a steal, fences its new
+owner for one expiry; to within the resolution of the history's stamps), checkpoints never going
+back, every ownership write coming from the host of the worker it names, and
 every event a worker recorded handling inside a lease the store gave it (the workers' monotonic
 readings put on the store's clock, which here is the machine's wall clock).
 
@@ -29,7 +30,7 @@ that cut its first writer off after processing and before its checkpoint; one wi
 fails the run. The console's event log, read over HTTP from the observer (``/api/events``), must hold
 every change of owner the store recorded with a reason that fits it (``eventlog``). The run prints,
 per nemesis, events produced, lost, processed twice, the longest time a partition went unprocessed,
-the longest overlap of two leases (0) and the time to balance after the heal.
+the longest overlap of two leases (0 but for a steal) and the time to balance after the heal.
 
 Every await has a deadline (``deadlines.within``): past it, the run fails naming what it waited for,
 with the stack of every task and thread.
