@@ -45,6 +45,9 @@ def spark_env(home: Path) -> dict[str, str]:
         "SPARK_LOCAL_IP": HOST,
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOG_DIR": str(home / "logs"),
+        # Block managers' and shuffles' scratch folders (Spark's default: /tmp), here so that a process
+        # the tests kill on purpose leaves nothing behind in /tmp
+        "SPARK_LOCAL_DIRS": str(home / "local"),
         "SPARK_NO_DAEMONIZE": "1",
     }
 
@@ -147,8 +150,13 @@ class Cluster:
 
     @property
     def env(self) -> dict[str, str]:
-        """What a driver process on this machine needs to join the cluster."""
-        return {"SPARK_LOCAL_IP": HOST, "PYSPARK_PYTHON": sys.executable}
+        """What a driver process on this machine needs to join the cluster (its scratch folders beside
+        the cluster's, not in /tmp: the tests kill drivers)."""
+        return {
+            "SPARK_LOCAL_IP": HOST,
+            "PYSPARK_PYTHON": sys.executable,
+            "SPARK_LOCAL_DIRS": str(self.master.home / "driver-local"),
+        }
 
     def logs(self) -> str:
         parts = []

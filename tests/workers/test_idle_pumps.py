@@ -260,7 +260,10 @@ async def test_an_idle_pump_pauses_when_told_its_lease_ran_out_and_does_not_watc
     # idle pump does not wake at its own, so a renewal wakes no pump at the old deadline.
     hub = EmbeddedHub(tmp_path, "hub", partitions=1)
     source = CountingSource(hub)
-    lease = {"until": time.monotonic() + 0.3}
+    # A deadline far enough ahead that a slow start (a busy machine) still finds the lease held: at
+    # 0.3 s, a pump that took longer to start paused at its first look and was never idle (seen under
+    # load). A pump that watched its own deadline would still ask to sleep at most 60 s.
+    lease = {"until": time.monotonic() + 60.0}
     sleeps = Sleeps(real=True)
     pump, task, _ = await start_pump(
         source, Handled(), sleeps, deadline=lambda pid: lease["until"], idle_seconds=1000.0
