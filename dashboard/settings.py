@@ -225,6 +225,11 @@ LEASEBOARD_RELEASE_NOTICES = envbool("LEASEBOARD_RELEASE_NOTICES", True)
 # Checkpoint after this many events or seconds, whichever comes first.
 LEASEBOARD_CHECKPOINT_EVENTS = envint("LEASEBOARD_CHECKPOINT_EVENTS", 100, minimum=1)
 LEASEBOARD_CHECKPOINT_SECONDS = envfloat("LEASEBOARD_CHECKPOINT_SECONDS", 1.0)
+# A handler call running longer than this many seconds is stuck: its thread is abandoned and the
+# partition restarted from its checkpoint (0: never; like Kafka's max.poll.interval.ms, per partition).
+# After LEASEBOARD_HANDLER_ABANDON_MAX abandoned threads the worker stops, for its supervisor to restart.
+LEASEBOARD_HANDLER_TIMEOUT = envfloat("LEASEBOARD_HANDLER_TIMEOUT", 300.0)
+LEASEBOARD_HANDLER_ABANDON_MAX = envint("LEASEBOARD_HANDLER_ABANDON_MAX", 3, minimum=1)
 # Events a handler could not process after its retries, one JSON line each, per hub and partition.
 LEASEBOARD_DEADLETTER_DIR = Path(envstr("LEASEBOARD_DEADLETTER_DIR", str(VAR_DIR / "deadletter")))
 # The Spark pipeline: where workers land events as Parquet, how long a landing batch waits to fill,

@@ -78,6 +78,15 @@ HANDLER_ERRORS = Counter(
     "leaseboard_handler_errors",
     "Handler calls that raised (every failed attempt, retries included).",
 )
+STUCK_HEALS = Counter(
+    "leaseboard_stuck_heals",
+    "Steps taken on a stuck partition, by cause and step: a handler call over LEASEBOARD_HANDLER_TIMEOUT "
+    "(cause handler) has its thread abandoned and the partition restarted from its checkpoint (step "
+    "restart); a worker past LEASEBOARD_HANDLER_ABANDON_MAX abandoned threads stops (step stop).",
+    ["cause", "step"],
+)
+for _step in ("restart", "stop"):  # exposed at 0 from the start: the alert's increase() needs the series
+    STUCK_HEALS.labels("handler", _step)
 DEAD_LETTERS = Counter(
     "leaseboard_dead_letters",
     "Events set aside to the dead-letter file after their retries were used up or their body was malformed.",

@@ -23,21 +23,34 @@ class PumpConfig:
     backoff_seconds: float = 0.1
     backoff_max: float = 5.0
     dead_letter_dir: Path | None = None  # None: dead letters are kept in memory only
+    # A handler call running longer than this many seconds is stuck (like Kafka's max.poll.interval.ms,
+    # per partition): its thread is abandoned and the partition restarted from its checkpoint
+    # (``pumps.py``). 0: never.
+    handler_timeout: float = 300.0
+    # Handler threads abandoned by one worker after which it stops, for its supervisor to restart it.
+    abandon_max: int = 3
 
     def __post_init__(self) -> None:
         if self.checkpoint_events < 1 or self.max_events < 1 or self.retries < 0:
             raise ValueError("checkpoint_events and max_events must be >= 1, retries >= 0")
         if not self.poll_seconds > 0 or not self.idle_seconds > 0:
             raise ValueError("poll_seconds and idle_seconds must be > 0")
+        if not self.handler_timeout >= 0 or self.abandon_max < 1:  # also refuses NaN
+            raise ValueError(
+                f"handler_timeout must be >= 0 seconds (0: never) and abandon_max >= 1, got "
+                f"{self.handler_timeout!r} and {self.abandon_max!r}"
+            )
 
     @classmethod
     def from_settings(cls, **overrides: Any) -> PumpConfig:
-        """The config from Django settings (LEASEBOARD_CHECKPOINT_*), with ``overrides`` applied."""
+        """The config from Django settings (LEASEBOARD_CHECKPOINT_*, _HANDLER_*), with ``overrides`` applied."""
         from django.conf import settings
 
         values: dict[str, Any] = {
             "checkpoint_events": settings.LEASEBOARD_CHECKPOINT_EVENTS,
             "checkpoint_seconds": settings.LEASEBOARD_CHECKPOINT_SECONDS,
+            "handler_timeout": settings.LEASEBOARD_HANDLER_TIMEOUT,
+            "abandon_max": settings.LEASEBOARD_HANDLER_ABANDON_MAX,
             "dead_letter_dir": Path(getattr(settings, "LEASEBOARD_DEADLETTER_DIR", settings.VAR_DIR / "deadletter")),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -74,6 +74,7 @@ class HandlerCalls:
         self._may_go_on = may_go_on
         self._lease_gone = lease_gone
         self._pause = pause
+        self.in_hand: object | None = None  # what a call made from the loop has now (``SyncWork.in_hand``)
         self.sync: SyncWork | None = None
         if not self._async:
             self.sync = SyncWork(
@@ -92,19 +93,24 @@ class HandlerCalls:
     async def run_async(self, events: Sequence[ReceivedEvent]) -> tuple[int, Exception | None]:
         """Hand ``events`` one by one to the async handler, on the loop; (how many were handled, the
         error of the next one or None)."""
-        for n, event in enumerate(events):
-            if not self._may_go_on():
-                return n, None
-            try:
-                await self._handler(event, self.ctx)
-            except Exception as exc:
-                # NotHeld: the handler found the lease gone before its work became visible.
-                return (n, None) if self._lease_gone(exc) else (n, exc)
-        return len(events), None
+        try:
+            for n, event in enumerate(events):
+                if not self._may_go_on():
+                    return n, None
+                self.in_hand = event
+                try:
+                    await self._handler(event, self.ctx)
+                except Exception as exc:
+                    # NotHeld: the handler found the lease gone before its work became visible.
+                    return (n, None) if self._lease_gone(exc) else (n, exc)
+            return len(events), None
+        finally:
+            self.in_hand = None
 
     async def _call_once(self, lane: ThreadLane, events: list[ReceivedEvent]) -> Exception | None:
         """One handler call with ``events`` (one event, or a batch); the error or None."""
         arg: Any = events if self.batch is not None else events[0]
+        self.in_hand = arg
         try:
             if self._async:
                 await self._handler(arg, self.ctx)
@@ -112,6 +118,8 @@ class HandlerCalls:
                 await lane.call(self._handler, arg, self.ctx)
         except Exception as exc:
             return exc
+        finally:
+            self.in_hand = None
         return None
 
     async def handle_batch(self, lane: ThreadLane, events: list[ReceivedEvent]) -> None:

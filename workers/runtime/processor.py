@@ -92,13 +92,9 @@ class EventProcessor:
         self._rng = rng or random.Random()
         self._sleep = sleep
         self._waits = Waits()
-        self._pumpset = Pumps(  # its deadline timer sleeps with the worker's sleep of the moment
-            coordinator,
-            idle_seconds=self._config.idle_seconds,
-            build=self._new_pump,
-            sleep=lambda seconds: self._sleep(seconds),
-            stopped=lambda: self.stopping,
-        )
+        self._pumpset = self._build_pumps()
+        # Why this worker stopped by itself (too many stuck handler calls abandoned), else None.
+        self.failure: str | None = None
         self.cycles = 0  # successful cycles
         # Called when this worker's cycle saw an operator's rebalance request: run_workers wakes every
         # worker of the process (a request may reach only one of them through the store).
@@ -123,6 +119,16 @@ class EventProcessor:
         self.start_backoff_max = max(interval, START_BACKOFF_MAX)
         self._start_failures = 0
         self._logs = WorkerLogs.of(coordinator, interval, self.start_backoff_max)
+
+    def _build_pumps(self) -> Pumps:
+        return Pumps(  # its deadline timer sleeps with the worker's sleep of the moment
+            self.coordinator,
+            idle_seconds=self._config.idle_seconds,
+            build=self._new_pump,
+            sleep=lambda seconds: self._sleep(seconds),
+            stopped=lambda: self.stopping,
+            handler_timeout=self._config.handler_timeout,
+        )
 
     @property
     def owner_id(self) -> str:
@@ -322,6 +328,9 @@ class EventProcessor:
     def _reconcile(self, lost: frozenset[str] = frozenset(), *, start: bool = True) -> None:
         """The pumps after a cycle (``start``) or a renewal step: see ``Pumps.reconcile``."""
         self._pumpset.reconcile(lost, start=start, cycles=self.cycles)
+        if self.failure is None and (failure := self._pumpset.too_many_abandoned(self._config)) is not None:
+            self.failure = failure
+            self.stop()
 
     def _handoff_wait(self) -> float:
         """How long a handoff waits for the event in hand: the shutdown timeout, but short enough that

@@ -182,6 +182,18 @@ class PartitionPump:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
+    def in_hand(self) -> object | None:
+        """The event (or batch) a handler call of this pump has now, else None (read from the loop)."""
+        if self._calls.in_hand is not None:
+            return self._calls.in_hand
+        return None if self._sync is None else self._sync.in_hand
+
+    def abandon(self) -> None:
+        """Give up on this pump's handler call, which is stuck: what the call does from now on is fenced
+        (``ctx.holds()`` is False, nothing more is checkpointed); the caller cancels the pump's task,
+        and the thread is left to end when the call returns, if ever."""
+        self.stop(lost=True)
+
     def _held(self) -> bool:
         """The lease is certainly still valid (``holds`` and the deadline the lane thread compares agree)."""
         return self._holds(self.partition_id) and self._monotonic() < self._deadline(self.partition_id)

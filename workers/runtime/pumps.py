@@ -9,9 +9,10 @@ import logging
 import math
 from collections.abc import Callable
 
+import workers.metrics as metrics
 from balancer.lease import EARLY
 from balancer.protocol import Balancer
-from workers.runtime.config import PumpStats
+from workers.runtime.config import PumpConfig, PumpStats
 from workers.runtime.pump import PartitionPump, Sleep
 from workers.runtime.sink import OutageLog
 
@@ -32,9 +33,11 @@ class Pumps:
         build: Callable[[str], PartitionPump],
         sleep: Sleep,
         stopped: Callable[[], bool],
+        handler_timeout: float = 0.0,
     ) -> None:
         self._coordinator = coordinator
         self._idle_seconds = idle_seconds
+        self._handler_timeout = handler_timeout
         self._build = build
         self._sleep = sleep
         self._stopped = stopped
@@ -46,6 +49,10 @@ class Pumps:
         self._deadline_watch: tuple[float, asyncio.Task[None]] | None = None
         # When the idle pumps are next looked at (``_safety_reads``).
         self._next_look = coordinator.monotonic() + idle_seconds
+        # The watch for stuck handlers (``abandon_stuck``): partition -> (what its handler call had in
+        # hand when first seen, when); and how many handler threads this worker abandoned.
+        self._in_hand: dict[str, tuple[object, float]] = {}
+        self.abandoned = 0
 
     @property
     def _owner_id(self) -> str:
@@ -86,6 +93,8 @@ class Pumps:
                 pump.stop()  # the event in hand, then the final checkpoint
             else:
                 pump.wake()  # a paused pump whose lease this cycle renewed resumes now
+        if self._handler_timeout > 0:
+            self.abandon_stuck(self._handler_timeout)
         if start:
             # Past its deadline a partition is not started: its pump would only pause.
             held = {p for p in owned if coordinator.holds(p) and not coordinator.handing_off(p)}
@@ -96,6 +105,57 @@ class Pumps:
                 self._start(pid)
         self.watch_deadlines()
         self._safety_reads()
+
+    def abandon_stuck(self, timeout: float) -> list[str]:
+        """Give up on every handler call that has had the same event (or batch) in hand for ``timeout``
+        seconds or more, as far as these looks can tell (they come with every cycle and renewal step,
+        so a call is found at most one wake-up after it passed the bound): its pump is abandoned
+        (``PartitionPump.abandon``: what the call does later is fenced) and its task cancelled, and
+        the next cycle starts the partition again from its checkpoint, on a new thread. The
+        partitions given up on."""
+        now = self._coordinator.monotonic()
+        given_up = []
+        for pid, (pump, task) in self.running.items():
+            held = None if task.done() or pump.stopping else pump.in_hand()
+            seen = self._in_hand.get(pid)
+            if held is None:
+                self._in_hand.pop(pid, None)
+            elif seen is None or seen[0] is not held:
+                self._in_hand[pid] = (held, now)
+            elif now - seen[1] >= timeout:
+                self._abandon(pid, pump, task, now - seen[1])
+                given_up.append(pid)
+        return given_up
+
+    def too_many_abandoned(self, config: PumpConfig) -> str | None:
+        """Why the worker must stop, once it abandoned ``config.abandon_max`` handler threads (said in the
+        log and counted), else None."""
+        if self.abandoned < config.abandon_max:
+            return None
+        failure = (
+            f"worker {self._owner_id}: {self.abandoned} handler calls stuck past LEASEBOARD_HANDLER_TIMEOUT "
+            f"({config.handler_timeout:g}s) were abandoned (LEASEBOARD_HANDLER_ABANDON_MAX {config.abandon_max}); "
+            "stopping, for its supervisor to restart the process"
+        )
+        log.error("%s", failure)
+        metrics.STUCK_HEALS.labels("handler", "stop").inc()
+        return failure
+
+    def _abandon(self, pid: str, pump: PartitionPump, task: asyncio.Task[PumpStats], seconds: float) -> None:
+        del self._in_hand[pid]
+        self.abandoned += 1
+        log.error(
+            "worker %s: partition %s stuck: handler running %.1fs or more (LEASEBOARD_HANDLER_TIMEOUT %gs); "
+            "abandoning its thread (%d so far) and restarting the partition from its checkpoint",
+            self._owner_id,
+            pid,
+            seconds,
+            self._handler_timeout,
+            self.abandoned,
+        )
+        metrics.STUCK_HEALS.labels("handler", "restart").inc()
+        pump.abandon()
+        task.cancel()
 
     def _safety_reads(self) -> None:
         """Every ``idle_seconds``, after a cycle or renewal step: the safety read of every idle pump

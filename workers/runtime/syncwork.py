@@ -71,6 +71,9 @@ class SyncWork:
         self.stop_requested = False  # read before every event: a plain attribute, not a method call
         self.deferred: Exception | None = None  # a read error held back until the events before it are checkpointed
         self._pending: list[ReceivedEvent] = []  # read, not yet handled
+        # The event (or batch) a handler call has now, else None: one attribute written per call, which
+        # the worker's watch for stuck handlers reads from the loop (``Pumps.abandon_stuck``).
+        self.in_hand: object | None = None
 
     def stop(self) -> None:
         """From any thread: handle no event after the one in hand."""
@@ -110,6 +113,7 @@ class SyncWork:
             if not self._may_go_on():
                 return Run(stopped=True)  # the batch stays pending
             self._pending = []
+            self.in_hand = events
             try:
                 self._handler(events, self._ctx)
             except NotHeld as exc:
@@ -119,6 +123,8 @@ class SyncWork:
                 return Run(stopped=True)
             except Exception as exc:
                 return Run(failed=events, error=exc)
+            finally:
+                self.in_hand = None
             self._advance(events)
             return None
         room = self._checkpoints.room()
@@ -148,17 +154,21 @@ class SyncWork:
         handler, ctx, deadline, monotonic = self._handler, self._ctx, self._deadline, self._monotonic
         pid = ctx.partition_id
         until = deadline(pid)
-        for n, event in enumerate(events):
-            if self.stop_requested:
-                return n, None
-            if monotonic() >= until:
-                until = deadline(pid)  # renewed meanwhile?
-                if monotonic() >= until:
+        try:
+            for n, event in enumerate(events):
+                if self.stop_requested:
                     return n, None
-            try:
-                handler(event, ctx)
-            except NotHeld as exc:
-                return (n, exc) if ctx.holds() else (n, None)  # None: kept for after the pause, as above
-            except Exception as exc:
-                return n, exc
-        return len(events), None
+                if monotonic() >= until:
+                    until = deadline(pid)  # renewed meanwhile?
+                    if monotonic() >= until:
+                        return n, None
+                self.in_hand = event
+                try:
+                    handler(event, ctx)
+                except NotHeld as exc:
+                    return (n, exc) if ctx.holds() else (n, None)  # None: kept for after the pause, as above
+                except Exception as exc:
+                    return n, exc
+            return len(events), None
+        finally:
+            self.in_hand = None

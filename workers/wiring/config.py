@@ -43,6 +43,7 @@ class FleetConfig:
     owner_prefix: str | None = None
     checkpoint_events: int | None = None
     checkpoint_seconds: float | None = None
+    handler_timeout: float | None = None
     initial_position: str = "earliest"
     shutdown_timeout: float = 10.0
     release_notices: bool | None = None
@@ -69,6 +70,7 @@ class FleetConfig:
             owner_prefix=options["owner_prefix"],
             checkpoint_events=options["checkpoint_events"],
             checkpoint_seconds=options["checkpoint_seconds"],
+            handler_timeout=options.get("handler_timeout"),
             initial_position=options["initial_position"],
             shutdown_timeout=options["shutdown_timeout"],
             release_notices=options.get("release_notices"),
@@ -123,6 +125,7 @@ def check_limits(config: FleetConfig) -> None:
     limits: list[tuple[str, str, float, bool]] = [  # option, field, lowest, lowest allowed itself
         ("--checkpoint-events", "checkpoint_events", 1, True),
         ("--checkpoint-seconds", "checkpoint_seconds", 0, False),
+        ("--handler-timeout", "handler_timeout", 0, True),
         ("--shutdown-timeout", "shutdown_timeout", 0, False),
         ("--metrics-port", "metrics_port", 0, True),
     ]

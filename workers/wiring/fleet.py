@@ -111,6 +111,7 @@ def _plan(config: FleetConfig, timing: Timing, weighted: bool) -> _Plan:
     pump = PumpConfig.from_settings(
         checkpoint_events=config.checkpoint_events,
         checkpoint_seconds=config.checkpoint_seconds,
+        handler_timeout=config.handler_timeout,
         initial_position=Position(latest=True) if config.initial_position == "latest" else None,
     )
     if pump.checkpoint_seconds <= 0:

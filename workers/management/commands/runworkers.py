@@ -59,22 +59,7 @@ def add_worker_options(parser: CommandParser, count_option: str = "--count", def
         help="seconds without renewal after which a lease is free; > --interval (default: LEASEBOARD_EXPIRY)",
     )
     add("--owner-prefix", help="owner ids are '<prefix>-<i>' (default: '<hostname>-<pid>')")
-    add(
-        "--checkpoint-events",
-        type=int,
-        help="checkpoint after this many events (default: LEASEBOARD_CHECKPOINT_EVENTS)",
-    )
-    add(
-        "--checkpoint-seconds",
-        type=float,
-        help="checkpoint after this many seconds (default: LEASEBOARD_CHECKPOINT_SECONDS)",
-    )
-    add(
-        "--initial-position",
-        choices=["earliest", "latest"],
-        default="earliest",
-        help="where a partition without a checkpoint starts (default: earliest)",
-    )
+    add_pump_options(parser)
     add(
         "--shutdown-timeout",
         type=float,
@@ -92,6 +77,35 @@ def add_worker_options(parser: CommandParser, count_option: str = "--count", def
     add("--metrics-port", type=int, default=0, help="serve Prometheus metrics on ADDR:PORT (default: off)")
     add("--metrics-addr", default="127.0.0.1", help="interface of --metrics-port (default 127.0.0.1)")
     add_race_options(parser)
+
+
+def add_pump_options(parser: CommandParser) -> None:
+    """The options of every partition's pump: checkpoints, stuck handlers, where a partition starts."""
+    add = parser.add_argument
+    add(
+        "--checkpoint-events",
+        type=int,
+        help="checkpoint after this many events (default: LEASEBOARD_CHECKPOINT_EVENTS)",
+    )
+    add(
+        "--checkpoint-seconds",
+        type=float,
+        help="checkpoint after this many seconds (default: LEASEBOARD_CHECKPOINT_SECONDS)",
+    )
+    add(
+        "--handler-timeout",
+        type=float,
+        help="seconds one handler call may run before its partition counts as stuck: the call's thread is "
+        "abandoned and the partition restarted from its checkpoint; after LEASEBOARD_HANDLER_ABANDON_MAX (3) "
+        "abandoned threads the worker stops, for its supervisor to restart it; 0: never "
+        "(default: LEASEBOARD_HANDLER_TIMEOUT, 300)",
+    )
+    add(
+        "--initial-position",
+        choices=["earliest", "latest"],
+        default="earliest",
+        help="where a partition without a checkpoint starts (default: earliest)",
+    )
 
 
 def fleet_of(options: dict[str, Any], count_option: str = "--count", source: EventSource | None = None) -> Fleet:
@@ -119,6 +133,9 @@ class Command(BaseCommand):
             asyncio.run(self._run(fleet))
         finally:
             fleet.source.close()
+        failures = [p.failure for p in fleet.processors if p.failure is not None]
+        if failures:  # a non-zero exit, for the supervisor to restart the process
+            raise CommandError("; ".join(failures))
 
     async def _run(self, fleet: Fleet) -> None:
         listener = asyncio.get_running_loop().create_task(fleet.notices.listen(fleet.processors), name="notices")
