@@ -59,11 +59,15 @@ class Coordinator(Handoffs):
             # A write lost: the record had changed since the copy was read, perhaps behind the store's
             # back (a hand edit no change feed sees). The next read is whole.
             self._table.forget()
-            won.update(await self._retry(failed, claims, sent_at))
+            retried = await self._retry(failed, claims, sent_at)
+        else:
+            retried = {}
+        fences = self._steal_fences(claims, won, now)  # before the retried ones join: see _steal_fences
+        won.update(retried)
 
         stamp = self._stamp(list(won.values()))
         held = bool(self._leases)
-        gained, lost2, released = self._apply(won, claims, releases, renewing, sent_at, stamp)
+        gained, lost2, released = self._apply(won, claims, releases, renewing, sent_at, stamp, fences)
         self._handing_off &= set(self._leases)
         if held and not self._leases and self.controls is not None:
             await self._heartbeat(self._stamp())  # alive by its leases until now: by a heartbeat from now on

@@ -4,11 +4,14 @@ Every write carries the ETag last seen; a write that loses changed nothing. Stea
 round the ETag loop of 000 (``_retry``); the results are applied to the table (``_apply``) as gains,
 losses and releases.
 
-A stolen lease is fenced for one expiry from the moment the steal came back: the worker it was taken
-from renewed it last before the steal landed, so by its own clock its lease ends within that expiry,
-and it may handle events until then (it hears of the steal only at its next renewal). ``holds()`` is
-False meanwhile, so no pump starts: a steal never makes two workers handle a partition at once. A
-claim of an expired or released record needs no fence.
+A stolen lease is fenced: the worker it was taken from may handle events until its own lease runs
+out by its own clock (it hears of the steal only at its next renewal), so ``holds()`` is False
+meanwhile and no pump starts: a steal never makes two workers handle a partition at once. With a
+strategy that judges by the store's clock, the fence lasts until the replaced record would have
+counted as expired (``_steal_fences``), as a claim of an expired record is judged; otherwise, or
+after the ETag loop, one whole expiry from the moment the steal came back (the replaced write was
+sent before the steal landed, so its writer's lease ends within that expiry whatever the clocks
+say). A claim of an expired or released record needs no fence.
 """
 
 from __future__ import annotations
@@ -93,6 +96,23 @@ class Writes(Liveness):
             return claim.seen.owner_id if claim.seen is not None else ""
         return self.owner_id  # a renewal or a release of our own lease
 
+    def _steal_fences(
+        self, claims: Mapping[str, Claim], won: Mapping[str, OwnershipRecord], now: float
+    ) -> dict[str, float]:
+        """Seconds each steal won by its first write stays fenced, as the store's clock tells: until the
+        record it replaced would have counted as expired (its last-modified plus the expiry, ``now``
+        being the store's clock at the read), which is how a claim of an expired record is judged
+        too. Only for strategies that judge by the store's clock; a steal that went round the ETag
+        loop replaced a record newer than the one read, and is fenced for the whole expiry."""
+        if not self.strategy.store_clock:
+            return {}
+        out = {}
+        for pid, claim in claims.items():
+            written = None if claim.seen is None else claim.seen.last_modified
+            if claim.kind is EventKind.STEAL and pid in won and written is not None and math.isfinite(written):
+                out[pid] = min(self.expiry, max(0.0, written + self.expiry - now))
+        return out
+
     def _apply(
         self,
         won: dict[str, OwnershipRecord],
@@ -101,6 +121,7 @@ class Writes(Liveness):
         renewing: set[str],
         sent_at: float,
         now: float,
+        fences: Mapping[str, float] | None = None,
     ) -> tuple[list[BalancerEvent], list[BalancerEvent], list[BalancerEvent]]:
         if any(record.owner_id == self.owner_id for record in won.values()):
             self._proved_alive(sent_at)  # a claim or renewal of its own (a won release shows nothing)
@@ -124,7 +145,9 @@ class Writes(Liveness):
             record = won.get(pid)
             if record is None or record.owner_id != self.owner_id:
                 continue
-            fence = self.monotonic() + self.expiry if claim.kind is EventKind.STEAL else -math.inf
+            fence = -math.inf
+            if claim.kind is EventKind.STEAL:
+                fence = self.monotonic() + (self.expiry if fences is None else fences.get(pid, self.expiry))
             self._leases[pid] = Lease(record, sent_at, fence)
             if claim.reason.startswith("corrupt record"):
                 log.warning("partition %s: replaced a %s (%s)", pid, claim.reason, self.ref)

@@ -19,8 +19,8 @@ someone else, and *waits* for those it was assigned that another live worker sti
 worker sees the same assignment and releases them once it has finished the event in hand and
 checkpointed, so a planned move processes no event twice. Only if the holder has not released
 after the handoff timeout (it may run an older strategy, or be stuck) does the waiter take over, and
-then it handles nothing for one expiry (the steal's fence, ``balancer.lease.writes``): the holder
-may go on until its lease runs out by its own clock.
+then it handles nothing until the holder's last renewal would have expired (the steal's fence,
+``balancer.lease.writes``): the holder may go on until its lease runs out by its own clock.
 
 A worker claims nothing in its first cycle: it announces itself, so that when every worker starts
 together each sees all the others before anyone claims.

@@ -354,3 +354,27 @@ async def test_a_stolen_lease_is_handled_only_once_the_holders_own_lease_has_run
     assert a.holds(waited) and not b.holds(waited)  # never both
     cluster.now = stolen_at + cluster.expiry
     assert not a.holds(waited) and b.holds(waited) and b.fenced_until() is None
+
+
+async def test_a_stolen_lease_is_fenced_only_until_the_replaced_record_would_have_expired() -> None:
+    # a last renewed 10 s before b's steal: by the store's clock its lease had 20 s left, and a's own
+    # clock gives it no more. b is fenced for those 20 s, not a whole expiry (a record nobody renews,
+    # a hand-edited owner say, is taken with almost no fence at all).
+    cluster, a, b, waited = await _b_waits_for_a()
+    started = cluster.now
+    for step in (10.0, 20.0):
+        cluster.now = started + step
+        await a.cycle()
+        await b.cycle()
+    [record] = [r for r in await cluster.store.list_ownership(REF) if r.partition_id == waited]
+    assert record.owner_id == "a" and record.last_modified is not None
+    cluster.now = started + 31.0  # b's timeout is up; a has not written since
+    await b.cycle()
+    assert waited in b.owned and [e.kind for e in cluster.events if e.partition_id == waited][-1] is EventKind.STEAL
+    until = record.last_modified + cluster.expiry
+    assert cluster.now < until < cluster.now + cluster.expiry
+    assert b.fenced_until() == pytest.approx(until)
+    cluster.now = until - 0.001
+    assert a.holds(waited) and not b.holds(waited)  # never both
+    cluster.now = until
+    assert not a.holds(waited) and b.holds(waited)

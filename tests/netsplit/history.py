@@ -18,8 +18,8 @@ one before: it starts at the first write's ``at`` and ends at the last write's `
 or at ``since`` of the release that follows it (a worker releases after it has stopped handling
 and checkpointed). A tenure that starts while the previous owner's lease still ran was won by a
 steal: the previous owner may handle events until its lease ends by its own clock, so the stealer
-handles nothing for one expiry after its steal came back (the lease core's fence,
-``balancer.lease.writes``); such a tenure begins one expiry after its first write. Any other claim
+handles nothing before that (the lease core's fence, ``balancer.lease.writes``: until the replaced
+record would have expired by the store's clock); such a tenure begins when the previous one ended. Any other claim
 comes after the previous lease's end or its release. ``handled_outside`` joins the workers' own
 records to it: every event a worker handled must fall inside one of its tenures of that partition,
 from when it began, on the store's clock. What that proves: per partition, no two workers handled
@@ -91,12 +91,14 @@ class Tenure:
     last: int  # index of the last write (the release, if released)
     released: bool
     sent: float = -math.inf  # the first write's ``since``: its claim reached the store no earlier
-    fence: float = 0.0  # won by a steal (``took_a_live_lease``): the expiry, during which it handles nothing
+    # Won by a steal (``took_a_live_lease``): the store-clock time the previous owner's lease ended (its
+    # last write's ``since`` + expiry), before which the stealer handles nothing (-inf: no steal).
+    fenced_until: float = -math.inf
 
     def began(self, history: History) -> float:
         """When the owner can have begun acting on this tenure at the earliest (see ``late_ends``): after
-        a steal, one expiry later (the stealer's fence)."""
-        return (self.sent if history.late_ends else self.start) + self.fence
+        a steal, not before the previous owner's lease ended (the stealer's fence)."""
+        return max(self.sent if history.late_ends else self.start, self.fenced_until)
 
 
 def clock(at: float) -> str:
@@ -119,7 +121,7 @@ def by_partition(writes: Iterable[Write]) -> dict[str, list[Write]]:
 def took_a_live_lease(writes: list[Write], i: int, expiry: float) -> bool:
     """Whether ``writes[i]`` gave the partition to a new owner while the previous one's lease still ran:
     a steal. The stealer handles nothing for one expiry after its steal came back (the lease core's
-    fence, ``balancer.lease.writes``): the previous owner may go on until then by its own clock."""
+    fence, ``balancer.lease.writes``): the previous owner may go on until its lease ends by its own clock."""
     if i == 0 or not writes[i].owner:
         return False
     before = writes[i - 1]
@@ -128,12 +130,12 @@ def took_a_live_lease(writes: list[Write], i: int, expiry: float) -> bool:
 
 def tenures(writes: list[Write], expiry: float) -> list[Tenure]:
     """The tenures in one partition's ``writes`` (sorted by ``at``), in order. A tenure won by a steal
-    is fenced for one expiry (``took_a_live_lease``)."""
+    is fenced until the previous owner's lease ended (``took_a_live_lease``)."""
     out: list[Tenure] = []
     current: tuple[str, int] | None = None  # (owner, index of its first write)
 
     def tenure(first: int, last: int, end: float, released: bool) -> Tenure:
-        fence = expiry if took_a_live_lease(writes, first, expiry) else 0.0
+        fence = writes[first - 1].since + expiry if took_a_live_lease(writes, first, expiry) else -math.inf
         won = writes[first]
         return Tenure(won.partition, won.owner, won.at, end, first, last, released, won.since, fence)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -136,7 +137,7 @@ def test_a_claim_after_the_previous_lease_expired_is_no_overlap() -> None:
         ("0", "w1", 102.0, 102.001),
         ("0", "w2", 105.2, 105.201),
     )
-    assert [t.fence for t in tenures(found.writes, EXPIRY)] == [0.0, 0.0]  # no steal: no fence
+    assert [t.fenced_until for t in tenures(found.writes, EXPIRY)] == [-math.inf] * 2  # no steal: no fence
     assert margins(found, EXPIRY) == {True: [], False: [pytest.approx(0.201)]}
     assert summary(found, EXPIRY).endswith(
         "0 after a release, 1 after a lease ran out (closest +0.201s); proves no two leases at once to within 1e-06s"
@@ -145,13 +146,13 @@ def test_a_claim_after_the_previous_lease_expired_is_no_overlap() -> None:
 
 def test_a_claim_after_a_release_is_no_overlap_however_soon() -> None:
     found = history(("0", "w1", 100.0, 100.001), ("0", "", 101.0, 101.001), ("0", "w2", 101.01, 101.02))
-    assert [(t.owner, t.fence) for t in tenures(found.writes, EXPIRY)] == [("w1", 0.0), ("w2", 0.0)]
+    assert [(t.owner, t.fenced_until) for t in tenures(found.writes, EXPIRY)] == [("w1", -math.inf), ("w2", -math.inf)]
     assert handled_outside(found, [Handling("0", 0, "w2", 101.03)], offset=0.0, expiry=EXPIRY) == []
 
 
-def test_a_lease_taken_while_the_previous_one_ran_is_a_steal_fenced_for_one_expiry() -> None:
+def test_a_lease_taken_while_the_previous_one_ran_is_a_steal_fenced_until_that_lease_ended() -> None:
     # w1 renewed at 102 (its lease runs to 105); w2 took the partition at 104.5, half a second early: a
-    # steal. w1 may handle until 105 by its own clock, so w2 may handle only from 107.5 (its fence).
+    # steal. w1 may handle until 105 by its own clock, so w2 may handle only from 105 (its fence).
     found = history(
         ("0", "w1", 100.0, 100.001),
         ("0", "w1", 102.0, 102.001),
@@ -160,9 +161,9 @@ def test_a_lease_taken_while_the_previous_one_ran_is_a_steal_fenced_for_one_expi
         ("1", "w3", 100.0, 100.001),
     )
     w1, w2 = tenures(by_partition(found.writes)["0"], EXPIRY)
-    assert (w1.end, w2.start, w2.fence, w2.began(found)) == (105.0, 104.5, EXPIRY, 107.5)
+    assert (w1.end, w2.start, w2.fenced_until, w2.began(found)) == (105.0, 104.5, 105.0, 105.0)
     assert margins(found, EXPIRY) == {True: [], False: [pytest.approx(-0.5)]}  # the leases overlapped
-    fenced = [Handling("0", 5, "w1", 104.9), Handling("0", 6, "w2", 107.6)]
+    fenced = [Handling("0", 5, "w1", 104.9), Handling("0", 6, "w2", 105.1)]
     assert handled_outside(found, fenced, offset=0.0, expiry=EXPIRY) == [] and judge(found, EXPIRY) == []
     (problem,) = handled_outside(found, [*fenced, Handling("0", 6, "w2", 104.6)], offset=0.0, expiry=EXPIRY)
     assert problem.startswith("partition 0: w2 handled 6..6 from 00:01:44.600000 to 00:01:44.600000 (store clock)")
