@@ -105,7 +105,9 @@ def test_the_bench_runs_at_its_tiny_size(name: str, request: pytest.FixtureReque
     assert status == 0, f"{name} exited with {status} after {took:.0f} s:\n{tail}"
     assert f"=== {title} (tests.benchmarks.{name})" in out, f"{name} did not run:\n{tail}"
     assert f"tiny sizes ({ENV}=1)" in out, f"{name} did not run at its tiny size:\n{tail}"
-    assert not failures, f"{name} reported failures: {failures}\n{tail}"
+    # Why a case failed is printed before the table, often further back than the tail shows.
+    why = [line for line in out.splitlines() if "timed out" in line][:5]
+    assert not failures, f"{name} reported failures: {failures}\nwhy: {why}\n{tail}"
     assert len(out.splitlines()) > 4, f"{name} printed no table:\n{tail}"
 
 
