@@ -91,3 +91,6 @@ class Evidence:
     slack: float = 0.5  # seconds allowed on every comparison of times taken by different processes
     workers: frozenset[str] = frozenset()  # the fleet's owner ids (empty: any owner named in a record)
     console: list[Probe] = field(default_factory=list)  # empty: the run had no console
+    # Seconds of one tick of the store's clock (Blob: 1, its Last-Modified counts whole seconds; 0:
+    # finer than anything measured here). A steal waits one more tick for the lease it took to run out.
+    store_tick: float = 0.0
