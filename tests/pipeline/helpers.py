@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 
 from workers.models import Alert, MinuteSummary, PipelineBatch
 from workers.pipeline.job import Paths, PipelineJob, results
+from workers.pipeline.summary import ALERTS_KEPT
 from workers.sensors import SensorEvent
 
 from .conftest import HUB
@@ -45,6 +46,18 @@ def expected_minutes(events: Iterable[SensorEvent]) -> dict[tuple[datetime, str]
 
 def expected_alerts(keyed: dict[Key, SensorEvent]) -> dict[Key, str]:
     return {key: kind for key, e in keyed.items() if (kind := alert_kind(e)) is not None}
+
+
+def assert_newest_alerts_kept(kept: list[tuple[Key, str]], keyed: dict[Key, SensorEvent]) -> None:
+    """The database keeps the newest ``ALERTS_KEPT`` alerts of a hub (by event time), each once."""
+    expected = expected_alerts(keyed)
+    shown = dict(kept)
+    assert len(kept) == len(shown) == min(len(expected), ALERTS_KEPT), "an alert shown twice, or one too few"
+    assert shown.items() <= expected.items(), "an alert shown that no event raised"
+    if len(expected) > ALERTS_KEPT:
+        oldest = min(keyed[key].timestamp for key in shown)
+        newer = [key for key in expected if keyed[key].timestamp > oldest and key not in shown]
+        assert not newer, f"{len(newer)} alerts newer than the oldest kept were dropped"
 
 
 def run_once(spark: SparkSession, paths: Paths) -> PipelineJob:

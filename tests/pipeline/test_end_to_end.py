@@ -33,7 +33,7 @@ from workers.models import Alert, MinuteSummary, PipelineBatch
 from workers.pipeline.audit import batch_files, local_path
 from workers.sensors import SensorEvent, SensorFleet
 
-from .helpers import Key, alert_kind, expected_aggregates, expected_minutes, minute
+from .helpers import Key, alert_kind, assert_newest_alerts_kept, expected_aggregates, expected_minutes, minute
 
 pytestmark = pytest.mark.slow
 
@@ -293,7 +293,7 @@ async def test_two_workers_one_killed_midway_and_the_pipeline_count_every_event_
     assert len(expected) > 50
     raised = read_alerts(site.results)
     assert len(raised) == len(set(raised)) and dict(raised) == expected
-    assert len(summary.alerts) == len(set(summary.alerts)) and dict(summary.alerts) == expected
+    assert_newest_alerts_kept(summary.alerts, producer.readings)
 
     dead = read_dead_letters(site.root)
     assert {(d["partition_id"], d["sequence_number"]) for d in dead} == producer.malformed
