@@ -4,10 +4,9 @@ A run drives N workers' ``Balancer``s on a ``sim_loop`` loop as the runtime's pr
 cycles, renews and wakes when the one schedule says (``balancer.schedule``, kept per worker by
 ``balancer.sim.worker.SimWorker``), hears release and join notices and operators' news, reaches the
 one ``MemoryStore`` through its own ``LatentStore``, processes what it owns and hands over what it
-is told to. ``Run`` plays the scenario (the
-disturbance), judges balance and measures; a subclass builds the coordinators
-(``balancer.sim.table`` for the lease-table strategies, ``balancer.sim.race`` for 001's race) and
-deals out the balanced start. ``balancer.sim.run`` explains what is measured and how.
+is told to. ``Run`` plays the scenario (the disturbance), judges balance and measures; a subclass
+builds the coordinators (``balancer.sim.table`` for the lease-table strategies, ``balancer.sim.race``
+for 001's race) and deals out the balanced start. ``balancer.sim.run`` explains what is measured and how.
 """
 
 from __future__ import annotations
@@ -314,11 +313,13 @@ class Run(abc.ABC):
         settled = names[:-1] if joins else names
         await self._adopt(settled)
         await self._sleep_until(self._now() + steady_for(s, kind, self.partitions, len(names), self.seed))
-        self.disturbed_at = self.quiet_at = self._now()
-        self.ledger.counting = True
         victim = env.choice(settled) if settled else names[0]
         if joins:
             self._launch(names[-1], self._now() + env.uniform(0, s.start_spread))
+        if kind == "stop-and-join" and s.join_lead:  # the newcomer's first cycle, then the stop
+            await self._sleep_until(self._now() + s.join_lead)
+        self.disturbed_at = self.quiet_at = self._now()
+        self.ledger.counting = True
         if kind in ("stop", "stop-and-join"):  # a graceful stop: the runtime's shutdown releases everything
             async with self.locks[victim]:
                 await self.coordinators[victim].release_all()

@@ -60,6 +60,10 @@ class Settings:
     # a phase of its own afterwards, as in a real fleet, whose leases were won at different times. With
     # none (the default) every lease is written at once and every worker renews in step with the others.
     start_phases: float = 0.0
+    # stop-and-join: the newcomer starts this many seconds before the other stops, and the run is timed
+    # (and its moves counted) from the stop, as ``bench_sim_vs_real`` times a real one: its newcomer
+    # reaches its first cycle, then the other gets SIGTERM and releases. None (0) starts both at once.
+    join_lead: float = 0.0
     observe_cycles: int = 10  # a run ends once balance has held this long (and the disturbance is over)
     horizon_cycles: int = 100  # or this long (plus P/N cycles) after the disturbance ended, balanced or not
     skew_seconds: float = 180.0

@@ -382,6 +382,10 @@ def test_the_balanced_start_spreads_renewals_over_the_renewal_period_when_told(p
         run._build()
         await run._adopt(run.names)
         due = [run.coordinators[w].next_renewal() for w in run.names]
+        launched = [task for tasks in run.tasks.values() for task in tasks]
+        for task in launched:  # the workers _adopt launched: ended here, not destroyed pending with the loop
+            task.cancel()
+        await asyncio.gather(*launched, return_exceptions=True)
         return sorted(t for t in due if t is not None)
 
     due = sim_loop.run(renewals())
@@ -390,3 +394,33 @@ def test_the_balanced_start_spreads_renewals_over_the_renewal_period_when_told(p
         assert due[-1] - due[0] > 1.0  # four draws within 6.5 s: 1 s apart at the least for this seed
     else:
         assert due[-1] - due[0] < 0.1  # claimed one after the other: only the store's round trips apart
+
+
+class StopAndJoin(TableRun):
+    """A stop-and-join that notes when the newcomer was launched and what it had at the stop."""
+
+    launched_at = float("nan")
+    held_at_stop = 0  # partitions whose record named the newcomer
+
+    def _launch(self, worker: str, first_at: float) -> None:
+        if worker == self.names[-1]:
+            self.launched_at = self._now()
+        super()._launch(worker, first_at)
+
+    async def _disturb(self) -> None:
+        await super()._disturb()
+        self.held_at_stop = self.ledger.held[self.names[-1]]
+
+
+@pytest.mark.parametrize("lead", [0.0, 0.5])
+def test_a_stop_and_join_stops_its_victim_the_join_lead_after_the_newcomer_starts(lead: float) -> None:
+    # bench_sim_vs_real's real newcomer reaches its first cycle before the other worker gets SIGTERM
+    # (the simulator is told how long before, as measured); the run is timed from the stop.
+    run = StopAndJoin(
+        get_strategy(DEFAULT), "stop-and-join", 8, 4, 0, Settings(interval=2.0, expiry=10.0, join_lead=lead)
+    )
+    outcome = sim_loop.run(run.main())
+    assert outcome.balanced
+    assert run.disturbed_at - run.launched_at == pytest.approx(lead)
+    if lead:  # it joined, and the quiet holders handed it partitions, before the stop
+        assert run.held_at_stop >= 1

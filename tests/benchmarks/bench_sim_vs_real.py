@@ -58,11 +58,12 @@ def sizes(scenario: str) -> tuple[int, int]:
     return (PARTITIONS if scenario in ("add-partitions", "crash") else 2 * PARTITIONS // 3), WORKERS
 
 
-def settings_of(latency: tuple[float, float]) -> Settings:
+def settings_of(latency: tuple[float, float], join_lead: float = 0.0) -> Settings:
     """The simulated environment of the real one: the same interval and expiry, the store's round
     trip as measured (``latency``), the bench's handler (``HANDOFF``), the disturbance at any
-    moment of the steady state (``steady_spread``), as the real events come, and each worker's
-    renewals on a phase of its own (``start_phases``), as a real fleet's are."""
+    moment of the steady state (``steady_spread``), as the real events come, each worker's
+    renewals on a phase of its own (``start_phases``), as a real fleet's are, and a stop-and-join's
+    stop ``join_lead`` seconds after the newcomer's join, as measured."""
     return Settings(
         interval=INTERVAL,
         expiry=EXPIRY,
@@ -71,6 +72,7 @@ def settings_of(latency: tuple[float, float]) -> Settings:
         steady_spread=1.0,
         start_phases=1.0,
         start_spread=0.0,  # a join is timed from the newcomer's first cycle on both sides
+        join_lead=join_lead,
     )
 
 
@@ -85,14 +87,18 @@ def latency_of(trips: list[float]) -> tuple[float, float]:
     return round(tenths[0], 4), round(tenths[-1], 4)
 
 
-def measured(rounds: int, tmp: Path) -> tuple[dict[str, list[tuple[float, int]]], list[float], list[float]]:
+Real = tuple[dict[str, list[tuple[float, int]]], list[float], list[float], list[float]]
+
+
+def measured(rounds: int, tmp: Path) -> Real:
     """Scenario -> (seconds, moves) of each real run; the processes' start-up seconds; the store's
-    round trips."""
+    round trips; the seconds from a stop-and-join's join to its release."""
     from tests.benchmarks.real_scenarios import on_postgresql, play_round
 
     out: dict[str, list[tuple[float, int]]] = {s: [] for s in SCENARIOS}
     startup: list[float] = []
     trips: list[float] = []
+    leads: list[float] = []
 
     def body(kit: Any) -> None:
         for n in range(rounds):
@@ -102,12 +108,13 @@ def measured(rounds: int, tmp: Path) -> tuple[dict[str, list[tuple[float, int]]]
             phases, played = asyncio.run(play_round(kit, root, f"simreal{n}", timing, size_))
             startup.extend(played.startup)
             trips.extend(played.watch.trips)
+            leads.extend(played.join_leads)
             for phase in phases:
                 assert phase.seconds is not None
                 out[phase.scenario].append((phase.seconds, phase.moves))
 
     on_postgresql(body)
-    return out, startup, trips
+    return out, startup, trips, leads
 
 
 def ratio(real: float, sim: float) -> float | None:
@@ -153,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=size(20, 2), help="simulated runs per scenario")
     options = parser.parse_args(sys.argv[1:] if argv is None else argv)
     with temporary_django("bench-sim-vs-real-") as tmp:
-        real, startup, trips = measured(options.rounds, tmp)
-    settings = settings_of(latency_of(trips))
+        real, startup, trips, leads = measured(options.rounds, tmp)
+    settings = settings_of(latency_of(trips), round(statistics.median(leads), 3))
     sim = simulated(options.seeds, settings)
     low, high = settings.latency
     print(
@@ -162,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{INTERVAL:g}s, expiry {EXPIRY:g}s; medians: simulator over {options.seeds} seeds, real over the runs "
         f"({options.rounds} round(s); stop and scale-out twice a round); ratio = real / simulated; the simulator's "
         f"store round trip {low * 1000:.1f}-{high * 1000:.1f} ms (as measured), handoff {HANDOFF * 1000:g} ms, the "
-        "disturbance at any moment of the steady state, renewals on each worker's own phase"
+        "disturbance at any moment of the steady state, renewals on each worker's own phase, a stop-and-join's "
+        f"stop {settings.join_lead * 1000:.0f} ms after the join (as measured)"
     )
     print(HEADER)
     agreed = 0

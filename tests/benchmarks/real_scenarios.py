@@ -212,6 +212,7 @@ class Round:
 
     watch: Watch
     startup: list[float] = field(default_factory=list)  # seconds from a process's start to its first cycle
+    join_leads: list[float] = field(default_factory=list)  # stop-and-join: from the newcomer's join to the release
     drained: set[str] = field(default_factory=set)
 
     @property
@@ -289,9 +290,10 @@ class Round:
         joined. The newcomer joins first (a process takes a second or so to its first cycle), the victim
         gets SIGTERM at once, and the phase starts at the victim's release, as the simulated one does."""
         victim = self.pick()
-        await self.join()
+        newcomer = await self.join()
         sent = self.end(victim, signal.SIGTERM)
         at = await self.watch.release_of(victim, sent)
+        self.join_leads.append(at - self.watch.joined[newcomer.owner])
         return await self.watch.settle(Phase("stop-and-join", at, self.eligible(), {victim.owner}))
 
     async def add_partitions(self, partitions: int) -> Phase:
