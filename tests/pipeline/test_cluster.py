@@ -12,17 +12,15 @@ alert raised once, in the Parquet results and in the database. Waiting is pollin
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.support.processes import manage, migrated_sqlite
+from tests.support.processes import manage, sql_site_fixtures
 from tests.support.spark_cluster import Cluster, spark_cluster
 from workers.pipeline import cluster as spark_view
 
@@ -38,22 +36,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield cluster
 
 
-@pytest.fixture
-def environment(tmp_path: Path, django_db_blocker: Any) -> Iterator[tuple[dict[str, str], str]]:
-    with migrated_sqlite(tmp_path, django_db_blocker, partitions=PARTITIONS) as environment:
-        yield environment
-
-
-@pytest.fixture
-async def site(tmp_path: Path, environment: tuple[dict[str, str], str]) -> AsyncIterator[Site]:
-    async with Site.open(tmp_path, environment, REF, partitions=PARTITIONS) as site:
-        try:
-            yield site
-        finally:
-            for name in ("pipeline", "pipeline-again"):  # the driver and its JVM: a process group each
-                if name in site.processes and site.processes[name].poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(site.processes[name].pid, signal.SIGKILL)
+environment, site = sql_site_fixtures(Site, REF, partitions=PARTITIONS)
 
 
 def in_flight(checkpoint: Path, after: int) -> int | None:

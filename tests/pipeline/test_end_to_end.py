@@ -16,7 +16,6 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -27,7 +26,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from balancer.model import HubRef
-from tests.support.processes import SqlSite, manage, migrated_sqlite
+from tests.support.processes import SqlSite, manage, sql_site_fixtures
 from workers.hub.embedded import EmbeddedHub
 from workers.models import Alert, MinuteSummary, PipelineBatch
 from workers.pipeline.audit import batch_files, local_path
@@ -109,16 +108,7 @@ class Site(SqlSite):
         return out
 
 
-@pytest.fixture
-def environment(tmp_path: Path, django_db_blocker: Any) -> Iterator[tuple[dict[str, str], str]]:
-    with migrated_sqlite(tmp_path, django_db_blocker, partitions=PARTITIONS) as environment:
-        yield environment
-
-
-@pytest.fixture
-async def site(tmp_path: Path, environment: tuple[dict[str, str], str]) -> AsyncIterator[Site]:
-    async with Site.open(tmp_path, environment, REF, partitions=PARTITIONS) as site:
-        yield site
+environment, site = sql_site_fixtures(Site, REF, partitions=PARTITIONS)
 
 
 class Producer:

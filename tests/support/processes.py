@@ -15,10 +15,12 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Self
+
+import pytest
 
 from balancer.model import HubRef
 from dashboard.sql.store import SqlStore
@@ -82,10 +84,12 @@ def start_logged(
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=stdout, stderr=stderr, **popen)
 
 
-def kill(process: subprocess.Popen[bytes]) -> None:
-    """Kill ``process`` if it still runs, and reap it."""
+def kill(process: subprocess.Popen[bytes], *, group: bool = False) -> None:
+    """Kill ``process`` (with ``group``, its whole process group: a Spark driver and its JVM) if it
+    still runs, and reap it."""
     if process.poll() is None:
-        process.kill()
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL) if group else process.kill()
         process.wait(10)
 
 
@@ -100,6 +104,7 @@ class Processes:
 
     root: Path
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, kw_only=True)
+    groups: set[str] = field(default_factory=set, kw_only=True)  # started in a session of their own
     expected_exits: ClassVar[tuple[int, ...]] = (0, -signal.SIGKILL)  # any other fails ``until``
     poll: ClassVar[float] = 0.05  # seconds between two polls of ``until``
 
@@ -107,6 +112,8 @@ class Processes:
         """``start_logged`` to ``<root>/<name>.log``; the process is ``processes[name]``."""
         process = start_logged(self.root / f"{name}.log", command, env, **popen)
         self.processes[name] = process
+        if popen.get("start_new_session"):
+            self.groups.add(name)
         return process
 
     def log(self, name: str) -> str:
@@ -118,8 +125,8 @@ class Processes:
 
     def kill_all(self) -> None:
         """Kill whatever still runs (test teardown)."""
-        for process in self.processes.values():
-            kill(process)
+        for name, process in self.processes.items():
+            kill(process, group=name in self.groups)
 
     def check_exits(self) -> None:
         """Fail, with its log, if a process exited with a code not in ``expected_exits``."""
@@ -174,3 +181,20 @@ class SqlSite(Processes):
 
     def last(self) -> dict[str, int]:
         return last_enqueued(self.hub)
+
+
+def sql_site_fixtures(site: type[SqlSite], ref: HubRef, *, partitions: int) -> tuple[Any, Any]:
+    """The ``environment`` (``migrated_sqlite``) and ``site`` (``site.open``) fixtures of a module whose
+    tests run processes on a SQLite file and an embedded hub: ``environment, site = sql_site_fixtures(...)``."""
+
+    @pytest.fixture(name="environment")
+    def environment(tmp_path: Path, django_db_blocker: Any) -> Iterator[tuple[dict[str, str], str]]:
+        with migrated_sqlite(tmp_path, django_db_blocker, partitions=partitions) as environment:
+            yield environment
+
+    @pytest.fixture(name="site")
+    async def opened(tmp_path: Path, environment: tuple[dict[str, str], str]) -> AsyncIterator[SqlSite]:
+        async with site.open(tmp_path, environment, ref, partitions=partitions) as opened:
+            yield opened
+
+    return environment, opened

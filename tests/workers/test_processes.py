@@ -15,15 +15,13 @@ import threading
 import time
 import urllib.request
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from balancer.model import HubRef
-from tests.support.processes import SqlSite, manage, migrated_sqlite
+from tests.support.processes import SqlSite, manage, sql_site_fixtures
 
 pytestmark = pytest.mark.slow
 
@@ -73,18 +71,7 @@ class Site(SqlSite):
             await asyncio.sleep(0.02)
 
 
-@pytest.fixture
-def environment(tmp_path: Path, django_db_blocker: Any) -> Iterator[tuple[dict[str, str], str]]:
-    """A migrated SQLite file for the processes, the environment pointing them at it, and a
-    Django alias through which the test reads the same file."""
-    with migrated_sqlite(tmp_path, django_db_blocker, partitions=PARTITIONS) as environment:
-        yield environment
-
-
-@pytest.fixture
-async def site(tmp_path: Path, environment: tuple[dict[str, str], str]) -> AsyncIterator[Site]:
-    async with Site.open(tmp_path, environment, REF, partitions=PARTITIONS) as site:
-        yield site
+environment, site = sql_site_fixtures(Site, REF, partitions=PARTITIONS)
 
 
 def start_producing(site: Site) -> tuple[threading.Event, threading.Thread]:

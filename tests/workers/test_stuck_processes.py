@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pytest
 
 from balancer.model import HubRef
-from tests.support.processes import ROOT, SqlSite, manage, migrated_sqlite
+from tests.support.processes import ROOT, SqlSite, manage, sql_site_fixtures
 
 pytestmark = pytest.mark.slow
 
@@ -25,16 +23,7 @@ class Site(SqlSite):
     expected_exits: ClassVar[tuple[int, ...]] = (0, 1)
 
 
-@pytest.fixture
-def environment(tmp_path: Path, django_db_blocker: Any) -> Iterator[tuple[dict[str, str], str]]:
-    with migrated_sqlite(tmp_path, django_db_blocker, partitions=PARTITIONS) as environment:
-        yield environment
-
-
-@pytest.fixture
-async def site(tmp_path: Path, environment: tuple[dict[str, str], str]) -> AsyncIterator[Site]:
-    async with Site.open(tmp_path, environment, REF, partitions=PARTITIONS) as site:
-        yield site
+environment, site = sql_site_fixtures(Site, REF, partitions=PARTITIONS)
 
 
 async def test_a_worker_whose_handler_never_returns_gives_up_releases_and_exits_non_zero(site: Site) -> None:
