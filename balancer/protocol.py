@@ -235,6 +235,10 @@ class Balancer(Protocol):
     async def release_all(self, reason: str = "shutting down") -> list[BalancerEvent]:
         """Give every held partition up at once, so others take them now rather than after expiry."""
 
+    async def give_up(self, partition_id: str, reason: str, seconds: float) -> BalancerEvent | None:
+        """Release ``partition_id``, stuck on this worker (``reason`` says why), and take it no more for
+        ``seconds`` (said to the others where the strategy plans with members); None if not held."""
+
 
 class CyclesAlone:
     """The calls of ``Balancer`` that a coordinator doing all its work in its cycles answers with
@@ -263,6 +267,10 @@ class CyclesAlone:
     async def partitions_changed(self) -> bool:
         """Never asked (no quiet wait without ``quiet_until``): False."""
         return False
+
+    async def give_up(self, partition_id: str, reason: str, seconds: float) -> BalancerEvent | None:
+        """A plain ``release()``: a race has no plan to keep the partition away from this worker."""
+        return await self.release(partition_id, reason)
 
     async def release_many(self, partition_ids: Sequence[str], reason: str = "handed off") -> list[BalancerEvent]:
         """``release()`` of each in turn; the events of those that were held. Raises what the first

@@ -40,6 +40,17 @@ class Handoffs(Reading):
         events = await self.release_many([partition_id], reason)
         return events[0] if events else None
 
+    async def give_up(self, partition_id: str, reason: str, seconds: float) -> BalancerEvent | None:
+        """Release ``partition_id`` (stuck on this worker: ``reason`` says why) and take it no more for
+        ``seconds``. The heartbeat saying so (``balancer.avoid``) is written first, so the plans the
+        release wakes already assign the partition elsewhere; if it cannot be written the partition is
+        released anyway (the next cycle's heartbeat says it). None if it was not held."""
+        self._avoid[partition_id] = max(self._avoid.get(partition_id, 0.0), self.monotonic() + seconds)
+        if self.controls is not None and self._heartbeat_due():
+            with contextlib.suppress(StoreUnavailable):
+                await self._heartbeat(self._stamp())
+        return await self.release(partition_id, reason)
+
     async def release_many(self, partition_ids: Sequence[str], reason: str = "handed off") -> list[BalancerEvent]:
         """Give the held ones of ``partition_ids`` up now in one store request (the ends of handoffs
         that finished together); their events, in the order given. A worker handing over a hundred

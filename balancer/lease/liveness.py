@@ -7,6 +7,8 @@ failed are dark: nobody could renew then, so they do not age records (``View.dar
 
 from __future__ import annotations
 
+from balancer import avoid
+
 from .stamping import Stamping
 
 
@@ -29,12 +31,14 @@ class Liveness(Stamping):
         ``balancer.model.signs_of_life``), so it sends no heartbeat; one that holds nothing heartbeats
         every cycle, and every worker does in its first cycle, announcing itself, its strategy and its
         expiry (the member record that makes its leases count as a live worker's)."""
-        return not self._leases or self._heartbeat_at is None
+        return not self._leases or self._heartbeat_at is None or self.avoiding() != self._avoid_said
 
     async def _heartbeat(self, now: float) -> None:
         assert self.controls is not None
         sent_at = self.monotonic()
-        await self._call(self.controls.heartbeat(self._member(now)))
+        member = self._member(now)
+        await self._call(self.controls.heartbeat(member))
+        self._avoid_said = avoid.parse_avoided(member.info.get(avoid.INFO_KEY, ""))
         self._heartbeat_at = self.monotonic()
         self._proved_alive(sent_at)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from balancer import changes, load
+from balancer import avoid, changes, load
 from balancer.changes import ChangeFeed
 from balancer.model import Control, ControlKind, Controls, Member, OwnershipRecord
 from balancer.protocol import ControlStore, Snapshot, by_partition, snapshot
@@ -36,6 +36,7 @@ class Read:
     drained: frozenset[str] = frozenset()
     pins: dict[str, str] = field(default_factory=dict)
     loads: Mapping[str, float] = field(default_factory=dict)
+    avoided: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 class Reading(Renewal):
@@ -97,6 +98,7 @@ class Reading(Renewal):
             interval=self.interval,
             previous=self._previous,
             loads=read.loads,
+            avoided=read.avoided,
             fresh_after=self._fresh_after,
             exact=self._exact,
         )
@@ -138,7 +140,12 @@ class Reading(Renewal):
         self._rebalance = self._announced and token is not None and token != self._rebalance_token
         self._rebalance_token = token
         loads = load.published(listed_members, listed.values()) if self.strategy.uses_load else {}
-        return Read(listed, now, dark, members, heartbeats, standing.drained, dict(standing.pins), loads)
+        # What each live member's heartbeat says it will not take; this worker's own as it is now.
+        avoided = {w: ps for w, ps in avoid.avoided_by(snap.members).items() if w in members and w != self.owner_id}
+        if mine := self.avoiding():
+            avoided[self.owner_id] = mine
+        pins = dict(standing.pins)
+        return Read(listed, now, dark, members, heartbeats, standing.drained, pins, loads, avoided)
 
     async def _read_ownership(self) -> Read:
         """The read of a strategy that uses no members: the ownership records and a clock (the store's,

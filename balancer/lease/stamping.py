@@ -11,7 +11,7 @@ import math
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from balancer import load
+from balancer import avoid, load
 from balancer.model import BalancerEvent, EventKind, Member, OwnershipRecord, pid_key
 from balancer.notices import Released
 
@@ -49,6 +49,8 @@ class Stamping(LeaseState):
         info = {"strategy": self.strategy.name, "expiry": f"{self.expiry:g}"}
         if self._published:
             info[load.INFO_KEY] = load.format_rates(self._published)
+        if avoided := self.avoiding():
+            info[avoid.INFO_KEY] = avoid.format_avoided(avoided)
         return Member(self.ref, self.owner_id, now, info)
 
     def _event(

@@ -136,6 +136,10 @@ class LeaseState:
     _read: tuple[tuple[Member, ...], tuple[Control, ...], frozenset[str]] | None = field(default=None, init=False)
     _steady: bool = field(default=False, init=False)  # this cycle skips its plan
     _read_at: float | None = field(default=None, init=False)  # local monotonic time the last read was sent
+    # Partitions given up (``give_up``) -> the local monotonic time until which this worker takes none
+    # of them; and those its last heartbeat named (a change makes a heartbeat due: ``balancer.avoid``).
+    _avoid: dict[str, float] = field(default_factory=dict, init=False)
+    _avoid_said: frozenset[str] = field(default=frozenset(), init=False)
 
     def __post_init__(self) -> None:
         if not 0 < self.renew_share < 1:  # also refuses NaN
@@ -156,6 +160,13 @@ class LeaseState:
     @property
     def owned(self) -> frozenset[str]:
         return frozenset(self._leases)
+
+    def avoiding(self) -> frozenset[str]:
+        """The partitions this worker gave up and will not take for now (``give_up``)."""
+        now = self.monotonic()
+        for pid in [p for p, until in self._avoid.items() if until <= now]:
+            del self._avoid[pid]
+        return frozenset(self._avoid)
 
     def handing_off(self, partition_id: str) -> bool:
         """True once a planned move of ``partition_id`` started and until it is released."""

@@ -52,6 +52,9 @@ class View:
     # older time it shows, so it is judged by that time. None: every record shows its last write.
     fresh_after: float | None = None
     exact: frozenset[str] = frozenset()
+    # owner id -> partitions it will not take for now (it gave them up, stuck on it: ``balancer.avoid``),
+    # this worker's own included. Honoured by ``cooperative``'s plan.
+    avoided: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def modified(self, record: OwnershipRecord) -> float | None:
         """When ``record`` was last written, as far as this view can tell (see ``fresh_after``)."""

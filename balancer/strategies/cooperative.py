@@ -117,13 +117,19 @@ def assign(view: View, active: Mapping[str, OwnershipRecord]) -> dict[str, str]:
     held = {w: len(ps) + pinned_count.get(w, 0) for w, ps in holdings.items()}
     targets = target_counts(len(view.partition_ids), eligible, pinned_count, held)
 
+    avoided = {w: ps for w, ps in view.avoided.items() if w in holdings}
+    shunned = frozenset().union(*avoided.values())  # partitions some member will not take
+
+    def kept_first(p: str) -> tuple[bool, int]:  # a partition someone shuns stays where it is
+        return p not in shunned, _key(p)
+
     assignment = dict(pins)
     pool: list[str] = []
     for w in eligible:
         budget = targets[w] - pinned_count.get(w, 0)
-        mine = sorted(holdings[w], key=_key)
+        mine = sorted((p for p in holdings[w] if p not in avoided.get(w, ())), key=kept_first)
         assignment.update({p: w for p in mine[:budget]})
-        pool.extend(mine[budget:])
+        pool.extend(mine[budget:] + [p for p in holdings[w] if p in avoided.get(w, ())])
     free = [p for p in view.partition_ids if p not in active and p not in pins]
     leftovers = [p for p, r in active.items() if p not in pins and r.owner_id not in holdings]
     pool = sorted(free, key=_key) + sorted(pool + leftovers, key=_key)
@@ -131,9 +137,23 @@ def assign(view: View, active: Mapping[str, OwnershipRecord]) -> dict[str, str]:
     pool.reverse()  # taken from the end: the same order as from the front, without shifting the list
     for w in eligible:
         need = targets[w] - assigned[w]
+        skipped: list[str] = []
         while need > 0 and pool:
-            assignment[pool.pop()] = w
+            p = pool.pop()
+            if p in avoided.get(w, ()):
+                skipped.append(p)
+                continue
+            assignment[p] = w
+            assigned[w] += 1
             need -= 1
+        pool.extend(reversed(skipped))
+    if avoided:  # what only those who shun it had room for: to whoever holds the fewest and takes it
+        for p in reversed(pool):
+            takers = [w for w in eligible if p not in avoided.get(w, ())]
+            if takers:
+                taker = min(takers, key=lambda w: (assigned[w], w))
+                assignment[p] = taker
+                assigned[taker] += 1
     return assignment
 
 
