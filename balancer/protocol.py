@@ -239,6 +239,9 @@ class Balancer(Protocol):
         """Release ``partition_id``, stuck on this worker (``reason`` says why), and take it no more for
         ``seconds`` (said to the others where the strategy plans with members); None if not held."""
 
+    def avoiding(self) -> frozenset[str]:
+        """The partitions this worker gave up (``give_up``) and takes no more for now."""
+
 
 class CyclesAlone:
     """The calls of ``Balancer`` that a coordinator doing all its work in its cycles answers with
@@ -271,6 +274,9 @@ class CyclesAlone:
     async def give_up(self, partition_id: str, reason: str, seconds: float) -> BalancerEvent | None:
         """A plain ``release()``: a race has no plan to keep the partition away from this worker."""
         return await self.release(partition_id, reason)
+
+    def avoiding(self) -> frozenset[str]:
+        return frozenset()
 
     async def release_many(self, partition_ids: Sequence[str], reason: str = "handed off") -> list[BalancerEvent]:
         """``release()`` of each in turn; the events of those that were held. Raises what the first

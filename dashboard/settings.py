@@ -230,6 +230,9 @@ LEASEBOARD_CHECKPOINT_SECONDS = envfloat("LEASEBOARD_CHECKPOINT_SECONDS", 1.0)
 # After LEASEBOARD_HANDLER_ABANDON_MAX abandoned threads the worker stops, for its supervisor to restart.
 LEASEBOARD_HANDLER_TIMEOUT = envfloat("LEASEBOARD_HANDLER_TIMEOUT", 300.0)
 LEASEBOARD_HANDLER_ABANDON_MAX = envint("LEASEBOARD_HANDLER_ABANDON_MAX", 3, minimum=1)
+# A partition whose reader has kept failing this many seconds (restarted at every cycle meanwhile) is
+# released, with its reason, for another worker to take; this one takes it no more for 5 minutes (0: never).
+LEASEBOARD_READER_STUCK = envfloat("LEASEBOARD_READER_STUCK", 30.0)
 # Events a handler could not process after its retries, one JSON line each, per hub and partition.
 LEASEBOARD_DEADLETTER_DIR = Path(envstr("LEASEBOARD_DEADLETTER_DIR", str(VAR_DIR / "deadletter")))
 # The Spark pipeline: where workers land events as Parquet, how long a landing batch waits to fill,

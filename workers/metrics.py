@@ -82,11 +82,13 @@ STUCK_HEALS = Counter(
     "leaseboard_stuck_heals",
     "Steps taken on a stuck partition, by cause and step: a handler call over LEASEBOARD_HANDLER_TIMEOUT "
     "(cause handler) has its thread abandoned and the partition restarted from its checkpoint (step "
-    "restart); a worker past LEASEBOARD_HANDLER_ABANDON_MAX abandoned threads stops (step stop).",
+    "restart); a worker past LEASEBOARD_HANDLER_ABANDON_MAX abandoned threads stops (step stop); a "
+    "partition whose reader failed (cause reader) is restarted at the next cycle (step restart), and "
+    "released for another worker after LEASEBOARD_READER_STUCK (step release).",
     ["cause", "step"],
 )
-for _step in ("restart", "stop"):  # exposed at 0 from the start: the alert's increase() needs the series
-    STUCK_HEALS.labels("handler", _step)
+for _cause, _step in (("handler", "restart"), ("handler", "stop"), ("reader", "restart"), ("reader", "release")):
+    STUCK_HEALS.labels(_cause, _step)  # exposed at 0 from the start: the alert's increase() needs the series
 DEAD_LETTERS = Counter(
     "leaseboard_dead_letters",
     "Events set aside to the dead-letter file after their retries were used up or their body was malformed.",

@@ -75,6 +75,7 @@ class Rig:
         interval: float = 10.0,
         sleep: Callable[[float], Awaitable[None]] = quick_sleep,
         strategy: str = "balanced",
+        source: Any = None,
         **config: Any,
     ) -> EventProcessor:
         hub = self.hub
@@ -101,7 +102,7 @@ class Rig:
         return EventProcessor(
             coordinator,
             checkpoints=self.store,
-            source=hub,
+            source=hub if source is None else source,
             handler=handler,
             interval=interval,
             pump_config=pump_config,

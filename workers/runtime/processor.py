@@ -128,6 +128,7 @@ class EventProcessor:
             sleep=lambda seconds: self._sleep(seconds),
             stopped=lambda: self.stopping,
             handler_timeout=self._config.handler_timeout,
+            reader_stuck=self._config.reader_stuck,
         )
 
     @property

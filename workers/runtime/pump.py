@@ -98,6 +98,7 @@ class PartitionPump:
         self._wake = asyncio.Event()  # set by wake() and stop(): a paused pump looks again
         self._lost = False  # stopped because the partition was lost: not one more checkpoint
         self.paused = False
+        self.has_read = False  # a step of this pump read without failing (``stuck.ReaderWatch``)
         self._label = f"partition {partition_id} ({owner_id})"
         self._sequence = SequenceGuard(self._label, self.stats)
         self._build_rooms(handler, dead_letters, deadline, looked_after)
@@ -272,6 +273,7 @@ class PartitionPump:
             self._checkpoints.start()
             while await self._hold():
                 await self._step(lane, reader)
+                self.has_read = True  # a read (and what it gave handled) went through
             if self.stats.ended is None:  # stopped while held: the final checkpoint
                 written = await self._checkpoints.write(final=True)
                 if not written and self.stats.ended is None:

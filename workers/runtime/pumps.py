@@ -15,6 +15,7 @@ from balancer.protocol import Balancer
 from workers.runtime.config import PumpConfig, PumpStats
 from workers.runtime.pump import PartitionPump, Sleep
 from workers.runtime.sink import OutageLog
+from workers.runtime.stuck import GIVE_UP_FOR, ReaderWatch
 
 log = logging.getLogger("leaseboard.worker")
 
@@ -34,6 +35,7 @@ class Pumps:
         sleep: Sleep,
         stopped: Callable[[], bool],
         handler_timeout: float = 0.0,
+        reader_stuck: float = 0.0,
     ) -> None:
         self._coordinator = coordinator
         self._idle_seconds = idle_seconds
@@ -53,6 +55,10 @@ class Pumps:
         # hand when first seen, when); and how many handler threads this worker abandoned.
         self._in_hand: dict[str, tuple[object, float]] = {}
         self.abandoned = 0
+        # Partitions whose reader keeps failing (``stuck.py``), and the give-ups under way.
+        self._reader_stuck = reader_stuck
+        self.readers = ReaderWatch()
+        self._giving_up: dict[str, asyncio.Task[None]] = {}
 
     @property
     def _owner_id(self) -> str:
@@ -82,6 +88,8 @@ class Pumps:
         coordinator = self._coordinator
         owned = coordinator.owned
         for pid, (pump, task) in list(self.running.items()):
+            if pump.has_read:
+                self.readers.read(pid)
             if task.done():
                 del self.running[pid]
                 self.finished(pid, task, cycles)
@@ -95,6 +103,7 @@ class Pumps:
                 pump.wake()  # a paused pump whose lease this cycle renewed resumes now
         if self._handler_timeout > 0:
             self.abandon_stuck(self._handler_timeout)
+        self._give_up_stuck_readers()
         if start:
             # Past its deadline a partition is not started: its pump would only pause.
             held = {p for p in owned if coordinator.holds(p) and not coordinator.handing_off(p)}
@@ -102,6 +111,10 @@ class Pumps:
                 if self._lost_at.get(pid, -1) >= cycles:
                     continue  # the store said someone else owns it: wait for a cycle to settle that
                 self._lost_at.pop(pid, None)
+                if pid in self._giving_up:
+                    continue
+                if self.readers.failing(pid):
+                    metrics.STUCK_HEALS.labels("reader", "restart").inc()
                 self._start(pid)
         self.watch_deadlines()
         self._safety_reads()
@@ -233,6 +246,42 @@ class Pumps:
             pid, OutageLog(log, f"worker {self._owner_id}: pump of partition {pid}", "restarting from its checkpoint")
         )
         outage.failed(error)
+        self.readers.failed(pid, self._coordinator.monotonic())
+
+    def _give_up_stuck_readers(self) -> None:
+        """Give up (``Balancer.give_up``, in a task of its own) each held partition whose reader has kept
+        failing for ``reader_stuck`` seconds; its pump, if one was started again, stops first."""
+        coordinator = self._coordinator
+        held = frozenset(p for p in coordinator.owned if not coordinator.handing_off(p))
+        for pid, seconds in self.readers.due(coordinator.monotonic(), self._reader_stuck, held):
+            if pid in self._giving_up:
+                continue
+            reason = self.readers.reason(seconds)
+            log.error(
+                "worker %s: partition %s %s (LEASEBOARD_READER_STUCK %gs): releasing it for another worker; "
+                "this one takes it no more for %gs",
+                self._owner_id,
+                pid,
+                reason,
+                self._reader_stuck,
+                GIVE_UP_FOR,
+            )
+            if pid in self.running:
+                self.running[pid][0].stop()
+            task = asyncio.get_running_loop().create_task(self._give_up(pid, reason), name=f"give up {pid}")
+            self._giving_up[pid] = task
+
+    async def _give_up(self, pid: str, reason: str) -> None:
+        try:
+            if pid in self.running:  # the pump started again stops (its final checkpoint) before the release
+                await asyncio.wait({self.running[pid][1]}, timeout=self._coordinator.expiry / 4)
+            await self._coordinator.give_up(pid, reason, GIVE_UP_FOR)
+            metrics.STUCK_HEALS.labels("reader", "release").inc()
+            self.readers.read(pid)
+        except Exception as exc:  # the store failed: the next cycle tries again
+            log.warning("worker %s: giving partition %s up failed (%s); tried again", self._owner_id, pid, exc)
+        finally:
+            del self._giving_up[pid]
 
     async def stop_all(self, timeout: float, cycles: int) -> None:
         """Stop every pump after its event in hand and its final checkpoint, waiting at most ``timeout``

@@ -44,6 +44,7 @@ class FleetConfig:
     checkpoint_events: int | None = None
     checkpoint_seconds: float | None = None
     handler_timeout: float | None = None
+    reader_stuck: float | None = None
     initial_position: str = "earliest"
     shutdown_timeout: float = 10.0
     release_notices: bool | None = None
@@ -71,6 +72,7 @@ class FleetConfig:
             checkpoint_events=options["checkpoint_events"],
             checkpoint_seconds=options["checkpoint_seconds"],
             handler_timeout=options.get("handler_timeout"),
+            reader_stuck=options.get("reader_stuck"),
             initial_position=options["initial_position"],
             shutdown_timeout=options["shutdown_timeout"],
             release_notices=options.get("release_notices"),
@@ -126,6 +128,7 @@ def check_limits(config: FleetConfig) -> None:
         ("--checkpoint-events", "checkpoint_events", 1, True),
         ("--checkpoint-seconds", "checkpoint_seconds", 0, False),
         ("--handler-timeout", "handler_timeout", 0, True),
+        ("--reader-stuck", "reader_stuck", 0, True),
         ("--shutdown-timeout", "shutdown_timeout", 0, False),
         ("--metrics-port", "metrics_port", 0, True),
     ]

@@ -112,6 +112,7 @@ def _plan(config: FleetConfig, timing: Timing, weighted: bool) -> _Plan:
         checkpoint_events=config.checkpoint_events,
         checkpoint_seconds=config.checkpoint_seconds,
         handler_timeout=config.handler_timeout,
+        reader_stuck=config.reader_stuck,
         initial_position=Position(latest=True) if config.initial_position == "latest" else None,
     )
     if pump.checkpoint_seconds <= 0:

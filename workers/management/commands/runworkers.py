@@ -101,6 +101,13 @@ def add_pump_options(parser: CommandParser) -> None:
         "(default: LEASEBOARD_HANDLER_TIMEOUT, 300)",
     )
     add(
+        "--reader-stuck",
+        type=float,
+        help="seconds a partition's reader may keep failing (restarted at every cycle) before the worker "
+        "releases the partition for another to take, and takes it no more for 5 minutes; 0: never "
+        "(default: LEASEBOARD_READER_STUCK, 30)",
+    )
+    add(
         "--initial-position",
         choices=["earliest", "latest"],
         default="earliest",

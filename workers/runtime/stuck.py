@@ -1,0 +1,45 @@
+"""Partitions whose reader keeps failing (issue 35): the heal in steps.
+
+A pump whose reader (or store) fails ends "failed" and is started again at the worker's next cycle:
+that is the first step, the restart (``leaseboard_stuck_heals_total{cause="reader",step="restart"}``).
+``ReaderWatch`` remembers when each partition's failures in a row began, and forgets it once a pump
+of that partition has read again. A partition still failing ``reader_stuck`` seconds after its first
+failure is given up (``Balancer.give_up``): released with its reason ("stuck: reader failing 31 s")
+and kept from this worker for ``GIVE_UP_FOR`` seconds, so another worker takes it at once and this
+one does not take it back (``balancer.avoid``); step ``release``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GIVE_UP_FOR = 300.0  # seconds a worker takes no partition it gave up
+
+
+@dataclass
+class ReaderWatch:
+    """Partition -> when (the coordinator's monotonic clock) its reader's failures in a row began."""
+
+    since: dict[str, float] = field(default_factory=dict)
+
+    def failed(self, partition_id: str, now: float) -> bool:
+        """A pump of ``partition_id`` failed at ``now``; True if it was the first failure in a row."""
+        first = partition_id not in self.since
+        self.since.setdefault(partition_id, now)
+        return first
+
+    def read(self, partition_id: str) -> None:
+        """A pump of ``partition_id`` read: its failures in a row are over."""
+        self.since.pop(partition_id, None)
+
+    def failing(self, partition_id: str) -> bool:
+        return partition_id in self.since
+
+    def due(self, now: float, bound: float, held: frozenset[str]) -> list[tuple[str, float]]:
+        """The held partitions failing for ``bound`` seconds or more (0: never), with how long."""
+        if bound <= 0:
+            return []
+        return sorted((p, now - t) for p, t in self.since.items() if p in held and now - t >= bound)
+
+    def reason(self, seconds: float) -> str:
+        return f"stuck: reader failing {seconds:.0f} s"
