@@ -108,6 +108,13 @@ STORE_ERRORS = Counter(
 )
 # livesum: in multi-process mode the sum over the live processes of the host (a finished process's
 # pumps are paused no more).
+PARTITION_STUCK = Gauge(
+    "leaseboard_partition_stuck",
+    "1 while a partition held by this process's workers is stuck, by cause: its reader has failed and not read "
+    "since (cause reader; restarted at every cycle, released for another worker after LEASEBOARD_READER_STUCK).",
+    ["partition", "cause"],
+    multiprocess_mode="livesum",
+)
 PAUSED_PARTITIONS = Gauge(
     "leaseboard_paused_partitions",
     "Partitions whose pump is paused: its lease may have run out (no successful cycle for the expiry), so it "

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from balancer import avoid
 from balancer.model import (
     Checkpoint,
     Control,
@@ -84,6 +85,7 @@ class WorkerRow:
     last_seen: float | None  # last sign of life (store clock): heartbeat or lease renewal; None: never announced
     alive: bool  # a sign of life within the lease expiry
     events_per_second: float | None = None  # with_figures: checkpointed, over the partitions it owns
+    avoiding: tuple[str, ...] = ()  # partitions it gave up, stuck on it, and takes no more for now (balancer.avoid)
 
     @property
     def purgeable(self) -> bool:
@@ -99,6 +101,7 @@ class WorkerRow:
             "alive": self.alive,
             "events_per_second": self.events_per_second,
             "purgeable": self.purgeable,
+            "avoiding": list(self.avoiding),
         }
 
 
@@ -314,6 +317,7 @@ def assemble(
     # later of its heartbeat and its latest renewal.
     signs = signs_of_life(seen.values(), owned_by.values())
     alive = alive_workers(seen.values(), owned_by.values(), now, expiry)
+    avoided = avoid.avoided_by(m for m in seen.values() if m.owner_id in alive)
     workers = []
     for worker_id in sorted(set(seen) | set(owned_count) | standing.drained):
         workers.append(
@@ -323,6 +327,7 @@ def assemble(
                 worker_id in standing.drained,
                 signs.get(worker_id),
                 worker_id in alive,
+                avoiding=tuple(sorted(avoided.get(worker_id, ()), key=pid_key)),
             )
         )
     return ConsoleState(

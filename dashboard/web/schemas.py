@@ -53,6 +53,12 @@ WORKER = obj(
         "alive": BOOLEAN,
         "events_per_second": nullable(NUMBER),
         "purgeable": BOOLEAN,
+        "avoiding": {
+            "type": "array",
+            "items": STRING,
+            "description": "partitions this worker gave up because they were stuck on it (its reader kept "
+            "failing) and takes no more for now",
+        },
     }
 )
 

@@ -125,10 +125,11 @@
     const chip = el("span", "chip");
     chip.style.background = fmt.colour(id);
     const tag = el("span", "tag", "draining");
-    wrap.append(chip, el("span", "name", id), tag);
+    const gaveUp = el("span", "tag gave-up");
+    wrap.append(chip, el("span", "name", id), tag, gaveUp);
     name.append(wrap);
     const cells = {
-      tag, owned: el("td", "num owned"), rate: el("td", "num rate"), seen: el("td", "seen"), actions: null,
+      tag, gaveUp, owned: el("td", "num owned"), rate: el("td", "num rate"), seen: el("td", "seen"), actions: null,
     };
     const dot = el("span", "dot");
     const seenText = el("span");
@@ -162,6 +163,10 @@
       setData(row.tr, "draining", w.draining);
       setData(row.tr, "purgeable", Boolean(w.purgeable));
       setHidden(row.cells.tag, !w.draining);
+      const avoiding = w.avoiding || [];
+      setHidden(row.cells.gaveUp, avoiding.length === 0);
+      setText(row.cells.gaveUp, `gave up ${avoiding.join(", ")}`);
+      setTitle(row.cells.gaveUp, "partitions stuck on this worker (its reader kept failing), released for another worker; it takes them no more for now");
       setText(row.cells.owned, String(w.owned)); // the server's count, as of the last state
       setText(row.cells.rate, w.events_per_second === null || w.events_per_second === undefined ? "–" : fmt.n(w.events_per_second));
       const seen = w.last_seen === null || now === null ? "never" : fmt.ago(now - w.last_seen);

@@ -35,7 +35,7 @@ PARTITION_KEYS = {
 # seconds, the lag status and the checkpointed rate.
 CONSOLE_KEYS = {"last_enqueued_time", "checkpoint_modified", "lag_seconds", "lag_status", "events_per_second"}
 WORKER_KEYS = {"id", "owned", "draining", "last_seen", "alive"}
-CONSOLE_WORKER_KEYS = {"events_per_second", "purgeable"}
+CONSOLE_WORKER_KEYS = {"events_per_second", "purgeable", "avoiding"}
 
 
 async def get_state(client: AsyncClient, **query: str) -> dict[str, Any]:
@@ -151,6 +151,21 @@ async def test_workers_come_from_heartbeats_drains_and_owners(
     assert workers["w2"]["purgeable"] is False  # it still holds a lease
     assert workers["w3"]["draining"] is True and workers["w3"]["owned"] == 0
     assert by_id(state["partitions"])["2"]["pinned_to"] == "w1"
+
+
+async def test_a_worker_shows_the_partitions_it_gave_up_stuck_on_it(
+    async_client: AsyncClient, stores: Stores, hub: EmbeddedHub, ref: HubRef
+) -> None:
+    worker = coordinator(stores, ref, "w1", partitions=2)
+    await worker.cycle()
+    given_up = sorted(worker.owned)[0]
+    await worker.give_up(given_up, "stuck: reader failing 31 s", 300.0)
+
+    state = await get_state(async_client)
+
+    w1 = by_id(state["workers"])["w1"]
+    assert w1["avoiding"] == [given_up] and w1["alive"] is True
+    assert by_id(state["partitions"])[given_up]["owner"] is None
 
 
 async def test_an_unreachable_source_still_renders_with_nulls_and_says_why(

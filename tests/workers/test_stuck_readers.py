@@ -88,6 +88,7 @@ async def test_a_partition_whose_reader_keeps_failing_is_restarted_then_released
         await until(lambda: a._pumpset.running[stuck][1].done(), what="the pump on the broken link to fail")
         rig.clock.advance(9.0)
     assert metric("leaseboard_stuck_heals_total", cause="reader", step="restart") >= restarts + 2
+    assert metric("leaseboard_partition_stuck", partition=stuck, cause="reader") == 1
     assert stuck in a.coordinator.owned, "given up before reader_stuck"
     await a.step()  # 18 s since the first failure: restarted once more
     await until(lambda: a._pumpset.running[stuck][1].done(), what="the pump on the broken link to fail")
@@ -95,6 +96,7 @@ async def test_a_partition_whose_reader_keeps_failing_is_restarted_then_released
     await a.step()
     await until(lambda: stuck not in a.coordinator.owned, what="the stuck partition to be released")
     assert metric("leaseboard_stuck_heals_total", cause="reader", step="release") == releases + 1
+    assert metric("leaseboard_partition_stuck", partition=stuck, cause="reader") == 0
     released = [e for e in rig.sinks["a"].seen if e.kind is EventKind.RELEASE and e.partition_id == stuck]
     assert [e.reason for e in released] == ["stuck: reader failing 20 s"]
     assert a.coordinator.avoiding() == {stuck}

@@ -88,8 +88,8 @@ class Pumps:
         coordinator = self._coordinator
         owned = coordinator.owned
         for pid, (pump, task) in list(self.running.items()):
-            if pump.has_read:
-                self.readers.read(pid)
+            if pump.has_read and self.readers.failing(pid):
+                self._reader_back(pid)
             if task.done():
                 del self.running[pid]
                 self.finished(pid, task, cycles)
@@ -246,7 +246,13 @@ class Pumps:
             pid, OutageLog(log, f"worker {self._owner_id}: pump of partition {pid}", "restarting from its checkpoint")
         )
         outage.failed(error)
-        self.readers.failed(pid, self._coordinator.monotonic())
+        if self.readers.failed(pid, self._coordinator.monotonic()):
+            metrics.PARTITION_STUCK.labels(pid, "reader").set(1)
+
+    def _reader_back(self, pid: str) -> None:
+        """``pid``'s reader read again, or the partition was given up: no longer failing here."""
+        self.readers.read(pid)
+        metrics.PARTITION_STUCK.labels(pid, "reader").set(0)
 
     def _give_up_stuck_readers(self) -> None:
         """Give up (``Balancer.give_up``, in a task of its own) each held partition whose reader has kept
@@ -277,7 +283,7 @@ class Pumps:
                 await asyncio.wait({self.running[pid][1]}, timeout=self._coordinator.expiry / 4)
             await self._coordinator.give_up(pid, reason, GIVE_UP_FOR)
             metrics.STUCK_HEALS.labels("reader", "release").inc()
-            self.readers.read(pid)
+            self._reader_back(pid)
         except Exception as exc:  # the store failed: the next cycle tries again
             log.warning("worker %s: giving partition %s up failed (%s); tried again", self._owner_id, pid, exc)
         finally:
