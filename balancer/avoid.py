@@ -6,6 +6,10 @@ A worker that gives a partition up (``Balancer.give_up``) says so in its heartbe
 assigns the partition to someone else (``balancer.strategies.cooperative``), so the release notice
 wakes another worker to take it at once, and the one it was stuck on does not take it straight back.
 The avoidance ends by itself after the time given, and the heartbeat that follows says so.
+
+A worker that cannot read the hub at all (every reader failing) avoids ``EVERY`` partition
+(``Balancer.cannot_read``): it is then no member of anyone's plan, like a drained worker, so its
+partitions are handed over and it claims none until the time is up.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Iterable
 from balancer.model import Member, pid_key
 
 INFO_KEY = "avoid"  # the member info key holding "pid,pid" (partitions this worker will not take)
+EVERY = "*"  # avoided: every partition (the worker cannot read the hub)
 
 
 def format_avoided(partition_ids: Iterable[str]) -> str:

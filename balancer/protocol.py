@@ -240,7 +240,11 @@ class Balancer(Protocol):
         ``seconds`` (said to the others where the strategy plans with members); None if not held."""
 
     def avoiding(self) -> frozenset[str]:
-        """The partitions this worker gave up (``give_up``) and takes no more for now."""
+        """The partitions this worker gave up (``give_up``) and takes no more for now ("*": every one)."""
+
+    async def cannot_read(self, seconds: float) -> None:
+        """This worker cannot read the hub: it hands every partition over and claims none for ``seconds``
+        (said to the others where the strategy plans with members)."""
 
 
 class CyclesAlone:
@@ -277,6 +281,9 @@ class CyclesAlone:
 
     def avoiding(self) -> frozenset[str]:
         return frozenset()
+
+    async def cannot_read(self, seconds: float) -> None:
+        """Nothing: a race has no plan to hand partitions over by (each is given up on its own)."""
 
     async def release_many(self, partition_ids: Sequence[str], reason: str = "handed off") -> list[BalancerEvent]:
         """``release()`` of each in turn; the events of those that were held. Raises what the first

@@ -84,10 +84,17 @@ STUCK_HEALS = Counter(
     "(cause handler) has its thread abandoned and the partition restarted from its checkpoint (step "
     "restart); a worker past LEASEBOARD_HANDLER_ABANDON_MAX abandoned threads stops (step stop); a "
     "partition whose reader failed (cause reader) is restarted at the next cycle (step restart), and "
-    "released for another worker after LEASEBOARD_READER_STUCK (step release).",
+    "released for another worker after LEASEBOARD_READER_STUCK (step release), or, every reader of a worker "
+    "failing, all of them handed over (step hand_over).",
     ["cause", "step"],
 )
-for _cause, _step in (("handler", "restart"), ("handler", "stop"), ("reader", "restart"), ("reader", "release")):
+for _cause, _step in (
+    ("handler", "restart"),
+    ("handler", "stop"),
+    ("reader", "restart"),
+    ("reader", "release"),
+    ("reader", "hand_over"),
+):
     STUCK_HEALS.labels(_cause, _step)  # exposed at 0 from the start: the alert's increase() needs the series
 DEAD_LETTERS = Counter(
     "leaseboard_dead_letters",

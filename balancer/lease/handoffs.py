@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 
+from balancer import avoid
 from balancer.errors import StoreUnavailable
 from balancer.model import BalancerEvent
 from balancer.protocol import HandoffHook
@@ -50,6 +51,14 @@ class Handoffs(Reading):
             with contextlib.suppress(StoreUnavailable):
                 await self._heartbeat(self._stamp())
         return await self.release(partition_id, reason)
+
+    async def cannot_read(self, seconds: float) -> None:
+        """This worker cannot read the hub at all: for ``seconds`` it is in no plan (``balancer.avoid``'s
+        ``EVERY``, said in its heartbeat now), so its next cycles hand every partition over and claim none."""
+        self._avoid[avoid.EVERY] = max(self._avoid.get(avoid.EVERY, 0.0), self.monotonic() + seconds)
+        if self.controls is not None and self._heartbeat_due():
+            with contextlib.suppress(StoreUnavailable):
+                await self._heartbeat(self._stamp())
 
     async def release_many(self, partition_ids: Sequence[str], reason: str = "handed off") -> list[BalancerEvent]:
         """Give the held ones of ``partition_ids`` up now in one store request (the ends of handoffs

@@ -32,6 +32,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Mapping
 
+from ..avoid import EVERY
 from ..model import EventKind, OwnershipRecord
 from .base import Claim, Plan, Strategy, View, claim_for
 
@@ -50,7 +51,8 @@ def members(view: View, active: Mapping[str, OwnershipRecord]) -> list[str]:
     it would get a full share that nobody ever processes.
     """
     live = set(view.members) | {view.owner_id}
-    return sorted(live - view.drained - unresponsive(view, active))
+    unreading = {w for w, pids in view.avoided.items() if EVERY in pids}  # cannot read the hub (``balancer.avoid``)
+    return sorted(live - view.drained - unresponsive(view, active) - unreading)
 
 
 def unresponsive(view: View, active: Mapping[str, OwnershipRecord]) -> set[str]:
@@ -185,7 +187,7 @@ def plan_with(assigner: Assigner, view: View) -> Plan:
     """The plan that moves toward ``assigner``'s assignment: this worker's claims, releases and waits."""
     active = view.active()
     mine = sorted((p for p, r in active.items() if r.owner_id == view.owner_id), key=_key)
-    if view.owner_id in view.drained:
+    if view.owner_id in view.drained or EVERY in view.avoided.get(view.owner_id, ()):
         return Plan(releases=tuple(mine))
     if view.first_cycle:  # announce only; what is pinned elsewhere goes whatever the members are
         others = view.members - {view.owner_id} - view.drained

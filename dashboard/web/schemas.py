@@ -57,7 +57,7 @@ WORKER = obj(
             "type": "array",
             "items": STRING,
             "description": "partitions this worker gave up because they were stuck on it (its reader kept "
-            "failing) and takes no more for now",
+            "failing) and takes no more for now; '*': it cannot read the hub at all and takes none",
         },
     }
 )

@@ -4,10 +4,12 @@ nothing moves back (issue 35, item 2)."""
 
 from __future__ import annotations
 
+import random
+
 from balancer import avoid
 from balancer.model import EventKind, Member, OwnershipRecord, partition_ids
 from balancer.strategies import View
-from balancer.strategies.cooperative import assign
+from balancer.strategies.cooperative import assign, plan
 
 from .cluster import REF, Cluster
 
@@ -83,3 +85,11 @@ async def test_a_given_up_partition_is_taken_by_another_and_not_taken_back_until
     assert cluster.workers[owner].avoiding() == frozenset()
     assert (await cluster.owners())[pid] == owners[pid]
     assert await cluster.counts() == [2, 2, 2, 2]
+
+
+def test_a_worker_that_cannot_read_is_in_no_plan_and_releases_everything() -> None:
+    held = {"a": ["0", "1"], "b": ["2", "3"], "c": ["4", "5"], "d": ["6", "7"]}
+    v = view(held, {"a": frozenset({avoid.EVERY})})
+    assignment = assign(v, v.active())
+    assert "a" not in assignment.values() and set(assignment) == set(partition_ids(8))
+    assert set(plan(v, random.Random(0)).releases) == {"0", "1"}  # a's own plan hands them over

@@ -116,3 +116,45 @@ async def test_a_partition_whose_reader_keeps_failing_is_restarted_then_released
     assert GIVE_UP_FOR >= 60
     await a.shutdown()
     await b.shutdown()
+
+
+async def test_a_worker_whose_every_reader_fails_hands_all_over_and_claims_none(rig: Rig) -> None:
+    for pid in "0123":
+        rig.send(pid, 3)
+    source = FailingOn(rig.hub)
+    handled = Recorder()
+    a = rig.worker("a", handled, strategy="cooperative", source=source, reader_stuck=20.0)
+    b = rig.worker("b", handled, strategy="cooperative")
+    await settled(rig, a, b)
+    mine = sorted(a.coordinator.owned)
+    await until(lambda: all(len(handled.sequences(p)) == 3 for p in mine), what="a's first events handled")
+    hand_overs = metric("leaseboard_stuck_heals_total", cause="reader", step="hand_over")
+    source.broken.update("0123")  # a is cut from the hub
+    for pid in mine:
+        a._pumpset.running[pid][0].stop()
+    await until(lambda: not a.pumping, what="a's pumps to stop")
+    for _ in range(5):  # started again, failing each time (a failure is seen at the next cycle)
+        await a.step()
+        await b.step()
+        await until(lambda: all(a._pumpset.running[p][1].done() for p in mine), what="a's pumps to fail")
+        rig.clock.advance(9.0)
+    await a.step()  # every reader failing for 27 s: past the bound
+    await b.step()
+    await until(lambda: "*" in a.coordinator.avoiding(), what="a to say it cannot read")
+    assert metric("leaseboard_stuck_heals_total", cause="reader", step="hand_over") == hand_overs + 1
+    released = [e for e in rig.sinks["a"].seen if e.kind is EventKind.RELEASE and e.reason.startswith("stuck")]
+    assert released == [], "given up one by one instead of handed over"
+
+    async def handed_over() -> bool:
+        await a.step()
+        await b.step()
+        return not a.coordinator.owned and len(b.coordinator.owned) == 4
+
+    await until(handed_over, what="a to hand every partition to b")
+    for _ in range(3):  # a claims nothing meanwhile
+        rig.clock.advance(10.0)
+        await a.step()
+        await b.step()
+    assert not a.coordinator.owned and len(b.coordinator.owned) == 4
+    await a.shutdown()
+    await b.shutdown()

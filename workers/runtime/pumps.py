@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 
 import workers.metrics as metrics
+from balancer.avoid import EVERY
 from balancer.lease import EARLY
 from balancer.protocol import Balancer
 from workers.runtime.config import PumpConfig, PumpStats
@@ -259,7 +260,19 @@ class Pumps:
         failing for ``reader_stuck`` seconds; its pump, if one was started again, stops first."""
         coordinator = self._coordinator
         held = frozenset(p for p in coordinator.owned if not coordinator.handing_off(p))
-        for pid, seconds in self.readers.due(coordinator.monotonic(), self._reader_stuck, held):
+        due = self.readers.due(coordinator.monotonic(), self._reader_stuck, held)
+        if len(held) > 1 and len(due) == len(held) and EVERY not in coordinator.avoiding():
+            if EVERY not in self._giving_up:  # every reader failing: the hub, not one partition
+                seconds = min(s for _, s in due)
+                log.error(
+                    "worker %s cannot read the hub: every reader failing %.0f s or more (LEASEBOARD_READER_STUCK "
+                    "%gs); handing its %d partitions over, and claiming none for %gs",
+                    *(self._owner_id, seconds, self._reader_stuck, len(held), GIVE_UP_FOR),
+                )
+                task = asyncio.get_running_loop().create_task(self._cannot_read(held), name="cannot read")
+                self._giving_up[EVERY] = task
+            return
+        for pid, seconds in due:
             if pid in self._giving_up:
                 continue
             reason = self.readers.reason(seconds)
@@ -288,6 +301,17 @@ class Pumps:
             log.warning("worker %s: giving partition %s up failed (%s); tried again", self._owner_id, pid, exc)
         finally:
             del self._giving_up[pid]
+
+    async def _cannot_read(self, held: frozenset[str]) -> None:
+        try:
+            await self._coordinator.cannot_read(GIVE_UP_FOR)  # the next cycles hand them over
+            metrics.STUCK_HEALS.labels("reader", "hand_over").inc()
+            for pid in held:
+                self._reader_back(pid)
+        except Exception as exc:  # the next cycle tries again
+            log.warning("worker %s: saying it cannot read failed (%s); tried again", self._owner_id, exc)
+        finally:
+            del self._giving_up[EVERY]
 
     async def stop_all(self, timeout: float, cycles: int) -> None:
         """Stop every pump after its event in hand and its final checkpoint, waiting at most ``timeout``
