@@ -51,8 +51,15 @@ def members(view: View, active: Mapping[str, OwnershipRecord]) -> list[str]:
     it would get a full share that nobody ever processes.
     """
     live = set(view.members) | {view.owner_id}
-    unreading = {w for w, pids in view.avoided.items() if EVERY in pids}  # cannot read the hub (``balancer.avoid``)
-    return sorted(live - view.drained - unresponsive(view, active) - unreading)
+    sharing = live - view.drained - unresponsive(view, active)
+    return sorted(sharing - unreading(view, sharing))
+
+
+def unreading(view: View, sharing: set[str]) -> set[str]:
+    """The workers among ``sharing`` that say they cannot read the hub (``balancer.avoid.EVERY``): in no
+    plan, unless none of the others can read either (the hub is down, not they): then nobody is left out."""
+    said = {w for w, pids in view.avoided.items() if EVERY in pids and w in sharing}
+    return said if sharing - said else set()
 
 
 def unresponsive(view: View, active: Mapping[str, OwnershipRecord]) -> set[str]:
@@ -151,11 +158,12 @@ def assign(view: View, active: Mapping[str, OwnershipRecord]) -> dict[str, str]:
         pool.extend(reversed(skipped))
     if avoided:  # what only those who shun it had room for: to whoever holds the fewest and takes it
         for p in reversed(pool):
-            takers = [w for w in eligible if p not in avoided.get(w, ())]
-            if takers:
-                taker = min(takers, key=lambda w: (assigned[w], w))
-                assignment[p] = taker
-                assigned[taker] += 1
+            # Shunned by every member (its link down for all): kept by someone all the same, to be read
+            # as soon as it can be, rather than left unowned until the avoidances end.
+            takers = [w for w in eligible if p not in avoided.get(w, ())] or eligible
+            taker = min(takers, key=lambda w: (assigned[w], w))
+            assignment[p] = taker
+            assigned[taker] += 1
     return assignment
 
 
@@ -187,7 +195,7 @@ def plan_with(assigner: Assigner, view: View) -> Plan:
     """The plan that moves toward ``assigner``'s assignment: this worker's claims, releases and waits."""
     active = view.active()
     mine = sorted((p for p, r in active.items() if r.owner_id == view.owner_id), key=_key)
-    if view.owner_id in view.drained or EVERY in view.avoided.get(view.owner_id, ()):
+    if view.owner_id in view.drained:
         return Plan(releases=tuple(mine))
     if view.first_cycle:  # announce only; what is pinned elsewhere goes whatever the members are
         others = view.members - {view.owner_id} - view.drained

@@ -93,3 +93,20 @@ def test_a_worker_that_cannot_read_is_in_no_plan_and_releases_everything() -> No
     assignment = assign(v, v.active())
     assert "a" not in assignment.values() and set(assignment) == set(partition_ids(8))
     assert set(plan(v, random.Random(0)).releases) == {"0", "1"}  # a's own plan hands them over
+
+
+def test_when_nobody_can_read_the_hub_is_down_and_nothing_moves() -> None:
+    held = {"a": ["0", "1"], "b": ["2", "3"], "c": ["4", "5"], "d": ["6", "7"]}
+    everyone = {w: frozenset({avoid.EVERY}) for w in held}
+    v = view(held, everyone)
+    assignment = assign(v, v.active())
+    assert all(assignment[p] == w for w, ps in held.items() for p in ps)
+    assert plan(v, random.Random(0)).releases == ()
+
+
+def test_a_partition_every_worker_shuns_is_still_kept_by_one() -> None:
+    held = {"a": ["0"], "b": ["2", "3"], "c": ["4", "5"], "d": ["6", "7"]}  # 1 was given up by everyone
+    shunned = {w: frozenset({"1"}) for w in held}
+    v = view(held, shunned)
+    assignment = assign(v, v.active())
+    assert assignment["1"] == "a"  # the one holding the fewest: read again as soon as it can be
