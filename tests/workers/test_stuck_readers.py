@@ -97,6 +97,7 @@ async def test_a_partition_whose_reader_keeps_failing_is_restarted_then_released
     await until(lambda: stuck not in a.coordinator.owned, what="the stuck partition to be released")
     assert metric("leaseboard_stuck_heals_total", cause="reader", step="release") == releases + 1
     assert metric("leaseboard_partition_stuck", partition=stuck, cause="reader") == 0
+    assert not a._pumpset.readers.failing(stuck)  # taken afresh later, it gets its restart first again
     released = [e for e in rig.sinks["a"].seen if e.kind is EventKind.RELEASE and e.partition_id == stuck]
     assert [e.reason for e in released] == ["stuck: reader failing 20 s"]
     assert a.coordinator.avoiding() == {stuck}

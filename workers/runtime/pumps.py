@@ -104,6 +104,8 @@ class Pumps:
                 pump.wake()  # a paused pump whose lease this cycle renewed resumes now
         if self._handler_timeout > 0:
             self.abandon_stuck(self._handler_timeout)
+        for pid in [p for p in self.readers.since if p not in owned]:  # lost or handed over: its failures end
+            self._reader_back(pid)
         self._give_up_stuck_readers()
         if start:
             # Past its deadline a partition is not started: its pump would only pause.
