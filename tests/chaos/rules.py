@@ -193,8 +193,10 @@ def unexplained(evidence: Evidence, again: list[tuple[Handling, Handling]]) -> I
     history = CheckpointHistory(evidence.checkpoint_samples)
     for first, repeat in again:
         faults = _unplanned(evidence, first.owner)
+        # A fault that lasts (a store link flapping for 12 s) may strike at any moment of its span: what
+        # its victim handled until one expiry after its end may be lost with a checkpoint that failed.
         explained = any(
-            first.at <= f.started + evidence.expiry + evidence.slack
+            first.at <= max(f.started, f.ended) + evidence.expiry + evidence.slack
             and repeat.at >= f.started - evidence.slack
             and first.sequence > history.at_or_before(first.partition, f.started)
             for f in faults

@@ -77,6 +77,18 @@ def test_the_same_duplicates_after_a_planned_move_or_no_fault_are_reported() -> 
         assert report.violations[0].startswith("duplicates: partition 0 event 10: handled by a at 1.10 and again by b")
 
 
+def test_duplicates_handled_late_in_a_lasting_fault_are_explained_by_it_but_not_after_its_window() -> None:
+    # a's store link flapped from 2.0 to 14.0 (netsplit's flapping, CHAOS_SEED=392077 on Blob): it handled
+    # 10..12 at 10.0, in an up moment, its checkpoint then failed and b resumed at 10 after a's lease ran out.
+    run = handled("a", range(13), 1.0, step=0.9) + handled("b", range(10, 20), 16.0)  # a's 10 at 10.0
+    flapping = Fault("flapping", 2.0, 14.0, frozenset("a"))
+    report = check(evidence(run, [(9.5, 9), (17.0, 19)], [flapping]))
+    assert report.violations == [] and report.duplicates == 3
+    late = handled("a", range(13), 10.0, step=0.9) + handled("b", range(10, 20), 22.0)  # a's 10 at 19.0: past 14 + 3
+    report = check(evidence(late, [(18.5, 9), (23.0, 19)], [flapping]))
+    assert any("not inside a failure's window" in v for v in report.violations)
+
+
 def test_a_duplicate_from_before_the_checkpoint_taken_before_the_failure_is_reported() -> None:
     # b went back to event 5 although 9 was checkpointed before a failed: not the failure's window.
     run = handled("a", range(13), 1.0) + handled("b", range(5, 20), 5.2)

@@ -289,8 +289,20 @@ def busy_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
 
 def balanced(page: Page) -> None:
     expect(page.locator("#connection")).to_have_attribute("data-state", "live", timeout=15_000)
-    for worker in ("bw-0", "bw-1"):
-        expect(page.locator(f'#partitions [data-owner="{worker}"]')).to_have_count(2, timeout=20_000)
+    try:
+        for worker in ("bw-0", "bw-1"):
+            expect(page.locator(f'#partitions [data-owner="{worker}"]')).to_have_count(2, timeout=20_000)
+    except AssertionError as failed:  # seen twice under load, cause not found yet: say what each side had
+        tiles = page.eval_on_selector_all(
+            "#partitions [data-partition]", "ts => ts.map(t => [t.dataset.partition, t.dataset.owner || null])"
+        )
+        base = page.url.split("/", 3)
+        state = json.loads(urllib.request.urlopen(f"{base[0]}//{base[2]}/api/state", timeout=5).read())
+        served = sorted((p["id"], p["owner"]) for p in state["partitions"])
+        raise AssertionError(
+            f"{failed}\nthe page's tiles: {sorted(tiles)}\n/api/state now: {served}, workers "
+            f"{[(w['id'], w['owned'], w['alive']) for w in state['workers']]}, last_event_id {state['last_event_id']}"
+        ) from failed
 
 
 def test_staff_drains_a_worker_by_clicking_and_watches_its_partitions_move(busy_site: Site, page: Page) -> None:
