@@ -66,7 +66,9 @@ async def settled(rig: Rig, *workers: EventProcessor) -> None:
     raise AssertionError(f"not settled: {[sorted(w.coordinator.owned) for w in workers]}")
 
 
-async def test_a_partition_whose_reader_keeps_failing_is_restarted_then_released_to_another_worker(rig: Rig) -> None:
+async def two_workers(rig: Rig) -> tuple[FailingOn, Recorder, EventProcessor, EventProcessor]:
+    """Three events on each of four partitions; ``a`` (reading through ``source``, reader_stuck 20 s)
+    and ``b``, both cooperative, settled on two partitions each."""
     for pid in "0123":
         rig.send(pid, 3)
     source = FailingOn(rig.hub)
@@ -74,6 +76,11 @@ async def test_a_partition_whose_reader_keeps_failing_is_restarted_then_released
     a = rig.worker("a", handled, strategy="cooperative", source=source, reader_stuck=20.0)
     b = rig.worker("b", handled, strategy="cooperative")
     await settled(rig, a, b)
+    return source, handled, a, b
+
+
+async def test_a_partition_whose_reader_keeps_failing_is_restarted_then_released_to_another_worker(rig: Rig) -> None:
+    source, handled, a, b = await two_workers(rig)
     stuck = min(a.coordinator.owned)
     await until(lambda: len(handled.sequences(stuck)) == 3, what="the partition's first events handled")
     restarts = metric("leaseboard_stuck_heals_total", cause="reader", step="restart")
@@ -120,13 +127,7 @@ async def test_a_partition_whose_reader_keeps_failing_is_restarted_then_released
 
 
 async def test_a_worker_whose_every_reader_fails_hands_all_over_and_claims_none(rig: Rig) -> None:
-    for pid in "0123":
-        rig.send(pid, 3)
-    source = FailingOn(rig.hub)
-    handled = Recorder()
-    a = rig.worker("a", handled, strategy="cooperative", source=source, reader_stuck=20.0)
-    b = rig.worker("b", handled, strategy="cooperative")
-    await settled(rig, a, b)
+    source, handled, a, b = await two_workers(rig)
     mine = sorted(a.coordinator.owned)
     await until(lambda: all(len(handled.sequences(p)) == 3 for p in mine), what="a's first events handled")
     hand_overs = metric("leaseboard_stuck_heals_total", cause="reader", step="hand_over")

@@ -260,6 +260,8 @@ class Pumps:
     def _give_up_stuck_readers(self) -> None:
         """Give up (``Balancer.give_up``, in a task of its own) each held partition whose reader has kept
         failing for ``reader_stuck`` seconds; its pump, if one was started again, stops first."""
+        if not self.readers.since:  # the common case, every cycle and renewal step: nothing failing
+            return
         coordinator = self._coordinator
         held = frozenset(p for p in coordinator.owned if not coordinator.handing_off(p))
         due = self.readers.due(coordinator.monotonic(), self._reader_stuck, held)
