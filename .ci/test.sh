@@ -33,7 +33,9 @@ step() {  # step COMMAND...: runs it; the run stops on its failure
 
 step make --no-print-directory lint
 step "$py" manage.py makemigrations --check --dry-run -v 0
-step "$venv/bin/pytest" -n "$workers" --dist loadgroup --durations=25
+# --tb=short: a failure shows its assertion and message, not its whole test function's source, which
+# filled the part of a failed run's output that CI keeps (the netsplit test's headline, seed and notes were cut).
+step "$venv/bin/pytest" -n "$workers" --dist loadgroup --durations=25 --tb=short
 
 wait "$builds"
 built=$?
