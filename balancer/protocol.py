@@ -246,6 +246,9 @@ class Balancer(Protocol):
         """This worker cannot read the hub: it hands every partition over and claims none for ``seconds``
         (said to the others where the strategy plans with members)."""
 
+    async def can_read(self) -> None:
+        """This worker reads the hub again: a ``cannot_read`` ends now, before its time is up."""
+
 
 class CyclesAlone:
     """The calls of ``Balancer`` that a coordinator doing all its work in its cycles answers with
@@ -284,6 +287,9 @@ class CyclesAlone:
 
     async def cannot_read(self, seconds: float) -> None:
         """Nothing: a race has no plan to hand partitions over by (each is given up on its own)."""
+
+    async def can_read(self) -> None:
+        """Nothing (see ``cannot_read``)."""
 
     async def release_many(self, partition_ids: Sequence[str], reason: str = "handed off") -> list[BalancerEvent]:
         """``release()`` of each in turn; the events of those that were held. Raises what the first

@@ -85,7 +85,9 @@ STUCK_HEALS = Counter(
     "restart); a worker past LEASEBOARD_HANDLER_ABANDON_MAX abandoned threads stops (step stop); a "
     "partition whose reader failed (cause reader) is restarted at the next cycle (step restart), and "
     "released for another worker after LEASEBOARD_READER_STUCK (step release), or, every reader of a worker "
-    "failing, all of them handed over (step hand_over).",
+    "failing, all of them handed over (step hand_over); a worker the hub has not answered for "
+    "LEASEBOARD_READER_STUCK while its readers had nothing (cause hub) hands all of them over until it "
+    "answers (step hand_over).",
     ["cause", "step"],
 )
 for _cause, _step in (
@@ -94,6 +96,7 @@ for _cause, _step in (
     ("reader", "restart"),
     ("reader", "release"),
     ("reader", "hand_over"),
+    ("hub", "hand_over"),
 ):
     STUCK_HEALS.labels(_cause, _step)  # exposed at 0 from the start: the alert's increase() needs the series
 DEAD_LETTERS = Counter(

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from balancer import avoid
 from balancer.errors import StoreUnavailable
 from balancer.model import BalancerEvent
+from balancer.notices import Released
 from balancer.protocol import HandoffHook
 
 from .read import Reading
@@ -59,6 +60,17 @@ class Handoffs(Reading):
         if self.controls is not None and self._heartbeat_due():
             with contextlib.suppress(StoreUnavailable):
                 await self._heartbeat(self._stamp())
+
+    async def can_read(self) -> None:
+        """This worker reads the hub again: a ``cannot_read`` ends now (its heartbeat says so now where
+        it can be written, else at the next cycle), and the plans count it in again."""
+        if self._avoid.pop(avoid.EVERY, None) is None:
+            return
+        if self.controls is not None and self._heartbeat_due():
+            with contextlib.suppress(StoreUnavailable):
+                await self._heartbeat(self._stamp())
+        if self.announce_joining and self.on_released is not None:  # back: news for the quiet, as a join is
+            self.on_released(Released(self.ref, (), self.owner_id))
 
     async def release_many(self, partition_ids: Sequence[str], reason: str = "handed off") -> list[BalancerEvent]:
         """Give the held ones of ``partition_ids`` up now in one store request (the ends of handoffs

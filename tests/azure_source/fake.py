@@ -138,6 +138,8 @@ class Hub:
     properties: dict[str, dict[str, Any]] = field(default_factory=dict)
     ids_error: Exception | None = None
     calls: dict[str, int] = field(default_factory=lambda: {"get_partition_ids": 0, "get_partition_properties": 0})
+    # Set: every get_partition_ids waits until it is cleared, as a request sent into a network cut does.
+    ids_hang: threading.Event | None = None
 
 
 @dataclass
@@ -192,6 +194,8 @@ class LegacyFakeConsumerClient:
 
     def get_partition_ids(self) -> list[str]:
         self.hub.calls["get_partition_ids"] += 1
+        if self.hub.ids_hang is not None:
+            self.hub.ids_hang.wait(30)
         if self.hub.ids_error is not None:
             raise self.hub.ids_error
         return list(self.hub.partitions)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import threading
+import time
 
 import pytest
 from azure.eventhub import EventHubConsumerClient
@@ -10,8 +12,10 @@ from azure.eventhub._pyamqp.error import ErrorCondition
 from azure.eventhub.exceptions import AuthenticationError, ConnectError
 
 from tests.support.clock import FakeClock
-from workers.sources.base import PartitionProperties
+from tests.support.waiting import until_sync
+from workers.sources.base import PartitionProperties, Position
 from workers.sources.eventhubs import EventHubsConfigError, EventHubsSource, sdk_client
+from workers.sources.eventhubs.sdk import sdk_probe_client
 
 from .fake import (
     CONNECTION_STRING,
@@ -148,6 +152,50 @@ def test_a_partition_added_since_the_last_refresh_is_found_when_asked_for(
     assert source.properties("4").is_empty
     with pytest.raises(ValueError, match="has no partition '9'"):
         source.properties("9")
+
+
+def test_a_refresh_hanging_in_a_network_cut_keeps_no_one_else_waiting(
+    source: EventHubsSource, hub: Hub, clock: FakeClock
+) -> None:
+    released = threading.Event()
+    hub.ids_hang = released
+    clock.advance(5.0)
+    hanging = threading.Thread(target=source.partition_ids)  # the partition list's refresh, in its thread
+    hanging.start()
+    try:
+        until_sync(lambda: hub.calls["get_partition_ids"] == 2, "the refresh to be sent into the cut")
+        started = time.monotonic()
+        assert source.partition_ids() == ("0", "1", "2", "3")  # a pump opening a reader meanwhile
+        assert source.reader("2", Position.earliest()) is not None
+        assert time.monotonic() - started < 1.0, "waited behind the hanging refresh"
+    finally:
+        released.set()
+        hanging.join(10)
+    clock.advance(5.0)
+    hub.ids_hang = None
+    hub.partitions.append("4")
+    assert source.partition_ids() == ("0", "1", "2", "3", "4")  # asked again once it ended
+
+
+def test_a_probe_asks_on_a_client_of_its_own_and_says_whether_the_hub_answered(
+    source: EventHubsSource, hub: Hub, clients: Clients
+) -> None:
+    made = len(clients.made)
+    source.probe()
+    assert len(clients.made) == made + 1 and clients.made[-1].closed  # its own client, closed after
+    hub.ids_error = ConnectError("Failed to initiate the connection due to exception: timed out")
+    with pytest.raises(ConnectError):
+        source.probe()
+    assert clients.made[-1].closed
+    assert source.partition_ids() == ("0", "1", "2", "3")  # the shared client's answer is untouched
+
+
+def test_a_probe_of_the_real_sdk_gives_up_at_once() -> None:
+    client = sdk_probe_client(CONNECTION_STRING, "sensors", "$Default")
+    try:
+        assert client._config.max_retries == 0  # type: ignore[attr-defined]
+    finally:
+        client.close()
 
 
 def test_while_the_service_cannot_be_asked_the_last_partition_ids_are_used(

@@ -75,7 +75,7 @@ def test_every_rule_has_a_test_where_it_fires_with_labels_and_annotations_and_on
     names = [rule["alert"] for rule in rules()]
     checks = rule_tests()
 
-    assert len(names) == 19
+    assert len(names) == 20
     fires = {c["alertname"] for c in checks if c.get("exp_alerts")}
     quiet = {c["alertname"] for c in checks if not c.get("exp_alerts")}
     assert sorted(set(names) - fires) == [], "rules without a test where they fire"

@@ -50,6 +50,7 @@ AZURITE_PORT = 10000
 AMQP_PORT = 5672
 CONSOLE_PORT = 8000
 HUB = "netsplit"
+READER_STUCK = 2.5  # seconds: the workers' LEASEBOARD_READER_STUCK (the hub's silence they hand over after)
 
 
 class HostedPostgres(Postgres):
@@ -249,6 +250,9 @@ class NetFleet(Fleet):
         self.env.pop("LEASEBOARD_CLOCK_SKEW", None)
         # A request sent into a cut is given up within an expiry (production: 10 s for a 30 s expiry).
         self.env["LEASEBOARD_DB_TCP_TIMEOUT"] = str(self.expiry * 2 / 3)
+        # A worker the hub stops answering hands its partitions over after this (production: 30 s for a
+        # 30 s expiry; here the hub cut's partitions are read again elsewhere within 5 s of the cut).
+        self.env["LEASEBOARD_READER_STUCK"] = str(READER_STUCK)
         self._write = threading.Lock()
         self._counter = 0
         self._producing = threading.Event()

@@ -3,9 +3,11 @@
 Each cuts links (``Network.cut``: silent drops, both ways), holds the cut, heals it and logs itself
 with ``fleet.fault`` (its victims: the workers cut off from something). A worker cut from the store
 or from everything is an unplanned failure: what it handled after its last checkpoint may be
-handled again by the next owner, inside the expiry (the checker's rule 1). A worker cut from the
-hub only, or workers split from each other while each sees the store and the hub, lose nothing
-and move nothing for long: they renew their leases throughout.
+handled again by the next owner, inside the expiry (the checker's rule 1). Workers split from each
+other while each sees the store and the hub lose nothing and move nothing: they renew their leases
+throughout. A worker cut from the hub only renews its leases too, but its readers get nothing: once
+the hub has not answered it for ``LEASEBOARD_READER_STUCK`` (``cluster.READER_STUCK``) it hands its
+partitions over with their checkpoints, and takes its share back once the hub answers again.
 """
 
 from __future__ import annotations
@@ -97,7 +99,9 @@ async def worker_from_store(fleet: NetFleet, checks: list[PostCheck]) -> None:
 
 
 async def worker_from_hub(fleet: NetFleet, checks: list[PostCheck]) -> None:
-    """One worker cut from the hub only: it keeps its leases (it reaches the store) and resumes."""
+    """One worker cut from the hub only: it reaches the store, so it hands its partitions over once the
+    hub has been silent for ``READER_STUCK`` (the others read them meanwhile), and is given its share
+    back after the heal."""
     assert fleet.net is not None
     owner, host = _victim(fleet)
     net = fleet.net

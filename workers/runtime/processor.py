@@ -129,6 +129,9 @@ class EventProcessor:
             stopped=lambda: self.stopping,
             handler_timeout=self._config.handler_timeout,
             reader_stuck=self._config.reader_stuck,
+            hub_probe=getattr(self._source, "probe", None),
+            quiet=self.interval,
+            wake=self.wake,
         )
 
     @property

@@ -14,6 +14,7 @@ from balancer.avoid import EVERY
 from balancer.lease import EARLY
 from balancer.protocol import Balancer
 from workers.runtime.config import PumpConfig, PumpStats
+from workers.runtime.hubwatch import HubGuard, HubWatch
 from workers.runtime.pump import PartitionPump, Sleep
 from workers.runtime.sink import OutageLog
 from workers.runtime.stuck import GIVE_UP_FOR, ReaderWatch
@@ -37,6 +38,9 @@ class Pumps:
         stopped: Callable[[], bool],
         handler_timeout: float = 0.0,
         reader_stuck: float = 0.0,
+        hub_probe: Callable[[], object] | None = None,
+        quiet: float = 1.0,
+        wake: Callable[[], None] = lambda: None,
     ) -> None:
         self._coordinator = coordinator
         self._idle_seconds = idle_seconds
@@ -60,6 +64,17 @@ class Pumps:
         self._reader_stuck = reader_stuck
         self.readers = ReaderWatch()
         self._giving_up: dict[str, asyncio.Task[None]] = {}
+        # A hub that stops answering while the store still does (``hubwatch.py``): only where the source
+        # can be asked (``EventSource.probe``) and a bound is set.
+        self.hub: HubGuard | None = None
+        if hub_probe is not None and reader_stuck > 0:
+            answer = max(1.0, min(quiet, 5.0))
+            watch = HubWatch(
+                hub_probe, quiet=quiet, answer_within=answer, clock=coordinator.monotonic, most_apart=reader_stuck
+            )
+            self.hub = HubGuard(
+                watch, coordinator, bound=reader_stuck, seconds=GIVE_UP_FOR, progress=self._handed, wake=wake
+            )
 
     @property
     def _owner_id(self) -> str:
@@ -75,6 +90,10 @@ class Pumps:
         """Partitions whose pump is paused: its lease may have run out, and it waits for a renewal."""
         return frozenset(p for p, (pump, task) in self.running.items() if not task.done() and pump.paused)
 
+    def _handed(self) -> int:
+        """Events the running pumps handed over so far (``HubWatch.moved``: it grows while events come)."""
+        return sum(pump.stats.processed for pump, _ in self.running.values())
+
     def stats(self) -> dict[str, PumpStats]:
         """The stats of each partition's current pump, else of its last one."""
         current = {p: pump.stats for p, (pump, _) in self.running.items()}
@@ -88,6 +107,8 @@ class Pumps:
         successful cycles so far."""
         coordinator = self._coordinator
         owned = coordinator.owned
+        if self.hub is not None:
+            self.hub.start()
         for pid, (pump, task) in list(self.running.items()):
             if pump.has_read and self.readers.failing(pid):
                 self._reader_back(pid)
@@ -320,6 +341,8 @@ class Pumps:
     async def stop_all(self, timeout: float, cycles: int) -> None:
         """Stop every pump after its event in hand and its final checkpoint, waiting at most ``timeout``
         (the late ones are cancelled), and keep what each did."""
+        if self.hub is not None:
+            self.hub.stop()
         running = {task: pid for pid, (_, task) in self.running.items() if not task.done()}
         for pump, _ in self.running.values():
             pump.stop()

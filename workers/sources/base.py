@@ -85,6 +85,10 @@ class PartitionReader(Protocol):
 
 
 class EventSource(Protocol):
+    """A hub to read. A source reached over a network may also offer ``probe()``: one small request on
+    a connection of its own, returning when the hub answered and raising when it could not be asked
+    (``workers.runtime.hubwatch`` asks it when a worker's readers have gone quiet)."""
+
     def partition_ids(self) -> tuple[str, ...]:
         """The hub's partition ids now ("0".."P-1"); may grow while the hub runs."""
 

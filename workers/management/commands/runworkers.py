@@ -104,8 +104,9 @@ def add_pump_options(parser: CommandParser) -> None:
         "--reader-stuck",
         type=float,
         help="seconds a partition's reader may keep failing (restarted at every cycle) before the worker "
-        "releases the partition for another to take, and takes it no more for 5 minutes; 0: never "
-        "(default: LEASEBOARD_READER_STUCK, 30)",
+        "releases the partition for another to take, and takes it no more for 5 minutes; also how long an "
+        "Event Hubs namespace may leave this worker unanswered before it hands every partition over until "
+        "it answers again; 0: never (default: LEASEBOARD_READER_STUCK, 30)",
     )
     add(
         "--initial-position",

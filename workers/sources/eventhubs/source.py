@@ -13,6 +13,7 @@ source has fresh ones, and asks the service otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -30,7 +31,14 @@ from workers.sources.eventhubs.errors import (
     Redactor,
 )
 from workers.sources.eventhubs.reader import EventHubsReader
-from workers.sources.eventhubs.sdk import ClientFactory, LastEnqueued, properties, sdk_client, starting_position
+from workers.sources.eventhubs.sdk import (
+    ClientFactory,
+    LastEnqueued,
+    properties,
+    sdk_client,
+    sdk_probe_client,
+    starting_position,
+)
 
 log = logging.getLogger("leaseboard.eventhubs")
 
@@ -95,6 +103,11 @@ class EventHubsSource:
         true subset) with a warning at the first failure."""
         now = self._clock()
         if self._ids is not None and now - self._ids_at < self._refresh_seconds:
+            return self._ids
+        if self._ids is not None and self._lock.locked():
+            # A refresh is under way, perhaps hanging in a network cut until the SDK gives up (15 s and
+            # more): the last answer meanwhile, not a wait behind it (a pump opening a reader just after
+            # the heal waited 3 s for it in the partition suite).
             return self._ids
         try:
             ids = self._fetch_ids()
@@ -167,6 +180,19 @@ class EventHubsSource:
         )
         self._readers.add(reader)
         return reader
+
+    def probe(self) -> None:
+        """Asks the hub for its partition ids on a client of its own, made for this probe and closed after
+        it (not the shared one, whose lock a request hanging in a network cut holds; with no retries, so
+        an unreachable hub fails it in about a second): returns once answered, raises what the SDK raised.
+        ``workers.runtime.hubwatch`` asks it once the worker's readers have gone quiet."""
+        factory = sdk_probe_client if self._factory is sdk_client else self._factory
+        client = factory(self._connection_string, self.hub, self.consumer_group)
+        try:
+            client.get_partition_ids()
+        finally:
+            with contextlib.suppress(Exception):
+                client.close()
 
     def close(self) -> None:
         """Closes every reader of this source and the management client."""
