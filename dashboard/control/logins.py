@@ -31,7 +31,7 @@ from workers.wiring import hub_ref
 from ..models import AuditEntry
 from .audit import save
 from .registry import parse
-from .request import Refused, Request
+from .request import Refused, Request, storable
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,9 @@ def _asked(data: Any) -> Request:
 def refused_attempt(request: HttpRequest, user: str, data: Any, message: str) -> None:
     """Keep an action attempt refused before its action ran (sync ORM)."""
     try:
-        ref = hub_ref(data.get("hub") or None, data.get("consumer_group") or None)
+        names = (data.get("hub") or None, data.get("consumer_group") or None)
+        readable = all(v is None or (isinstance(v, str) and storable(v)) for v in names)
+        ref = hub_ref(*names) if readable else hub_ref()
     except (AttributeError, ValueError, TypeError):
         ref = hub_ref()
     save(ref, _asked(data), user, AuditEntry.REFUSED, message, {"address": client_address(request)})
@@ -100,8 +102,8 @@ def parsed_body(request: HttpRequest) -> Any:
     """The action request's body as a mapping (JSON or a form); {} when it is neither."""
     try:
         data: Any = json.loads(request.body or b"{}") if request.content_type == "application/json" else request.POST
-    except (ValueError, UnicodeDecodeError, SuspiciousOperation):  # not JSON, too big, too many fields
-        return {}
+    except (ValueError, UnicodeDecodeError, SuspiciousOperation, RecursionError):  # not JSON, too big, too
+        return {}  # many fields, nested past the recursion limit
     return data if hasattr(data, "get") else {}
 
 

@@ -17,12 +17,14 @@ from typing import Any
 
 from .action import Action
 from .records import DRAIN, PIN, PURGE, REBALANCE, UNDRAIN, UNPIN
-from .request import Refused, Request
+from .request import Refused, Request, storable
 from .resets import RESETCHECKPOINT
 
 REGISTRY: dict[str, Action] = {a.name: a for a in (DRAIN, UNDRAIN, PIN, UNPIN, REBALANCE, RESETCHECKPOINT, PURGE)}
 NAMES: tuple[str, ...] = tuple(REGISTRY)
-MAX_FIELD = 1000
+MAX_FIELD = 1000  # characters of a reason
+MAX_NAME = 255  # characters of a target or value (a worker id, a partition id: their columns' length)
+LIMITS = {"target": MAX_NAME, "value": MAX_NAME, "reason": MAX_FIELD}
 
 
 def get(name: str) -> Action:
@@ -39,10 +41,16 @@ def parse(data: Mapping[str, Any]) -> Request:
     Only the shape is checked here; whether the worker or partition exists is ``Action.check``'s,
     against the fleet as read.
     """
-    action = get(str(data.get("action") or ""))
-    fields = {k: str(data.get(k) or "").strip() for k in ("target", "value", "reason")}
-    if any(len(v) > MAX_FIELD for v in fields.values()):
-        raise Refused("bad_request", f"target, value and reason are at most {MAX_FIELD} characters each")
+    name = str(data.get("action") or "")
+    if not storable(name):
+        raise Refused("bad_request", "action must not hold NUL or unpaired surrogate characters")
+    action = get(name)
+    fields = {k: str(data.get(k) or "").strip() for k in LIMITS}
+    for key, text in fields.items():
+        if len(text) > LIMITS[key]:
+            raise Refused("bad_request", f"{key} is at most {LIMITS[key]} characters, got {len(text)}")
+        if not storable(text):
+            raise Refused("bad_request", f"{key} must not hold NUL or unpaired surrogate characters")
 
     def flag(name: str) -> bool:
         return data.get(name) in (True, "true", "on", "1", 1)

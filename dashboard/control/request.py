@@ -17,6 +17,13 @@ STRATEGY_SOURCES = {
 }
 
 
+def storable(text: str) -> bool:
+    """Whether ``text`` can be stored and read back by every database here: no NUL (PostgreSQL refuses
+    it in any string) and no unpaired surrogate (no UTF-8 encoder takes one; JSON's ``"\\ud800"``
+    gives one)."""
+    return "\x00" not in text and not any("\ud800" <= c <= "\udfff" for c in text)
+
+
 class Refused(Exception):
     """The action cannot be done as asked; ``message`` says why in one sentence, ``code`` names the rule."""
 

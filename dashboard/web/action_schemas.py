@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from ..control.action import Argument, Kind
-from ..control.registry import MAX_FIELD, NAMES, REGISTRY
+from ..control.registry import MAX_FIELD, MAX_NAME, NAMES, REGISTRY
 from .schema_parts import (
     BOOLEAN,
     PARAMETERS,
@@ -39,7 +39,8 @@ EXAMPLE_ARGUMENT = {Kind.WORKER: "w1", Kind.PARTITION: "0", Kind.POSITION: "earl
 def _argument(argument: Argument, role: str) -> Schema:
     return {
         **NAMED,
-        "description": f"{role}: {argument.help} ({argument.kind.value}), {TEXT}",
+        "maxLength": MAX_NAME,
+        "description": f"{role}: {argument.help} ({argument.kind.value}), read as text; at most {MAX_NAME} characters",
         "example": EXAMPLE_ARGUMENT[argument.kind],
     }
 

@@ -34,7 +34,7 @@ async def _action_request(request: HttpRequest) -> Parsed | JsonResponse:
         await db.acall(logins.refused_attempt, request, who, logins.parsed_body(request), STAFF_REQUIRED)
         return JsonResponse({"error": STAFF_REQUIRED, "code": "forbidden"}, status=403)
     try:
-        data = json.loads(request.body or b"{}") if request.content_type == "application/json" else request.POST
+        data = _json(request.body) if request.content_type == "application/json" else request.POST
         if not isinstance(data, dict) and not hasattr(data, "get"):
             raise ValueError("the body must be a JSON object")
         ref = parse_ref(data.get("hub"), data.get("consumer_group"))
@@ -44,6 +44,13 @@ async def _action_request(request: HttpRequest) -> Parsed | JsonResponse:
         return JsonResponse({"error": f"too many form fields: at most {limit}", "code": "bad_request"}, status=400)
     except (ValueError, actions.Refused) as exc:
         return JsonResponse({"error": str(exc), "code": "bad_request"}, status=400)
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body or b"{}")
+    except RecursionError:
+        raise ValueError("the body is nested too deeply to be read") from None
 
 
 def _refusal(refusal: actions.Refused) -> JsonResponse:

@@ -230,7 +230,7 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         try:
             content = await self.decode_json(text_data)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the recursion limit
             await self.send_json({"type": "error", "error": "frames must be JSON text", "code": "bad_frame"})
             return
         await self.receive_json(content, **kwargs)

@@ -5,9 +5,10 @@ OpenAPI document (``openapi.py``) says. Django's CSRF check runs before a view a
 POST without a token with 403 first; it guards writes, and these views write nothing, so they are
 exempt from it (an exempt view still refuses every method but GET and HEAD).
 
-A query string Django will not parse (more than ``DATA_UPLOAD_MAX_NUMBER_FIELDS`` fields) is a 400
-with ``{"error": ...}`` before the view runs, as every other bad parameter is; left to Django, it
-was an HTML page, and a 500 with ``DEBUG`` on (the debug page reads the query again, and fails).
+A query string Django will not parse (more than ``DATA_UPLOAD_MAX_NUMBER_FIELDS`` fields), or a path
+or query holding NUL (which PostgreSQL refuses in any string), is a 400 with ``{"error": ...}`` before
+the view runs, as every other bad parameter is; left to Django, the first was an HTML page, and a
+500 with ``DEBUG`` on (the debug page reads the query again, and fails).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ def unreadable_query(request: HttpRequest) -> HttpResponse | None:
     except TooManyFieldsSent:
         limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
         return JsonResponse({"error": f"too many query parameters: at most {limit}"}, status=400)
+    if "\x00" in request.path or any("\x00" in k or "\x00" in v for k, vs in request.GET.lists() for v in vs):
+        # PostgreSQL refuses NUL in any string it is given: a 500 on the query that held one.
+        return JsonResponse({"error": "the path and query parameters must not contain NUL characters"}, status=400)
     return None
 
 
