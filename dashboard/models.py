@@ -284,3 +284,32 @@ class AuditEntry(Scoped):
             "message": self.message,
             "moves": len(self.detail.get("moves", [])) if isinstance(self.detail, dict) else 0,
         }
+
+
+class Refusal(models.Model):
+    """Attempts refused before they reached an operator's action, counted (``control/refusals.py``):
+    per kind (a wrong password, a lockout, an action without a staff login, a missing CSRF token), per
+    client address and per account, the account only when it is one (a known user name, or the
+    non-staff user who was logged in). Nothing an unauthenticated sender wrote is stored here."""
+
+    kind = models.CharField(max_length=16)
+    source = models.CharField(max_length=255, help_text="the client's address as the console saw it")
+    user = models.CharField(max_length=150, blank=True, help_text="an existing account, else empty")
+    count = models.PositiveBigIntegerField(default=0)
+    first_at = models.FloatField(help_text="dashboard clock, seconds since the epoch")
+    last_at = models.FloatField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["kind", "source", "user"], name="refusal_per_source")]
+        indexes = [models.Index(fields=["last_at"])]
+
+    def as_json(self, staff: bool) -> dict[str, object]:
+        """The count as a reader sees it: which address and account for staff only."""
+        return {
+            "kind": self.kind,
+            "source": self.source if staff else None,
+            "user": self.user if staff else None,
+            "count": self.count,
+            "first_at": self.first_at,
+            "last_at": self.last_at,
+        }

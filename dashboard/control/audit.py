@@ -1,6 +1,7 @@
-"""The audit log of admin actions: one ``AuditEntry`` per attempt (applied, refused or failed), counted
-in ``leaseboard_admin_actions`` by action and outcome. Attempts refused before they reached an
-action (no staff login, a bad CSRF token) and refused logins are kept here too (``logins.py``)."""
+"""The audit log of admin actions: one ``AuditEntry`` per operator's attempt (applied, refused or
+failed), counted in ``leaseboard_admin_actions`` by action and outcome. Attempts refused before they
+reached an action (no staff login, a bad CSRF token) and refused logins are no operator's: they are
+counted, not kept here (``refusals.py``)."""
 
 from __future__ import annotations
 

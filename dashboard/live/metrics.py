@@ -32,6 +32,12 @@ ADMIN_ACTIONS = Counter(
     "Operator actions applied, refused or failed, by action (from the page or a management command).",
     ["action", "outcome"],
 )
+REFUSED_ATTEMPTS = Counter(
+    "leaseboard_refused_attempts",
+    "Attempts refused before an operator's action: wrong passwords (login), refusals of a locked-out "
+    "login (lockout), actions without a staff login (action) or without the CSRF token (csrf).",
+    ["kind"],
+)
 
 
 class ConsoleLoad(Collector):

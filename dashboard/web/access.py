@@ -99,11 +99,11 @@ class ReadRule:
 
 
 def _keep_refused_action(request: HttpRequest) -> None:
-    """An action POSTed by someone who may not even read goes on the audit log too (logins.py)."""
+    """An action POSTed by someone who may not even read is counted too (``control/refusals.py``)."""
     if request.method == "POST" and request.path.startswith("/api/actions/"):
-        from ..control.logins import ANONYMOUS, parsed_body, refused_attempt
+        from ..control.logins import refused_attempt
 
-        refused_attempt(request, ANONYMOUS, parsed_body(request), LOGIN_REQUIRED)
+        refused_attempt(request)
 
 
 Scope = Any

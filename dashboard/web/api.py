@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from balancer.model import HubRef
 
-from ..control import actions
+from ..control import actions, refusals
 from ..live import history
 from ..live.console import Json
 from ..live.host import host
@@ -215,6 +215,18 @@ def api_audit(request: HttpRequest) -> JsonResponse:
         return not_found(ref)
     entries = actions.recent_audit(ref, limit, request.GET.get("target") or None, after)
     return JsonResponse(audit_for(request.user, entries), safe=False)
+
+
+@read_only
+def api_refusals(request: HttpRequest) -> JsonResponse:
+    """Attempts refused before an operator's action, counted (``control/refusals.py``): addresses and
+    accounts for staff only."""
+    try:
+        limit = int_param(request, "limit", 50, 1, EVENTS_MAX)
+    except ValueError as exc:
+        return bad_request(str(exc))
+    assert limit is not None
+    return JsonResponse(refusals.summary(can_act(request.user), limit))
 
 
 # --- actions ----------------------------------------------------------------------------------

@@ -93,6 +93,7 @@ OPERATION_IDS = {
     "/api/partitions/{partition_id}": "partition",
     "/api/history": "history",
     "/api/audit": "audit",
+    "/api/refusals": "refusals",
     "/api/pipeline": "pipeline",
     "/api/actions/preview": "previewAction",
     "/api/actions/apply": "applyAction",
@@ -114,7 +115,7 @@ def document() -> Schema:
                 "is needed: 401). Objects may gain keys; none is renamed or removed."
             ),
         },
-        "paths": {**_reads(), **_details(), **_actions()},
+        "paths": {**_reads(), **_details(), **_logs(), **_actions()},
         "components": _components(),
     }
     for path, operations in found["paths"].items():
@@ -167,7 +168,7 @@ def _reads() -> Schema:
 
 
 def _details() -> Schema:
-    """The paths of one partition, the rebalances, the audit log and the pipeline."""
+    """The paths of one partition, the rebalances and the pipeline."""
     partition_id = {
         "name": "partition_id",
         "in": "path",
@@ -205,6 +206,22 @@ def _details() -> Schema:
             ],
             *READ,
         ),
+        "/api/pipeline": get(
+            "The Spark pipeline's results for a hub: chart, alerts, batches, lag, totals, bad input.",
+            json_body(ref("Pipeline"), "The pipeline (dead letters' error texts for staff only)."),
+            [{"$ref": P + "hub"}],
+            "400",
+            "401",
+            "405",
+            "503",
+        ),
+    }
+
+
+def _logs() -> Schema:
+    """The paths of the audit log and the refused attempts' counts."""
+    hub_params = list(HUB_PARAMETERS)
+    return {
         "/api/audit": get(
             "The audit log of admin actions, newest first.",
             json_body(array(ref("AuditEntry")), "The entries (user names for staff only)."),
@@ -216,14 +233,14 @@ def _details() -> Schema:
             ],
             *READ,
         ),
-        "/api/pipeline": get(
-            "The Spark pipeline's results for a hub: chart, alerts, batches, lag, totals, bad input.",
-            json_body(ref("Pipeline"), "The pipeline (dead letters' error texts for staff only)."),
-            [{"$ref": P + "hub"}],
+        "/api/refusals": get(
+            "Attempts refused before an operator's action (wrong passwords, lockouts, actions without a "
+            "staff login or CSRF token), counted per kind, address and account, most recent first.",
+            json_body(ref("Refusals"), "The counts (addresses and accounts for staff only)."),
+            [{"$ref": P + "limit"}],
             "400",
             "401",
             "405",
-            "503",
         ),
     }
 

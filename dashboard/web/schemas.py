@@ -150,6 +150,26 @@ AUDIT_ENTRY = obj(
     }
 )
 
+REFUSAL_KINDS = ["login", "lockout", "action", "csrf"]
+REFUSALS = obj(
+    {
+        "totals": obj({kind: INTEGER for kind in REFUSAL_KINDS}),
+        "counts": array(
+            obj(
+                {
+                    "kind": {"type": "string", "enum": REFUSAL_KINDS},
+                    "source": {**nullable(STRING), "description": "the client's address (staff only: null)"},
+                    "user": {**nullable(STRING), "description": "the existing account tried, or '' (staff only)"},
+                    "count": INTEGER,
+                    "first_at": NUMBER,
+                    "last_at": NUMBER,
+                }
+            )
+        ),
+        "kept": {**INTEGER, "description": "counts kept (at most 1,000: the least recent go first)"},
+    }
+)
+
 SAMPLE = obj(
     {
         "at": NUMBER,
@@ -310,6 +330,7 @@ SCHEMAS: dict[str, Schema] = {
     "Summary": SUMMARY,
     "Event": EVENT,
     "AuditEntry": AUDIT_ENTRY,
+    "Refusals": REFUSALS,
     "LagSample": SAMPLE,
     "PartitionDetail": PARTITION_DETAIL,
     "History": HISTORY,

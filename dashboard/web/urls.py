@@ -16,6 +16,7 @@ urlpatterns = [
     path("api/partitions/<str:partition_id>", api.api_partition, name="api-partition"),
     path("api/history", api.api_history, name="api-history"),
     path("api/audit", api.api_audit, name="api-audit"),
+    path("api/refusals", api.api_refusals, name="api-refusals"),
     path("api/actions/preview", actions.action_preview, name="action-preview"),
     path("api/actions/apply", actions.action_apply, name="action-apply"),
     path("api/schema", openapi.schema, name="api-schema"),

@@ -14,7 +14,7 @@ from django.test import AsyncClient
 
 from balancer.model import ControlKind, HubRef, Member, OwnershipRecord
 from dashboard.control.registry import REGISTRY
-from dashboard.models import AuditEntry
+from dashboard.models import AuditEntry, Refusal
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
 
@@ -147,7 +147,9 @@ async def test_anonymous_and_non_staff_users_cannot_act(fleet: Stores, ref: HubR
             assert response.json() == {"error": "a staff login is needed for this action", "code": "forbidden"}
     assert await fleet.controls.list_controls(ref) == []
     kept = await database_sync_to_async(lambda: list(AuditEntry.objects.values_list("outcome", "action")))()
-    assert kept == [("refused", "drain")] * 4  # each refused attempt is on the audit log, and nothing else
+    assert kept == []  # no operator acted: each refused attempt is counted instead (control/refusals.py)
+    counted = await database_sync_to_async(lambda: sorted(Refusal.objects.values_list("kind", "user", "count")))()
+    assert counted == [("action", "", 2), ("action", "viewer", 2)]
 
 
 async def test_a_post_without_the_csrf_token_is_refused(fleet: Stores, ref: HubRef) -> None:
