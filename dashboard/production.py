@@ -15,15 +15,15 @@ import os
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .env import envbool, envint, envstr
+from .env import envbool, envint, envstr, weak_secret
 from .settings import *  # noqa: F403
 
 DEBUG = False
 
 _key = os.environ.get("DJANGO_SECRET_KEY", "")
-if len(_key) < 50 or len(set(_key)) < 5 or _key.startswith("django-insecure") or _key.startswith("dev-only"):
+if (_weak := weak_secret(_key)) is not None:
     raise ImproperlyConfigured(
-        "dashboard.production needs DJANGO_SECRET_KEY: at least 50 random characters, e.g. from "
+        f"dashboard.production needs DJANGO_SECRET_KEY: at least 50 random characters ({_weak}), e.g. from "
         "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`"
     )
 SECRET_KEY = _key

@@ -12,7 +12,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from .env import envbool, envfloat, envint, envstr
+from .env import create_private, envbool, envfloat, envint, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("LEASEBOARD_VAR_DIR", str(BASE_DIR / "var")))
@@ -81,6 +81,7 @@ DATABASES = {
     ),
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    create_private(str(DATABASES["default"]["NAME"]))  # it holds the session keys: 0600, not 0644
     # WAL lets the dashboard read while runworkers processes write; the timeout rides out the
     # short write locks that several processes sharing one file take in turn.
     DATABASES["default"]["OPTIONS"] = {
