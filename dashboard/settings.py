@@ -255,7 +255,7 @@ EVENTHUB_PREFETCH = envint("EVENTHUB_PREFETCH", 20, minimum=1)
 LEASEBOARD_ANONYMOUS_READ = envbool("LEASEBOARD_ANONYMOUS_READ", True)
 # Work a visitor can cause is bounded: at most this many hubs are watched at once (the least recently
 # used unwatched one makes room; only hubs the store knows are watched at all), and at most this
-# many websockets are served (more are closed with 1013, try again later).
+# many websockets are served (more are closed with 4503, try again later).
 LEASEBOARD_MONITORS_MAX = envint("LEASEBOARD_MONITORS_MAX", 16, minimum=1)
 LEASEBOARD_SOCKETS_MAX = envint("LEASEBOARD_SOCKETS_MAX", 500, minimum=1)
 # Lag status (README "Lag and partition status"): a sample of every partition's checkpoint and lag

@@ -72,7 +72,10 @@ FLOOD_WINDOW = 10.0
 CLOSE_TOO_BIG = 4413
 CLOSE_FLOOD = 4429
 CLOSE_UNKNOWN = 4404  # a hub and consumer group the store does not know: nothing is started for it
-CLOSE_TRY_LATER = 1013  # LEASEBOARD_SOCKETS_MAX sockets open, every monitor slot taken, or the store down
+# LEASEBOARD_SOCKETS_MAX sockets open, every monitor slot taken, or the store down: 503's number in the
+# private range, as the others here. Daphne sends no close code but 1000 and 3000-4999 (1013, "try
+# again later", made it answer 1011 with a traceback instead).
+CLOSE_TRY_LATER = 4503
 
 
 # every consumer's reads (read only), on one kept connection

@@ -7,7 +7,9 @@ proves them for PostgreSQL too; ``test_schema_fuzz`` runs the whole API against 
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from django.test import Client
 
 from dashboard.asgi import application
 from dashboard.models import AuditEntry
+from dashboard.web import access, consumers
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
 
@@ -109,3 +112,17 @@ async def test_a_websocket_frame_nested_too_deep_is_answered_not_closed_with_101
     finally:
         await ws.disconnect()
     assert reply.get("type") == "error" and reply.get("code") == "bad_frame", reply
+
+
+def test_every_close_code_the_console_sends_is_one_daphne_sends() -> None:
+    """Daphne (autobahn) sends 1000 or 3000-4999 only; any other code became 1011 and a traceback."""
+    codes = {
+        name: value
+        for module in (consumers, access)
+        for name, value in vars(module).items()
+        if name.startswith("CLOSE_")
+    }
+    source = inspect.getsource(consumers)
+    codes.update({f"literal {m}": int(m) for m in re.findall(r"close\(code=(\d+)", source)})
+
+    assert codes and all(code == 1000 or 3000 <= code <= 4999 for code in codes.values()), codes
