@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
@@ -32,6 +33,9 @@ async def _action_request(request: HttpRequest) -> Parsed | JsonResponse:
     if not can_act(user):  # counted, not read (control/refusals.py): the audit log is the operators'
         await db.acall(logins.refused_attempt, request, user.get_username() if user.is_authenticated else "")
         return JsonResponse({"error": STAFF_REQUIRED, "code": "forbidden"}, status=403)
+    if _from_another_site(request):
+        await db.acall(logins.refused_attempt, request, user.get_username(), "csrf")
+        return JsonResponse({"error": OTHER_SITE, "code": "csrf"}, status=403)
     try:
         data = _json(request.body) if request.content_type == "application/json" else request.POST
         if not isinstance(data, dict) and not hasattr(data, "get"):
@@ -43,6 +47,19 @@ async def _action_request(request: HttpRequest) -> Parsed | JsonResponse:
         return JsonResponse({"error": f"too many form fields: at most {limit}", "code": "bad_request"}, status=400)
     except (ValueError, actions.Refused) as exc:
         return JsonResponse({"error": str(exc), "code": "bad_request"}, status=400)
+
+
+OTHER_SITE = "refused: the request's Referer names another site"
+
+
+def _from_another_site(request: HttpRequest) -> bool:
+    """A Referer naming another host, on a request without an Origin. Django compares the Origin header
+    whenever there is one, but the Referer only over HTTPS: over plain HTTP (the development
+    settings) a page elsewhere could act with a stolen token. Browsers send one or the other."""
+    if request.META.get("HTTP_ORIGIN"):
+        return False
+    referer = str(request.META.get("HTTP_REFERER") or "")
+    return bool(referer) and urlsplit(referer).netloc != request.get_host()
 
 
 def _json(body: bytes) -> Any:

@@ -152,6 +152,23 @@ async def test_anonymous_and_non_staff_users_cannot_act(fleet: Stores, ref: HubR
     assert counted == [("action", "", 2), ("action", "viewer", 2)]
 
 
+async def test_a_referer_from_another_site_is_refused_even_over_plain_http(fleet: Stores, ref: HubRef) -> None:
+    client = await logged_in()
+    token = {"X-CSRFToken": client.cookies["csrftoken"].value}
+
+    def send(referer: str) -> Any:
+        headers = {**token, "Referer": referer}
+        return client.post("/api/actions/preview", json.dumps(DRAIN), content_type="application/json", headers=headers)
+
+    forged = await send("http://attacker.example/page")
+    ours = await send("http://testserver/")
+
+    assert (forged.status_code, forged.json()["code"]) == (403, "csrf")
+    assert ours.status_code == 200, ours.content
+    counted = await database_sync_to_async(lambda: sorted(Refusal.objects.values_list("kind", "user", "count")))()
+    assert counted == [("csrf", "ops", 1)]
+
+
 async def test_a_post_without_the_csrf_token_is_refused(fleet: Stores, ref: HubRef) -> None:
     client = await logged_in()
 
