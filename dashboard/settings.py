@@ -258,6 +258,9 @@ LEASEBOARD_ANONYMOUS_READ = envbool("LEASEBOARD_ANONYMOUS_READ", True)
 # many websockets are served (more are closed with 4503, try again later).
 LEASEBOARD_MONITORS_MAX = envint("LEASEBOARD_MONITORS_MAX", 16, minimum=1)
 LEASEBOARD_SOCKETS_MAX = envint("LEASEBOARD_SOCKETS_MAX", 500, minimum=1)
+# Of those, at most this many per client (a signed-in user, else an address); anonymous readers together
+# leave a tenth to signed-in users (dashboard/web/sockets.py).
+LEASEBOARD_SOCKETS_PER_CLIENT = envint("LEASEBOARD_SOCKETS_PER_CLIENT", 20, minimum=1)
 # Lag status (README "Lag and partition status"): a sample of every partition's checkpoint and lag
 # every LAG_SAMPLE_SECONDS; the status is judged over the last LAG_WINDOW samples; STOP after no
 # checkpoint for LAG_STOP_SECONDS; samples are kept LAG_RETENTION_SECONDS for the lag charts.

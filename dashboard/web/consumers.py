@@ -37,7 +37,6 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.conf import settings
 from django.db.models import Q
 
 from balancer.model import HubRef
@@ -53,6 +52,7 @@ from ..live.monitor import Monitor
 from ..live.state import parse_ref
 from ..models import EventLog
 from .access import audit_for, events_for
+from .sockets import SEATS, client_of
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,7 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     watching: tuple[Monitor, int] | None = None
     grouped = False
     counted = False
+    seated = False
     stopping = False  # set by _release: the pump ends at its next turn even if a cancel was lost
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -147,10 +148,13 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self.send_json({"type": "error", "error": str(exc)})
             await self.close(code=4400)
             return
-        if open_sockets() >= settings.LEASEBOARD_SOCKETS_MAX:
-            await self.send_json({"type": "error", "error": "this console serves its maximum of sockets; try later"})
+        self.seat = client_of(self.scope)
+        refused = SEATS.take(*self.seat)  # sockets.py: per client, and some kept for signed-in users
+        if refused is not None:
+            await self.send_json({"type": "error", "error": refused})
             await self.close(code=CLOSE_TRY_LATER)
             return
+        self.seated = True
         try:
             watched = await host.admit(self.ref)
         except Exception as exc:  # the store cannot say whether it knows the hub, or no monitor slot is free
@@ -191,6 +195,9 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         watching, self.watching = self.watching, None
         if watching is not None:
             watching[0].unsubscribe(watching[1])
+        if self.seated:
+            self.seated = False
+            SEATS.give_back(*self.seat)
         last = False
         if self.counted:
             self.counted = False

@@ -25,8 +25,9 @@ KINDS = ("text", "binary", "big", "flood")
 
 
 @pytest.fixture(autouse=True)
-def fast_monitor(monkeypatch: pytest.MonkeyPatch) -> None:
+def fast_monitor(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
     monkeypatch.setattr(monitor, "ROUND_SECONDS", 0.2)
+    settings.LEASEBOARD_SOCKETS_PER_CLIENT = SOCKETS  # every socket here is one test client's (test_sockets.py)
 
 
 async def answer(ws: WebsocketCommunicator, timeout: float = 10.0) -> dict[str, Any]:
