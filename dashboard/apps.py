@@ -6,4 +6,5 @@ class DashboardConfig(AppConfig):
     verbose_name = "Leaseboard dashboard (control plane)"
 
     def ready(self) -> None:
-        from .control import logins  # noqa: F401  (its signal receivers: refused logins on the audit log)
+        from . import checks  # noqa: F401  (the console's own check rules)
+        from .control import logins  # noqa: F401  (its signal receivers: refused logins counted)

@@ -3,7 +3,8 @@
 Everything of ``dashboard.settings``, tightened so ``manage.py check --deploy`` is clean. Required:
 ``DJANGO_SECRET_KEY`` (50+ random characters) and ``DJANGO_ALLOWED_HOSTS`` for a public name.
 Optional: ``LEASEBOARD_SSL_REDIRECT`` (default on; turn off when a proxy already redirects),
-``LEASEBOARD_BEHIND_TLS_PROXY`` (trust ``X-Forwarded-Proto`` from the proxy), ``LEASEBOARD_HSTS_SECONDS``,
+``LEASEBOARD_BEHIND_TLS_PROXY`` (trust ``X-Forwarded-Proto`` from the proxy; name the proxy in
+``LEASEBOARD_TRUSTED_PROXIES`` too, or ``check --deploy`` warns), ``LEASEBOARD_HSTS_SECONDS``,
 ``DJANGO_CSRF_TRUSTED_ORIGINS`` (comma-separated ``https://host`` origins for the admin behind a proxy),
 ``LEASEBOARD_SERVE_STATIC`` (default on: Daphne serves the few static files itself; turn off when
 a proxy serves ``STATIC_ROOT`` after ``collectstatic``).

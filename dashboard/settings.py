@@ -12,6 +12,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from .clients import trusted_proxies
 from .env import create_private, envbool, envfloat, envint, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -137,6 +138,10 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "dashboard/locked.html"
 AXES_VERBOSE = False  # our own log lines say it once (logins.py)
+# The proxies in front of the console (addresses or networks, comma-separated): requests from them are
+# from the address their X-Forwarded-For gives (dashboard/clients.py), for the throttle and counts.
+LEASEBOARD_TRUSTED_PROXIES = trusted_proxies(envstr("LEASEBOARD_TRUSTED_PROXIES", ""))
+AXES_CLIENT_IP_CALLABLE = "dashboard.clients.client_address"
 # Content-Security-Policy (django-csp): scripts, styles, images and sockets from this console only;
 # no inline script or style anywhere (the pages take their data from data- attributes).
 CONTENT_SECURITY_POLICY = {

@@ -26,6 +26,7 @@ from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.csrf import csrf_failure as django_csrf_failure
 
+from ..clients import client_address as behind_proxies
 from . import refusals
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,8 @@ class LoginThrottle(AxesStandaloneBackend):  # type: ignore[misc]
 
 
 def client_address(request: HttpRequest | None) -> str:
-    return str(getattr(request, "META", {}).get("REMOTE_ADDR") or "unknown")[:255]
+    """The client's address, behind the trusted proxies (``dashboard/clients.py``)."""
+    return behind_proxies(request)
 
 
 @receiver(user_login_failed)
