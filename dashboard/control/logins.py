@@ -78,8 +78,8 @@ def refused_attempt(request: HttpRequest, user: str = "", kind: str = "action") 
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
-    """Django's CSRF refusal; for the action API, JSON and a count."""
+    """Django's CSRF refusal, counted wherever it happens (a login form too); JSON for the action API."""
+    refused_attempt(request, _who(request), "csrf")
     if not request.path.startswith("/api/actions/"):
         return django_csrf_failure(request, reason)
-    refused_attempt(request, _who(request), "csrf")
     return JsonResponse({"error": CSRF_REFUSED, "code": "csrf"}, status=403)

@@ -65,3 +65,11 @@ def test_the_api_shows_addresses_and_accounts_to_staff_only(
     ]
     assert [(c["kind"], c["source"], c["user"], c["count"]) for c in staff["counts"]] == [("lockout", A, "admin", 2)]
     assert client.get("/api/refusals?limit=0").status_code == 400
+
+
+def test_a_login_form_posted_without_its_token_is_counted(stores: Stores, hub: EmbeddedHub) -> None:
+    browser = Client(enforce_csrf_checks=True, REMOTE_ADDR=A)
+
+    assert browser.post("/login/", {"username": "ops", "password": "x"}).status_code == 403
+
+    assert list(Refusal.objects.values_list("kind", "source", "user", "count")) == [("csrf", A, "", 1)]
