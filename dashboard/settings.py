@@ -129,10 +129,12 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 # Login throttling (django-axes): after LEASEBOARD_LOGIN_FAILURES wrong passwords for one user name
 # from one address, that pair is refused for LEASEBOARD_LOGIN_COOLOFF_MINUTES, on /login/ and on
-# the admin's login alike; each refusal and lockout is logged and kept in the audit log
-# (dashboard/control/logins.py). A right password resets the count.
+# the admin's login alike; each refusal and lockout is counted (dashboard/control/refusals.py). A right
+# password resets the count. Before that, at most LEASEBOARD_LOGIN_RATE logins a minute per client
+# address are tried at all (each costs a password hash; logins.LoginThrottle).
 AUTHENTICATION_BACKENDS = ["dashboard.control.logins.LoginThrottle", "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = envint("LEASEBOARD_LOGIN_FAILURES", 5, minimum=1)
+LEASEBOARD_LOGIN_RATE = envint("LEASEBOARD_LOGIN_RATE", 20, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=envfloat("LEASEBOARD_LOGIN_COOLOFF_MINUTES", 15.0))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True

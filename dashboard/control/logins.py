@@ -17,11 +17,15 @@ log holds what operators did.
 from __future__ import annotations
 
 import logging
+import time
+from collections import deque
 from typing import Any
 
 from axes.backends import AxesStandaloneBackend
 from axes.signals import user_locked_out
+from django.conf import settings
 from django.contrib.auth.signals import user_login_failed
+from django.core.exceptions import PermissionDenied
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.csrf import csrf_failure as django_csrf_failure
@@ -37,15 +41,41 @@ CSRF_REFUSED = "refused: the CSRF token is missing or wrong (reload the page and
 
 
 class LoginThrottle(AxesStandaloneBackend):  # type: ignore[misc]
-    """django-axes' check before every login over HTTP. A login that comes with no request at all
-    (code calling ``authenticate`` itself: a management command, a test client's ``login``) has no
+    """django-axes' check before every login over HTTP, after this console's own: at most
+    ``LEASEBOARD_LOGIN_RATE`` logins a minute from one client, whatever the user names (each costs a
+    password hash, about 0.4 s of CPU: rotating names kept a core busy). One over the rate is refused
+    before any hash, as a wrong password (and counted as one). A login that comes with no request at
+    all (code calling ``authenticate`` itself: a management command, a test client's ``login``) has no
     address to count against and is not an attempt from outside: it passes on to the next backend."""
 
     def authenticate(self, request: HttpRequest | None, *args: Any, **kwargs: Any) -> None:
         if request is None:
             return None
+        if not _RATE.allow(client_address(request), time.monotonic(), settings.LEASEBOARD_LOGIN_RATE):
+            raise PermissionDenied("too many logins from this address in a minute")  # ends authenticate()
         super().authenticate(request, *args, **kwargs)
         return None
+
+
+class _PerMinute:
+    """Login attempts per client in the last minute (this process), for ``LoginThrottle``."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, deque[float]] = {}
+
+    def allow(self, client: str, now: float, limit: int) -> bool:
+        if len(self.seen) > 10_000:  # many clients: forget those with nothing in the last minute
+            self.seen = {c: t for c, t in self.seen.items() if t and t[-1] > now - 60.0}
+        times = self.seen.setdefault(client, deque())
+        while times and times[0] <= now - 60.0:
+            times.popleft()
+        if len(times) >= limit:
+            return False
+        times.append(now)
+        return True
+
+
+_RATE = _PerMinute()
 
 
 def client_address(request: HttpRequest | None) -> str:

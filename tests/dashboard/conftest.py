@@ -15,6 +15,7 @@ from django.conf import LazySettings
 from balancer.lease import Coordinator
 from balancer.model import BalancerEvent, EventKind, HubRef
 from balancer.strategies import get_strategy
+from dashboard.control import logins, refusals
 from dashboard.live import state
 from dashboard.live.host import Host, host
 from tests.support.postgres import Postgres, start_postgres
@@ -83,6 +84,14 @@ def _in_a_transaction(item: pytest.Item) -> bool:
     if "transactional_db" in fixtures or "live_server" in fixtures:
         return False
     return marker is not None and not marker.kwargs.get("transaction", False)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_login_counts() -> None:
+    """Each test starts with no login attempts and no refusal logged in this process (both are per
+    minute: a test's logins would count against the next one's)."""
+    logins._RATE.seen.clear()
+    refusals._logged.clear()
 
 
 @pytest.fixture(autouse=True)

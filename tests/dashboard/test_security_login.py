@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from axes.models import AccessAttempt
 from django.conf import LazySettings
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import User
 from django.db.models import F
 from django.test import Client
 
-from dashboard.control import refusals
 from dashboard.models import AuditEntry, Refusal
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
@@ -23,11 +24,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 A, B = "203.0.113.7", "198.51.100.9"
 DRAIN = {"action": "drain", "target": "w1", "reason": "try"}
-
-
-@pytest.fixture(autouse=True)
-def fresh_log_limit() -> None:
-    refusals._logged.clear()  # a source's refusals are logged once a minute per process
 
 
 @pytest.fixture
@@ -131,3 +127,23 @@ def test_an_oversized_action_body_is_a_json_413_and_too_many_fields_a_json_400(
 
     assert (too_big.status_code, too_big.json()["code"]) == (413, "too_large")
     assert too_many.status_code == 400 and "too many form fields" in too_many.json()["error"]
+
+
+def test_logins_from_one_client_beyond_the_rate_cost_no_password_hash(
+    settings: LazySettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # counted here, not timed
+    hashed: list[str] = []
+    real = ModelBackend.authenticate
+
+    def counting(self: ModelBackend, request: Any, username: str | None = None, **kw: Any) -> Any:
+        hashed.append(username or "")
+        return real(self, request, username=username, **kw)
+
+    monkeypatch.setattr(ModelBackend, "authenticate", counting)
+    statuses = [login("/login/", "guess", A, username=f"user{i}") for i in range(settings.LEASEBOARD_LOGIN_RATE + 10)]
+
+    assert statuses == [200] * (settings.LEASEBOARD_LOGIN_RATE + 10)  # each a wrong password to the guesser
+    assert len(hashed) == settings.LEASEBOARD_LOGIN_RATE  # the ten over the rate were refused before a hash
+    assert counted() == [("login", A, "", settings.LEASEBOARD_LOGIN_RATE + 10)]
+    assert login("/login/", "guess", B, username="user0") == 200 and len(hashed) == settings.LEASEBOARD_LOGIN_RATE + 1
