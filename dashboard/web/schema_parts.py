@@ -52,6 +52,8 @@ def counts(values: tuple[str, ...] | None = None) -> Schema:
 HUB_PATTERN = r"^([A-Za-z0-9][A-Za-z0-9._-]{0,254})?$"
 CONSUMER_GROUP_PATTERN = r"^(\$?[A-Za-z0-9][A-Za-z0-9._-]*)?$"
 PARTITION_PATTERN = r"^(0|[1-9][0-9]{0,5})$"
+# A free text parameter: anything but NUL, which PostgreSQL refuses in any string (methods.py: 400).
+TEXT_PARAMETER: Schema = {"type": "string", "pattern": "^[^\\x00]*$"}
 _CATEGORY = "|".join(CATEGORIES)
 KIND_PATTERN = rf"^({_CATEGORY})?(,({_CATEGORY})?)*$"
 
@@ -96,8 +98,10 @@ PARAMETERS: dict[str, Schema] = {
         f"Comma-separated event categories, among: {', '.join(CATEGORIES)}.",
         "claim,steal",
     ),
-    "partition": query("partition", STRING, "Only the events of this partition id."),
-    "worker": query("worker", STRING, "Only the events that name this worker (owner, previous owner or reporter)."),
+    "partition": query("partition", TEXT_PARAMETER, "Only the events of this partition id."),
+    "worker": query(
+        "worker", TEXT_PARAMETER, "Only the events that name this worker (owner, previous owner or reporter)."
+    ),
 }
 
 HUB_PARAMETERS = [{"$ref": "#/components/parameters/hub"}, {"$ref": "#/components/parameters/consumer_group"}]

@@ -17,6 +17,7 @@ import http.cookiejar
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import urllib.parse
@@ -34,6 +35,7 @@ from schemathesis.core.result import Err, Ok
 from dashboard.web.openapi import document
 from tests.dashboard.api_document import conforms, conforms_response
 from tests.dashboard.console_process import ROOT, Console, environment, migrate
+from tests.support.postgres import start_postgres
 from workers.hub.embedded import EmbeddedHub
 
 HUBS = ("sensors", "orders")  # the configured hub, and one only the store knows
@@ -60,6 +62,35 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     server.start_daphne()
     try:
         yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def production_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    """The console as deployed: ``dashboard.production`` settings (DEBUG off) on PostgreSQL, whose
+    strings refuse what SQLite's take (NUL, more than a column's length), plain HTTP on loopback."""
+    var = tmp_path_factory.mktemp("fuzz-production")
+    for name in HUBS:
+        with EmbeddedHub(var / "hub", name, partitions=4) as hub:
+            hub.send_batch([b'{"sensor": "door"}'] * 5, partition_id="0")
+    server = start_postgres()
+    try:
+        env = environment(
+            var,
+            DJANGO_SETTINGS_MODULE="dashboard.production",
+            DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+            DATABASE_URL=server.url,
+            LEASEBOARD_SSL_REDIRECT="0",
+        )
+        migrate(env)
+        _run(sys.executable, "-m", "tests.dashboard.seed_fleet", *HUBS, env=env)
+        console = Console(var, env)
+        console.start_daphne()
+        try:
+            yield console
+        finally:
+            console.stop()
     finally:
         server.stop()
 
@@ -110,6 +141,24 @@ def test_no_input_reaches_a_500_or_leaves_the_schema(console: Console) -> None:
     # Every operation but GET /api/schema itself, which schemathesis leaves out when it reads the document there.
     operations = sum(len(methods) for methods in document()["paths"].values()) - 1
     assert f"Tested: {operations}\n" in run.stdout and "Skipped:" not in run.stdout, summary
+
+
+@pytest.mark.slow
+def test_no_anonymous_input_reaches_a_500_on_postgresql_with_the_production_settings(
+    production_console: Console,
+) -> None:
+    """The same run, as an anonymous reader (the actions refused before their code: 403, counted) of a
+    console deployed as the README says."""
+    run = run_schemathesis(production_console.url, {"sessionid": "", "csrftoken": ""})
+    summary = run.stdout[run.stdout.rfind("\n", 0, run.stdout.rfind(" SUMMARY ")) + 1 :]
+    print(f"python {' '.join(run.args[1:])}\n{summary}")
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "schemathesis-production.txt").write_text(f"{run.stdout}{run.stderr}")
+    log = production_console.output()[-4000:]
+    assert run.returncode == 0, f"{run.stdout[-20_000:]}\n{run.stderr[-4000:]}\nconsole:\n{log}"
+    operations = sum(len(methods) for methods in document()["paths"].values()) - 1
+    assert f"Tested: {operations}\n" in run.stdout and "Skipped:" not in run.stdout, summary
+    assert "Traceback" not in production_console.output(), log
 
 
 @pytest.mark.slow
