@@ -30,7 +30,9 @@ from balancer.protocol import Balancer
 log = logging.getLogger("leaseboard.worker")
 
 MOST_APART = 60.0  # seconds: the longest gap between two probes of an idle hub that answers
-MAX_IN_FLIGHT = 8  # probes hanging in a cut, one every 2 answer_within: a later one sees the heal
+# Probes hanging in a cut, one every 2 answer_within, so a later one sees the heal; few enough to leave
+# room in the default thread pool (its threads: cores + 4) for the worker's other waits on it.
+MAX_IN_FLIGHT = 4
 
 
 class HubWatch:
