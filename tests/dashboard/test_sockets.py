@@ -53,9 +53,11 @@ def signed_in_cookie() -> str:
 
 
 @pytest.fixture
-def small(settings: LazySettings) -> None:
+async def small(settings: LazySettings) -> None:
+    """10 seats, 3 per client; none taken (a socket of an earlier test still ending gives its seat back)."""
     settings.LEASEBOARD_SOCKETS_MAX = 10
     settings.LEASEBOARD_SOCKETS_PER_CLIENT = 3
+    await until(lambda: SEATS.taken == 0, what="the seats of earlier tests' sockets given back")
 
 
 async def test_one_client_gets_its_share_and_no_more(stores: Stores, hub: EmbeddedHub, small: None) -> None:
