@@ -135,6 +135,9 @@ STATIC_ROOT = VAR_DIR / "staticfiles"
 AUTHENTICATION_BACKENDS = ["dashboard.control.logins.LoginThrottle", "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = envint("LEASEBOARD_LOGIN_FAILURES", 5, minimum=1)
 LEASEBOARD_LOGIN_RATE = envint("LEASEBOARD_LOGIN_RATE", 20, minimum=1)
+# Wrong passwords for one user name from all addresses together within the cool-off past which a new
+# address waits a doubling delay between tries (an address it logged in from is never held up).
+LEASEBOARD_LOGIN_USER_FAILURES = envint("LEASEBOARD_LOGIN_USER_FAILURES", 10, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=envfloat("LEASEBOARD_LOGIN_COOLOFF_MINUTES", 15.0))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True

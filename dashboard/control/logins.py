@@ -19,15 +19,19 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from datetime import timedelta
 from typing import Any
 
 from axes.backends import AxesStandaloneBackend
+from axes.models import AccessAttempt, AccessLog
 from axes.signals import user_locked_out
 from django.conf import settings
 from django.contrib.auth.signals import user_login_failed
 from django.core.exceptions import PermissionDenied
+from django.db.models import Max, Sum
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
 from django.views.csrf import csrf_failure as django_csrf_failure
 
 from ..clients import client_address as behind_proxies
@@ -51,10 +55,35 @@ class LoginThrottle(AxesStandaloneBackend):  # type: ignore[misc]
     def authenticate(self, request: HttpRequest | None, *args: Any, **kwargs: Any) -> None:
         if request is None:
             return None
-        if not _RATE.allow(client_address(request), time.monotonic(), settings.LEASEBOARD_LOGIN_RATE):
+        address = client_address(request)
+        if not _RATE.allow(address, time.monotonic(), settings.LEASEBOARD_LOGIN_RATE):
             raise PermissionDenied("too many logins from this address in a minute")  # ends authenticate()
+        name = kwargs.get("username")
+        if isinstance(name, str) and name and _guessed_elsewhere(name, address):
+            raise PermissionDenied("this user name is being guessed: wait, or log in from a known address")
         super().authenticate(request, *args, **kwargs)
         return None
+
+
+def _guessed_elsewhere(name: str, address: str) -> bool:
+    """Whether a login as ``name`` from ``address`` waits: ``name`` had ``LEASEBOARD_LOGIN_USER_FAILURES``
+    wrong passwords or more within the cool-off, from any addresses (one guesser spread over many), and
+    ``address`` is none ``name`` logged in from in the last 30 days. Then one try is let through per
+    delay, the delay doubling with each failure past the limit, up to the cool-off. From a known
+    address the operator is never held up by a guesser elsewhere; django-axes' lockout per name and
+    address still applies there."""
+    now = timezone.now()
+    cooloff: timedelta = settings.AXES_COOLOFF_TIME
+    recent = AccessAttempt.objects.filter(username=name, attempt_time__gte=now - cooloff)
+    found = recent.aggregate(failures=Sum("failures_since_start"), last=Max("attempt_time"))
+    over = int(found["failures"] or 0) - settings.LEASEBOARD_LOGIN_USER_FAILURES
+    if over < 0:
+        return False
+    known = AccessLog.objects.filter(username=name, ip_address=address, attempt_time__gte=now - timedelta(days=30))
+    if known.exists():
+        return False
+    wait = min(2.0**over, cooloff.total_seconds())
+    return bool((now - found["last"]).total_seconds() < wait)
 
 
 class _PerMinute:

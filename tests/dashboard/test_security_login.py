@@ -147,3 +147,21 @@ def test_logins_from_one_client_beyond_the_rate_cost_no_password_hash(
     assert len(hashed) == settings.LEASEBOARD_LOGIN_RATE  # the ten over the rate were refused before a hash
     assert counted() == [("login", A, "", settings.LEASEBOARD_LOGIN_RATE + 10)]
     assert login("/login/", "guess", B, username="user0") == 200 and len(hashed) == settings.LEASEBOARD_LOGIN_RATE + 1
+
+
+def test_a_name_guessed_from_many_addresses_holds_up_new_addresses_but_never_a_known_one(
+    settings: LazySettings,
+) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.LEASEBOARD_LOGIN_USER_FAILURES = 2
+    User.objects.create_user("lead", password="right-password-123", is_staff=True)
+    known, new = "192.0.2.10", "192.0.2.99"
+    assert login("/login/", "right-password-123", known, username="lead") == 302  # the operator's usual address
+
+    for i in range(6):  # one guesser, a new address per guess: axes' lockout per name and address never trips
+        assert login("/login/", f"guess-{i}", f"198.51.100.{i}", username="lead") == 200
+
+    assert login("/login/", "right-password-123", new, username="lead") == 200  # held up: a doubling delay
+    assert login("/login/", "right-password-123", known, username="lead") == 302  # never from a known address
+    AccessAttempt.objects.update(attempt_time=F("attempt_time") - settings.AXES_COOLOFF_TIME - timedelta(seconds=1))
+    assert login("/login/", "right-password-123", new, username="lead") == 302  # the cool-off has passed
