@@ -111,7 +111,9 @@ async def test_a_websocket_frame_nested_too_deep_is_answered_not_closed_with_101
         reply = await answer(ws)
     finally:
         await ws.disconnect()
-    assert reply.get("type") == "error" and reply.get("code") == "bad_frame", reply
+    # Python 3.11 and 3.12's json give up on it (RecursionError: "frames must be JSON text"); 3.13
+    # parses it (its C recursion limit is higher), and the read-only refusal answers it. Never a 1011.
+    assert reply.get("type") == "error" and reply.get("code") in ("bad_frame", "read_only"), reply
 
 
 def test_every_close_code_the_console_sends_is_one_daphne_sends() -> None:
