@@ -53,7 +53,7 @@ def expected_events(history: History, expiry: float) -> list[Expected]:
     out = []
     for pid, writes in by_partition(history.writes).items():
         previous = None
-        for tenure in tenures(writes, expiry):
+        for tenure in tenures(writes, expiry, history.late_ends):
             if previous is None or previous.released:
                 why = "the first owner" if previous is None else f"a claim after {previous.owner} released it"
                 out.append(Expected(pid, ("claim",), tenure.owner, None, tenure.start, tenure.first, why))

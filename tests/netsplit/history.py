@@ -75,9 +75,12 @@ class History:
     writes: list[Write] = field(default_factory=list)
     checkpoints: list[CheckpointWrite] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)  # why the history may be incomplete (empty: complete)
-    # A write's ``at`` may be stamped after its writer heard it succeed (Azurite: its log lines are
-    # stamped as its logger drains them, which a busy machine delays): a tenure's own events are then
-    # judged from its claim's ``since`` (no writer acts on a claim before the store received it).
+    # A write's stamps may come late (Azurite: a busy machine delays the server itself, so a request
+    # sent at t is stamped, arrival and end alike, when the server gets to it, seconds later): a
+    # tenure's own events are then judged from the end of the tenure before it (the store serves
+    # writes in order: a claim lands after the write that ended the previous tenure), and an owner's
+    # renewal stamped more than an expiry after its previous one continues its tenure (it was sent
+    # earlier; its If-Match held, so no other owner wrote in between).
     late_ends: bool = False
 
 
@@ -94,11 +97,16 @@ class Tenure:
     # Won by a steal (``took_a_live_lease``): the store-clock time the previous owner's lease ended (its
     # last write's ``since`` + expiry), before which the stealer handles nothing (-inf: no steal).
     fenced_until: float = -math.inf
+    after: float = -math.inf  # the end of the partition's tenure before this one (-inf: the first)
 
     def began(self, history: History) -> float:
-        """When the owner can have begun acting on this tenure at the earliest (see ``late_ends``): after
-        a steal, not before the previous owner's lease ended (the stealer's fence)."""
-        return max(self.sent if history.late_ends else self.start, self.fenced_until)
+        """When the owner can have begun acting on this tenure at the earliest: its claim's end, or with
+        late stamps (``late_ends``) the end of the tenure before it (its claim's own stamps may come
+        after the owner heard it succeed); after a steal, not before the previous owner's lease ended
+        (the stealer's fence)."""
+        if history.late_ends:
+            return max(self.after if math.isfinite(self.after) else self.sent, self.fenced_until)
+        return max(self.start, self.fenced_until)
 
 
 def clock(at: float) -> str:
@@ -128,19 +136,26 @@ def took_a_live_lease(writes: list[Write], i: int, expiry: float) -> bool:
     return bool(before.owner) and before.owner != writes[i].owner and writes[i].at <= before.since + expiry
 
 
-def tenures(writes: list[Write], expiry: float) -> list[Tenure]:
+def tenures(writes: list[Write], expiry: float, late_ends: bool = False) -> list[Tenure]:
     """The tenures in one partition's ``writes`` (sorted by ``at``), in order. A tenure won by a steal
-    is fenced until the previous owner's lease ended (``took_a_live_lease``)."""
+    is fenced until the previous owner's lease ended (``took_a_live_lease``). With ``late_ends``
+    (``History.late_ends``) an owner's writes in a row are one tenure, however far apart."""
     out: list[Tenure] = []
     current: tuple[str, int] | None = None  # (owner, index of its first write)
 
     def tenure(first: int, last: int, end: float, released: bool) -> Tenure:
         fence = writes[first - 1].since + expiry if took_a_live_lease(writes, first, expiry) else -math.inf
         won = writes[first]
-        return Tenure(won.partition, won.owner, won.at, end, first, last, released, won.since, fence)
+        after = out[-1].end if out else -math.inf
+        return Tenure(won.partition, won.owner, won.at, end, first, last, released, won.since, fence, after)
 
     for i, write in enumerate(writes):
-        lapsed = current is not None and write.owner == current[0] and write.at > writes[i - 1].since + expiry
+        lapsed = (
+            current is not None
+            and not late_ends
+            and write.owner == current[0]
+            and write.at > writes[i - 1].since + expiry
+        )
         if current is not None and (write.owner != current[0] or lapsed):
             # another owner, a release, or the same owner again after its lease ran out (a new tenure)
             released = write.owner == ""
@@ -245,7 +260,7 @@ def margins(history: History, expiry: float) -> dict[bool, list[float]]:
     its lease ran out (False: a takeover after expiry, where the margin is the safety margin)."""
     out: dict[bool, list[float]] = {True: [], False: []}
     for writes in by_partition(history.writes).values():
-        for before, after in pairwise(tenures(writes, expiry)):
+        for before, after in pairwise(tenures(writes, expiry, history.late_ends)):
             if before.owner != after.owner:
                 out[before.released].append(after.start - before.end)
     return out
@@ -284,7 +299,7 @@ def handled_outside(
     tenured: dict[tuple[str, str], list[Tenure]] = {}
     per = by_partition(history.writes)
     for writes in per.values():
-        for tenure in tenures(writes, expiry):
+        for tenure in tenures(writes, expiry, history.late_ends):
             tenured.setdefault((tenure.partition, tenure.owner), []).append(tenure)
     allowed = history.resolution + slack
     outside: dict[tuple[str, str], list[tuple[int, float]]] = {}

@@ -65,7 +65,7 @@ def unsigned(files: Iterable[LandedFile], owners: Iterable[str]) -> list[str]:
 def _tenures(history: History, expiry: float) -> dict[tuple[str, str], list[Tenure]]:
     out: dict[tuple[str, str], list[Tenure]] = {}
     for writes in by_partition(history.writes).values():
-        for tenure in tenures(writes, expiry):
+        for tenure in tenures(writes, expiry, history.late_ends):
             out.setdefault((tenure.partition, tenure.owner), []).append(tenure)
     return out
 
@@ -98,7 +98,7 @@ def stale_pumps(history: History, files: Iterable[LandedFile], expiry: float, sl
     owner claimed the partition back meanwhile. (A file written inside the other's tenure is
     ``landed_outside``'s; this finds the pump whose files are each inside a lease of its owner.)"""
     allowed = history.resolution + slack
-    per = {pid: tenures(writes, expiry) for pid, writes in by_partition(history.writes).items()}
+    per = {pid: tenures(writes, expiry, history.late_ends) for pid, writes in by_partition(history.writes).items()}
     spans: dict[tuple[str, str, str], list[int]] = {}
     for f in files:
         found = per.get(f.partition, [])
@@ -272,7 +272,7 @@ def per_nemesis(
     duplicates_of = list(found)
     changes: list[tuple[float, float]] = []  # (start of a tenure, how far it overlapped the one before)
     for writes in by_partition(history.writes).values():
-        for before, after in pairwise(tenures(writes, expiry)):
+        for before, after in pairwise(tenures(writes, expiry, history.late_ends)):
             if before.owner != after.owner:
                 changes.append((after.start, max(0.0, before.end - after.start)))
     out = []

@@ -277,6 +277,35 @@ def test_where_the_store_stamps_a_write_s_end_late_an_owner_is_judged_from_its_c
     assert azurite_history([], "chaos", "ns/hub/$default/").late_ends
 
 
+def test_where_the_server_itself_stalls_a_late_stamped_renewal_continues_its_tenure() -> None:
+    # As in CI (blob): w0 released at 100.0; w1's claim was stamped arriving at 100.4 though w1 had heard
+    # it succeed and handled at 100.2 (Azurite stalled: arrival and end are stamped when it gets to the
+    # request). Then it stalled 3.5 s: w1's renewal, sent in time, is stamped 103.9 > 100.4 + expiry,
+    # and w1 handled at 103.6 inside the lease it got from that renewal's send.
+    found = history(
+        ("0", "w0", 98.0, 98.001), ("0", "", 100.0, 100.001), ("0", "w1", 100.4, 100.41), ("0", "w1", 103.9, 103.9)
+    )
+    handled = [Handling("0", 0, "w1", 100.2), Handling("0", 20, "w1", 103.6)]
+    assert len(handled_outside(found, handled, offset=0.0, expiry=EXPIRY)) == 2  # exact stamps: both outside
+    found.late_ends = True
+    (_, w1) = tenures(by_partition(found.writes)["0"], EXPIRY, late_ends=True)
+    assert (w1.after, w1.began(found), w1.end) == (100.0, 100.0, 106.9)
+    assert handled_outside(found, handled, offset=0.0, expiry=EXPIRY) == []
+    # still: nothing before the release it followed, nothing past its last write's arrival + expiry
+    (before,) = handled_outside(found, [Handling("0", 0, "w1", 99.9)], offset=0.0, expiry=EXPIRY)
+    assert before.startswith("partition 0: w1 handled 0..0 from 00:01:39.900000")
+    (after,) = handled_outside(found, [Handling("0", 40, "w1", 107.0)], offset=0.0, expiry=EXPIRY)
+    assert after.startswith("partition 0: w1 handled 40..40 from 00:01:47.000000")
+    # another owner's write in between still splits: w2 took it after w1's lease ran out
+    found.writes[3:] = [Write("0", "w2", 103.5, 103.6), Write("0", "w1", 107.0, 107.1)]
+    assert [t.owner for t in tenures(by_partition(found.writes)["0"], EXPIRY, late_ends=True)] == [
+        "w0",
+        "w1",
+        "w2",
+        "w1",
+    ]
+
+
 def test_a_history_that_does_not_end_where_the_store_is_incomplete() -> None:
     found = History(
         "hand-made",
