@@ -205,8 +205,21 @@ def unexplained(evidence: Evidence, again: list[tuple[Handling, Handling]]) -> I
             why = "no unplanned failure of it in between" if not faults else "not inside a failure's window"
             yield (
                 f"partition {first.partition} event {first.sequence}: handled by {first.owner} at {first.at:.2f} "
-                f"and again by {repeat.owner} at {repeat.at:.2f}: {why}"
+                f"and again by {repeat.owner} at {repeat.at:.2f}: {why}{_nearest(faults, first, history)}"
             )
+
+
+def _nearest(faults: list[Fault], first: Handling, history: CheckpointHistory) -> str:
+    """The first owner's unplanned failure nearest ``first`` and why it does not explain the repeat:
+    a failed run's first line then says what to look at (CI keeps little of a long report)."""
+    if not faults:
+        return ""
+    f = min(faults, key=lambda f: min(abs(first.at - f.started), abs(first.at - max(f.started, f.ended))))
+    point = history.at_or_before(first.partition, f.started)
+    return (
+        f" (nearest: {f.kind} of {', '.join(sorted(f.victims))} from {f.started:.2f} to {max(f.started, f.ended):.2f}, "
+        f"checkpoint {point} at its start)"
+    )
 
 
 # 5. resume at the latest checkpoint ------------------------------------------------------------

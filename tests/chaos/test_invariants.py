@@ -86,7 +86,9 @@ def test_duplicates_handled_late_in_a_lasting_fault_are_explained_by_it_but_not_
     assert report.violations == [] and report.duplicates == 3
     late = handled("a", range(13), 10.0, step=0.9) + handled("b", range(10, 20), 22.0)  # a's 10 at 19.0: past 14 + 3
     report = check(evidence(late, [(18.5, 9), (23.0, 19)], [flapping]))
-    assert any("not inside a failure's window" in v for v in report.violations)
+    (shown, *_) = [v for v in report.violations if "not inside a failure's window" in v]
+    # the failure nearest it is named, so a failed run's first line says what to look at
+    assert shown.endswith("(nearest: flapping of a from 2.00 to 14.00, checkpoint -1 at its start)"), shown
 
 
 def test_a_duplicate_from_before_the_checkpoint_taken_before_the_failure_is_reported() -> None:
