@@ -52,8 +52,9 @@ from typing import Any
 import pytest
 
 from tests.chaos import rules
+from tests.chaos.evidence import Evidence
 from tests.chaos.faults import PostCheck, new_name
-from tests.chaos.invariants import check
+from tests.chaos.invariants import Report, check
 from tests.chaos.stores import DASHBOARD_ALIAS, migrated_database
 from tests.chaos.test_chaos import finish, print_report
 from tests.netsplit.checks import (
@@ -268,4 +269,19 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
         print(told.getvalue(), end="")
     # All on the first line too: a run that keeps only pytest's summary line (CI) still says what broke.
     headline = f"{len(report.violations)} broken invariants (CHAOS_SEED={seed}): " + " | ".join(report.violations)
-    assert not report.violations, headline + "\n" + "\n".join(report.violations) + "\n" + told.getvalue()
+    assert not report.violations, (
+        headline + "\n" + "\n".join(report.violations) + "\n" + told.getvalue() + tail(seed, fleet, evidence, report)
+    )
+
+
+def tail(seed: int, fleet: NetFleet, evidence: Evidence, report: Report) -> str:
+    """The end of a failed run's message, where CI's cut keeps it: the seed, every phase and fault on
+    the workers' monotonic clock (the times the violations give) and each violation's first line."""
+    lines = [f"\n--- netsplit summary (CHAOS_SEED={seed}; times monotonic, as in the violations) ---"]
+    lines += [f"  phase {p.name:<18} {p.started:.2f} .. {p.ended:.2f}" for p in fleet.phases]
+    lines += [
+        f"  fault {f.kind:<18} {f.started:.2f} .. {f.ended:.2f} {'planned ' * f.planned}{','.join(sorted(f.victims))}"
+        for f in evidence.faults
+    ]
+    lines += [f"  broken: {v.splitlines()[0][:400]}" for v in report.violations[:12]]
+    return "\n".join(lines) + "\n"
