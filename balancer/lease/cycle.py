@@ -99,7 +99,9 @@ class Coordinator(Handoffs):
     def _tell(self, report: CycleReport, released: list[str], first: bool) -> None:
         """Tell the event sink what the cycle did, the waiting workers what it released, and, after the
         first cycle, the quiet ones that this worker joined (``announce_joining``)."""
-        for event in report.gained + report.lost:
+        # Losses first: in a take-back (a corrupt record over its own partition: lost to the phantom,
+        # claimed again) the loss happened first, and the console's tenures follow the log's order.
+        for event in report.lost + report.gained:
             self._emit(event)
         self._announce(released)
         if first and self.announce_joining and self.on_released is not None:

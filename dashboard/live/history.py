@@ -137,7 +137,9 @@ def ownership_timeline(events: Iterable[Mapping[str, Any]]) -> list[dict[str, An
     """One partition's owners, oldest first: who, from when, how it came to them, until when and why it left.
 
     ``events`` are that partition's events in id order. A release or loss ends a holding; a gain
-    starts one (ending the previous holder's, if no release was seen: a steal or an expiry).
+    starts one (ending the previous holder's, if no release was seen: a steal or an expiry), and so
+    does a loss that names who holds it now (a record written by no worker of the fleet, a phantom,
+    shows as held by it until a worker takes it back).
     """
     spans: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
@@ -146,17 +148,7 @@ def ownership_timeline(events: Iterable[Mapping[str, Any]]) -> list[dict[str, An
         if kind in GAINS and event.get("owner_id"):
             if current is not None and current["until"] is None:
                 current.update(until=at, ended=kind, ended_reason=event.get("reason") or "")
-            current = {
-                "owner": event["owner_id"],
-                "since": at,
-                "came": event.get("category") or kind,
-                "came_reason": event.get("reason") or "",
-                "from": event.get("previous_owner"),
-                "until": None,
-                "ended": None,
-                "ended_reason": None,
-                "event_id": event.get("id"),
-            }
+            current = _span(event, at, event["owner_id"])
             spans.append(current)
         elif (
             kind in ("release", "lost")
@@ -165,7 +157,26 @@ def ownership_timeline(events: Iterable[Mapping[str, Any]]) -> list[dict[str, An
             and event.get("previous_owner") in (None, current["owner"])
         ):
             current.update(until=at, ended=event.get("category") or kind, ended_reason=event.get("reason") or "")
+            holder = event.get("owner_id")
+            if kind == "lost" and holder and holder != current["owner"]:
+                current = _span(event, at, holder)
+                spans.append(current)
     return spans
+
+
+def _span(event: Mapping[str, Any], at: float, owner: str) -> dict[str, Any]:
+    """A holding of ``owner`` that ``event`` (a gain, or a loss naming the new holder) started."""
+    return {
+        "owner": owner,
+        "since": at,
+        "came": event.get("category") or event["kind"],
+        "came_reason": event.get("reason") or "",
+        "from": event.get("previous_owner"),
+        "until": None,
+        "ended": None,
+        "ended_reason": None,
+        "event_id": event.get("id"),
+    }
 
 
 def checkpoint_history(samples: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -119,6 +119,9 @@ async def test_a_corrupt_record_costs_only_its_own_partition(last_modified: floa
     assert claims[0].kind is EventKind.EXPIRE and claims[0].partition_id == "5"
     assert claims[0].reason.startswith("corrupt record of phantom") and claims[0].owner_id == victim
     assert sorted(len(c.owned) for c in cluster.workers.values()) == [4, 4, 4]
+    # in the order it happened: the victim lost it to the phantom, then took it back (issue 36, item 8)
+    told = [(e.kind, e.owner_id) for e in cluster.events if e.partition_id == "5"]
+    assert told == [(EventKind.LOST, "phantom"), (EventKind.EXPIRE, victim)], cluster.events
 
 
 async def test_a_phantom_owner_that_never_heartbeats_gets_no_share() -> None:

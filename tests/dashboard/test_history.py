@@ -98,6 +98,25 @@ def test_the_timeline_says_who_held_a_partition_from_when_and_why_it_moved() -> 
     assert spans[2]["came"] == "steal" and spans[2]["from"] == "w2"
 
 
+def test_a_phantom_that_took_a_partition_shows_until_its_worker_took_it_back() -> None:
+    # issue 36, item 8: b lost 5 to a hand-written record of "phantom", then claimed it back
+    log = [
+        ev("claim", "5", 100.0, "b", reason="never owned"),
+        ev("lost", "5", 160.0, "phantom", "b", reason="now held by phantom"),
+        ev("expire", "5", 160.5, "b", "phantom", reason="corrupt record of phantom"),
+    ]
+
+    spans = ownership_timeline(log)
+
+    assert [(s["owner"], s["since"], s["until"]) for s in spans] == [
+        ("b", 100.0, 160.0),
+        ("phantom", 160.0, 160.5),
+        ("b", 160.5, None),
+    ]
+    assert (spans[1]["came"], spans[1]["from"], spans[1]["ended"]) == ("lost", "b", "expire")
+    assert all(s["until"] is None or s["until"] >= s["since"] for s in spans)
+
+
 def test_checkpoint_history_keeps_each_move_once_and_shows_a_rewind() -> None:
     samples: list[dict[str, Any]] = [
         {"at": 1.0, "sequence_number": None, "owner": None},
