@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from balancer.errors import StoreUnavailable
 from balancer.model import Checkpoint, EventKind
 from tests.support.clock import FakeClock
 from tests.support.waiting import until
@@ -45,6 +48,56 @@ async def test_a_checkpoint_is_written_every_n_events_and_once_more_on_stop(any_
     await a.shutdown()
     assert recording.written == [("0", 4), ("0", 9), ("0", 11)]
     assert metric("leaseboard_checkpoints_total") == before + 1
+
+
+class FailingOnStop(RecordingCheckpoints):
+    """Fails the first ``failures`` checkpoints written once ``stopping`` is set (a connection that died
+    in an outage fails its first request after the heal)."""
+
+    def __init__(self, store: Any, failures: int) -> None:
+        super().__init__(store)
+        self.stopping, self.failures, self.refused = False, failures, 0
+
+    async def update_checkpoint(self, checkpoint: Checkpoint, owner_id: str) -> Checkpoint:
+        if self.stopping and self.refused < self.failures:
+            self.refused += 1
+            raise StoreUnavailable("connection already closed")
+        return await super().update_checkpoint(checkpoint, owner_id)
+
+
+async def test_a_final_checkpoint_the_store_fails_once_is_written_on_the_next_try(rig: Rig) -> None:
+    # A release after a failed final checkpoint would have the next owner handle those events again.
+    rig.send("0", 12)
+    recorder = Recorder()
+    a = rig.worker("a", recorder, checkpoint_events=5)
+    flaky = FailingOnStop(rig.store, failures=1)
+    a._checkpoints = flaky
+    await own_all(a, 4)
+    await until(lambda: recorder.count() == 12, what="12 events handled")
+    await until(lambda: len(flaky.written) == 2, what="two checkpoints")
+    flaky.stopping = True
+    await a.shutdown()
+    assert flaky.refused == 1 and flaky.written[-1] == ("0", 11)
+    assert await checkpoints(rig) == {"0": 11}
+
+
+async def test_a_final_checkpoint_the_store_keeps_failing_is_given_up_after_its_tries(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig.send("0", 12)
+    a = rig.worker("a", Recorder(), checkpoint_events=5)
+    flaky = FailingOnStop(rig.store, failures=100)
+    a._checkpoints = flaky
+    await own_all(a, 4)
+    await until(lambda: len(flaky.written) == 2, what="two checkpoints")
+    await until(lambda: a.stats()["0"].processed == 12, what="12 events handled")
+    flaky.stopping = True
+    await a.shutdown()
+    tries = flaky.refused  # 1 + the pump's retries, then given up (it does not hold the stop for ever)
+    assert tries > 1 and await checkpoints(rig) == {"0": 9}
+    assert (
+        f"final checkpoint not written (the store failed {tries} times); the next owner resumes after 9" in caplog.text
+    )
 
 
 async def test_a_checkpoint_is_written_after_t_seconds_when_events_are_few(rig: Rig) -> None:

@@ -17,6 +17,7 @@ partition, and counts the paused partitions (``leaseboard_paused_partitions``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -156,6 +157,12 @@ class Checkpointer:
         self._holds = holds
         self._events = config.checkpoint_events
         self._seconds = config.checkpoint_seconds
+        # The final checkpoint (a handoff's, a stop's) is tried again this often on a store failure,
+        # each wait doubling: a release after a failed one would have the next owner handle again what
+        # this pump handled since its last checkpoint (a connection that died in an outage fails its
+        # first request after the heal; the next, on a new connection, goes through).
+        self._final_tries = 1 + config.retries
+        self._backoff = config.backoff_seconds
         self._stats = stats
         self._outage = outage
         self._monotonic = monotonic
@@ -195,14 +202,33 @@ class Checkpointer:
     async def write(self, final: bool = False) -> bool:
         """Checkpoint the last event done if due (always when ``final``); False if ownership is gone
         (no longer held, or the store says another worker owns the partition: ``stats.ended`` is
-        then "lost"). A store failure is logged and counted, and returns True."""
-        if self._last is None or self._last[0] == self._stats.checkpointed:
+        then "lost"). A store failure is logged and counted, and returns True; a final one is tried
+        again first (``retries`` times, while the lease holds), and ``unsaved`` says one failed."""
+        if not final:
+            return await self._write_once(final=False)
+        delay = self._backoff
+        for _ in range(self._final_tries - 1):
+            written = await self._write_once(final=True)
+            if not written or not self.unsaved:
+                return written
+            await asyncio.sleep(delay)
+            delay *= 2
+        return await self._write_once(final=True)
+
+    @property
+    def unsaved(self) -> bool:
+        """Events done since the last checkpoint written (a final write that failed leaves some)."""
+        return self._last is not None and self._last[0] != self._stats.checkpointed
+
+    async def _write_once(self, final: bool) -> bool:
+        if not self.unsaved:
             return True
         now = self._monotonic()
         if not final and not self.due(now):
             return True
         if not self._holds(self._partition_id):
             return False
+        assert self._last is not None
         sequence, offset = self._last
         try:
             await self._store.update_checkpoint(

@@ -278,6 +278,11 @@ class PartitionPump:
                 written = await self._checkpoints.write(final=True)
                 if not written and self.stats.ended is None:
                     self.stats.ended = "expired"  # the lease ran out just now: no checkpoint
+                elif self._checkpoints.unsaved:
+                    log.warning(
+                        "%s: final checkpoint not written (the store failed %d times); the next owner resumes after %s",
+                        *(self._label, self._config.retries + 1, self.stats.checkpointed),
+                    )
             return self._end()
         except PartitionTaken as exc:
             log.warning("%s: the source gave the partition to another reader: %s", self._label, exc)
