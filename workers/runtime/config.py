@@ -32,14 +32,20 @@ class PumpConfig:
     # A partition whose reader has kept failing this many seconds (restarted at every cycle meanwhile)
     # is given up: released for another worker to take (``stuck.py``). 0: never.
     reader_stuck: float = 30.0
+    # A read that has not returned for this many seconds while the hub holds events past what was
+    # handed over is a wedged reader (``wedged.py``): restarted as a failing one. 0: never.
+    reader_wedged: float = 15.0
 
     def __post_init__(self) -> None:
         if self.checkpoint_events < 1 or self.max_events < 1 or self.retries < 0:
             raise ValueError("checkpoint_events and max_events must be >= 1, retries >= 0")
         if not self.poll_seconds > 0 or not self.idle_seconds > 0:
             raise ValueError("poll_seconds and idle_seconds must be > 0")
-        if not self.reader_stuck >= 0:  # also refuses NaN
-            raise ValueError(f"reader_stuck must be >= 0 seconds (0: never), got {self.reader_stuck!r}")
+        if not self.reader_stuck >= 0 or not self.reader_wedged >= 0:  # also refuses NaN
+            raise ValueError(
+                f"reader_stuck and reader_wedged must be >= 0 seconds (0: never), got {self.reader_stuck!r} "
+                f"and {self.reader_wedged!r}"
+            )
         if not self.handler_timeout >= 0 or self.abandon_max < 1:  # also refuses NaN
             raise ValueError(
                 f"handler_timeout must be >= 0 seconds (0: never) and abandon_max >= 1, got "
@@ -48,7 +54,7 @@ class PumpConfig:
 
     @classmethod
     def from_settings(cls, **overrides: Any) -> PumpConfig:
-        """The config from Django settings (LEASEBOARD_CHECKPOINT_*, _HANDLER_*, _READER_STUCK), with
+        """The config from Django settings (LEASEBOARD_CHECKPOINT_*, _HANDLER_*, _READER_*), with
         ``overrides`` applied."""
         from django.conf import settings
 
@@ -58,6 +64,7 @@ class PumpConfig:
             "handler_timeout": settings.LEASEBOARD_HANDLER_TIMEOUT,
             "abandon_max": settings.LEASEBOARD_HANDLER_ABANDON_MAX,
             "reader_stuck": settings.LEASEBOARD_READER_STUCK,
+            "reader_wedged": settings.LEASEBOARD_READER_WEDGED,
             "dead_letter_dir": Path(getattr(settings, "LEASEBOARD_DEADLETTER_DIR", settings.VAR_DIR / "deadletter")),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -129,9 +129,10 @@ class EventProcessor:
             stopped=lambda: self.stopping,
             handler_timeout=self._config.handler_timeout,
             reader_stuck=self._config.reader_stuck,
-            hub_probe=getattr(self._source, "probe", None),
+            source=self._source,
             quiet=self.interval,
             wake=self.wake,
+            reader_wedged=self._config.reader_wedged,
         )
 
     @property

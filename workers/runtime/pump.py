@@ -99,6 +99,7 @@ class PartitionPump:
         self._lost = False  # stopped because the partition was lost: not one more checkpoint
         self.paused = False
         self.has_read = False  # a step of this pump read without failing (``stuck.ReaderWatch``)
+        self.reading_since: float | None = None  # when its read under way began (``wedged.WedgeWatch``)
         self._label = f"partition {partition_id} ({owner_id})"
         self._sequence = SequenceGuard(self._label, self.stats)
         self._build_rooms(handler, dead_letters, deadline, looked_after)
@@ -188,6 +189,10 @@ class PartitionPump:
         if self._calls.in_hand is not None:
             return self._calls.in_hand
         return None if self._sync is None else self._sync.in_hand
+
+    def handed(self) -> int | None:
+        """The last sequence number handed over, else the checkpoint it started after (None: neither)."""
+        return self.stats.last_sequence if self.stats.last_sequence is not None else self.stats.checkpointed
 
     def abandon(self) -> None:
         """Give up on this pump's handler call, which is stuck: what the call does from now on is fenced
@@ -340,7 +345,11 @@ class PartitionPump:
             await self._step_on_loop(lane, reader)
             return
         self._idle.clear()  # before the read: what arrives from now on wakes the idle wait below
-        run = await lane.call(self._sync.work, reader)
+        self.reading_since = self._monotonic()
+        try:
+            run = await lane.call(self._sync.work, reader)
+        finally:
+            self.reading_since = None
         if run.error is not None:
             if not await self._calls.recover(lane, run.failed, run.error):
                 return
@@ -354,7 +363,11 @@ class PartitionPump:
         """Read once (in the lane) and hand what came to an async handler on the loop, pausing in
         place (with the events in hand) while the lease may have run out."""
         self._idle.clear()
-        events = await lane.call(reader.receive, self._calls.batch or self._config.max_events)
+        self.reading_since = self._monotonic()
+        try:
+            events = await lane.call(reader.receive, self._calls.batch or self._config.max_events)
+        finally:
+            self.reading_since = None
         events = self._sequence.contiguous(events)
         if not events:
             if await self._checkpoints.write():

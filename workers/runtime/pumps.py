@@ -6,18 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Callable
 
 import workers.metrics as metrics
 from balancer.avoid import EVERY
-from balancer.lease import EARLY
 from balancer.protocol import Balancer
 from workers.runtime.config import PumpConfig, PumpStats
+from workers.runtime.deadlines import DeadlineWatch
 from workers.runtime.hubwatch import HubGuard, HubWatch
 from workers.runtime.pump import PartitionPump, Sleep
 from workers.runtime.sink import OutageLog
 from workers.runtime.stuck import GIVE_UP_FOR, ReaderWatch
+from workers.runtime.wedged import WedgeWatch
+from workers.sources.base import PartitionProperties
 
 log = logging.getLogger("leaseboard.worker")
 
@@ -26,7 +27,8 @@ class Pumps:
     """The running pumps of one worker (``running``: partition -> the pump and its task).
 
     ``build`` makes the pump of a partition; ``sleep`` is the worker's sleep (looked up when the
-    deadline timer is armed); ``stopped`` says whether the worker is stopping (no timer then)."""
+    deadline timer is armed); ``stopped`` says whether the worker is stopping (no timer then);
+    ``source`` the worker's, asked when the hub seems silent (``probe``) or a read hangs (``properties``)."""
 
     def __init__(
         self,
@@ -38,9 +40,10 @@ class Pumps:
         stopped: Callable[[], bool],
         handler_timeout: float = 0.0,
         reader_stuck: float = 0.0,
-        hub_probe: Callable[[], object] | None = None,
+        source: object = None,
         quiet: float = 1.0,
         wake: Callable[[], None] = lambda: None,
+        reader_wedged: float = 0.0,
     ) -> None:
         self._coordinator = coordinator
         self._idle_seconds = idle_seconds
@@ -52,8 +55,8 @@ class Pumps:
         self._lost_at: dict[str, int] = {}  # partition -> cycle count when its pump was refused a checkpoint
         self._failures: dict[str, OutageLog] = {}
         self.history: dict[str, PumpStats] = {}  # the last finished pump of each partition
-        # One timer for every pump's lease deadline (``watch_deadlines``): (the deadline, its task).
-        self._deadline_watch: tuple[float, asyncio.Task[None]] | None = None
+        # One timer for every pump's lease deadline (``watch_deadlines``).
+        self._deadlines = DeadlineWatch(coordinator, self.running, sleep, stopped)
         # When the idle pumps are next looked at (``_safety_reads``).
         self._next_look = coordinator.monotonic() + idle_seconds
         # The watch for stuck handlers (``abandon_stuck``): partition -> (what its handler call had in
@@ -64,9 +67,15 @@ class Pumps:
         self._reader_stuck = reader_stuck
         self.readers = ReaderWatch()
         self._giving_up: dict[str, asyncio.Task[None]] = {}
+        # Reads that hang while events wait (``wedged.py``): restarted as failing readers.
+        self.wedges: WedgeWatch | None = None
+        properties: Callable[[str], PartitionProperties] | None = getattr(source, "properties", None)
+        if properties is not None and reader_wedged > 0:
+            self.wedges = WedgeWatch(reader_wedged, properties, coordinator.monotonic, self._wedged)
         # A hub that stops answering while the store still does (``hubwatch.py``): only where the source
         # can be asked (``EventSource.probe``) and a bound is set.
         self.hub: HubGuard | None = None
+        hub_probe: Callable[[], object] | None = getattr(source, "probe", None)
         if hub_probe is not None and reader_stuck > 0:
             answer = max(1.0, min(quiet, 5.0))
             watch = HubWatch(
@@ -125,6 +134,8 @@ class Pumps:
                 pump.wake()  # a paused pump whose lease this cycle renewed resumes now
         if self._handler_timeout > 0:
             self.abandon_stuck(self._handler_timeout)
+        if self.wedges is not None:
+            self.wedges.look({p: pump for p, (pump, task) in self.running.items() if not task.done()})
         for pid in [p for p in self.readers.since if p not in owned]:  # lost or handed over: its failures end
             self._reader_back(pid)
         self._give_up_stuck_readers()
@@ -194,6 +205,24 @@ class Pumps:
         pump.abandon()
         task.cancel()
 
+    def _wedged(self, pid: str, since: float) -> None:
+        """``pid``'s read has hung since ``since`` while events wait: its pump is abandoned (the read's
+        thread is left to end if ever) and the next cycle starts it again, as after a failing read."""
+        entry = self.running.get(pid)
+        if entry is None or entry[1].done():
+            return
+        pump, task = entry
+        seconds = self._coordinator.monotonic() - since
+        log.error(
+            "worker %s: partition %s stuck: its read has not returned for %.0f s while events wait "
+            "(LEASEBOARD_READER_WEDGED %gs); restarting its reader from the checkpoint",
+            *(self._owner_id, pid, seconds, self.wedges.bound if self.wedges else 0.0),
+        )
+        pump.abandon()
+        task.cancel()
+        if self.readers.failed(pid, since):
+            metrics.PARTITION_STUCK.labels(pid, "reader").set(1)
+
     def _safety_reads(self) -> None:
         """Every ``idle_seconds``, after a cycle or renewal step: the safety read of every idle pump
         (``PartitionPump.look``: a pump whose reader says nothing came stays idle). One look for all
@@ -207,46 +236,11 @@ class Pumps:
                 pump.look()
 
     def watch_deadlines(self) -> None:
-        """Tell the running pumps whose lease deadline passed unrenewed (an idle pump then pauses, as a
-        busy one does at its next event), and arm one timer at the earliest deadline still ahead to do
-        the same there. A renewal moves the deadlines on before they pass, so in steady state the timer
-        is re-armed at each renewal and never fires: one timer per worker, where each idle pump used to
-        wake at its lease's old deadline after every renewal."""
-        deadline, now = self._coordinator.deadline, self._coordinator.monotonic()
-        ahead = []
-        for pid, (pump, task) in self.running.items():
-            if task.done() or pump.stopping:
-                continue
-            at = deadline(pid)
-            if not math.isfinite(at):
-                continue  # not held: the processor stops this pump
-            if at > now:
-                ahead.append(at)
-            elif not pump.paused:
-                pump.deadline_passed()
-        first = min(ahead, default=None)
-        watch = self._deadline_watch
-        if watch is not None and watch[0] == first and not watch[1].done():
-            return
-        if watch is not None:
-            watch[1].cancel()
-        self._deadline_watch = None
-        if first is not None and not self._stopped():
-            timer = asyncio.get_running_loop().create_task(self._at_deadline(first), name=f"deadlines {self._owner_id}")
-            self._deadline_watch = (first, timer)
-
-    async def _at_deadline(self, at: float) -> None:
-        clock = self._coordinator.monotonic
-        await self._sleep(max(0.0, at - clock()) + EARLY)  # EARLY: a timer may fire a hair early
-        if clock() < at:
-            return  # a test's sleep that only yields: the next cycle or renewal arms it again
-        self._deadline_watch = None
-        self.watch_deadlines()  # tells the pumps whose deadline passed; arms the next one ahead
+        """Tell the pumps whose lease deadline passed unrenewed; one timer for the next (``deadlines.py``)."""
+        self._deadlines.watch()
 
     def unwatch_deadlines(self) -> None:
-        if self._deadline_watch is not None:
-            self._deadline_watch[1].cancel()
-            self._deadline_watch = None
+        self._deadlines.cancel()
 
     def _start(self, pid: str) -> None:
         pump = self._build(pid)
@@ -310,10 +304,19 @@ class Pumps:
                 self._reader_stuck,
                 GIVE_UP_FOR,
             )
-            if pid in self.running:
-                self.running[pid][0].stop()
+            if pid in self.running:  # one that has read nothing since its start has nothing to checkpoint:
+                self._end(*self.running[pid])  # a read that hangs is not waited for
             task = asyncio.get_running_loop().create_task(self._give_up(pid, reason), name=f"give up {pid}")
             self._giving_up[pid] = task
+
+    @staticmethod
+    def _end(pump: PartitionPump, task: asyncio.Task[PumpStats]) -> None:
+        """Stop a pump given up on: after its final checkpoint if it has read, else at once."""
+        if pump.has_read:
+            pump.stop()
+        else:
+            pump.abandon()
+            task.cancel()
 
     async def _give_up(self, pid: str, reason: str) -> None:
         try:
@@ -343,6 +346,8 @@ class Pumps:
         (the late ones are cancelled), and keep what each did."""
         if self.hub is not None:
             self.hub.stop()
+        if self.wedges is not None:
+            self.wedges.cancel()
         running = {task: pid for pid, (_, task) in self.running.items() if not task.done()}
         for pump, _ in self.running.values():
             pump.stop()

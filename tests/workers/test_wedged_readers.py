@@ -1,0 +1,126 @@
+"""A reader that hangs without failing (issue 35, the wedged reader): the hub stops answering one
+partition's link and keeps it open, so the pump waits in its read for ever while its lease is
+renewed. Once the read has handed nothing over for ``reader_wedged`` seconds and the hub holds events
+behind it, the pump is restarted as a failing reader, and released for another worker once it has
+kept failing for ``reader_stuck``. A read with nothing waiting behind it is left alone. Driven on the
+fake clock, one cycle at a time (the watch asks the hub on a thread of its own)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from balancer.model import EventKind
+from tests.support.waiting import until
+from workers.hub.embedded import EmbeddedHub
+from workers.runtime.processor import EventProcessor
+
+from .conftest import Recorder, Rig, metric
+from .test_stuck_readers import settled
+
+WEDGED = 5.0  # reader_wedged, seconds
+STUCK = 20.0  # reader_stuck, seconds
+
+
+class HangingLink:
+    """A reader whose reads hang until ``gone`` is set (then give nothing), as a wedged link does."""
+
+    def __init__(self, reader: Any, gone: threading.Event) -> None:
+        self._reader, self._gone = reader, gone
+
+    def receive(self, max_events: int) -> list[Any]:
+        self._gone.wait()
+        return []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reader, name)
+
+
+class HangingOn:
+    """The hub, except that the readers of the partitions in ``hung`` hang on every read."""
+
+    def __init__(self, hub: EmbeddedHub) -> None:
+        self._hub = hub
+        self.hung: set[str] = set()
+        self.gone = threading.Event()  # set at the end: the hung reads' threads end
+
+    def reader(self, partition_id: str, position: Any) -> Any:
+        reader = self._hub.reader(partition_id, position)
+        return HangingLink(reader, self.gone) if partition_id in self.hung else reader
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._hub, name)
+
+
+async def wedge(rig: Rig, waiting: int) -> tuple[HangingOn, Recorder, EventProcessor, EventProcessor, str]:
+    """``a`` (reading through a ``HangingOn``) and ``b`` settled on two partitions each; one of ``a``'s
+    partitions (returned) then hangs in a new read with ``waiting`` events behind it."""
+    for pid in "0123":
+        rig.send(pid, 3)
+    source = HangingOn(rig.hub)
+    handled = Recorder()
+    a = rig.worker("a", handled, strategy="cooperative", source=source, reader_stuck=STUCK, reader_wedged=WEDGED)
+    b = rig.worker("b", handled, strategy="cooperative")
+    await settled(rig, a, b)
+    stuck = min(a.coordinator.owned)
+    await until(lambda: len(handled.sequences(stuck)) == 3, what="the partition's first events handled")
+    source.hung.add(stuck)
+    if waiting:
+        rig.send(stuck, waiting)
+    pump, task = a._pumpset.running[stuck]
+    pump.stop()  # ends after its checkpoint (at 2): the next pump's reader hangs
+    await until(task.done, what="the partition's pump to stop")
+    await a.step()
+    await until(lambda: a._pumpset.running[stuck][0].reading_since is not None, what="the new pump to hang")
+    return source, handled, a, b, stuck
+
+
+async def test_a_read_hanging_while_events_wait_is_restarted_then_released_to_another_worker(rig: Rig) -> None:
+    source, handled, a, b, stuck = await wedge(rig, waiting=2)
+    try:
+        restarts = metric("leaseboard_stuck_heals_total", cause="reader", step="restart")
+        first = a._pumpset.running[stuck][1]
+        rig.clock.advance(WEDGED - 1.0)
+        await a.step()  # seen hanging: not for the bound yet
+        rig.clock.advance(1.0)
+        await a.step()
+        assert not first.done() and not a._pumpset.readers.failing(stuck)
+        rig.clock.advance(WEDGED)
+        await a.step()  # hanging for the bound across two looks: the hub is asked, events wait
+        await until(first.done, what="the wedged pump to be abandoned")
+        assert first.cancelled() and a._pumpset.readers.failing(stuck)
+        assert metric("leaseboard_partition_stuck", partition=stuck, cause="reader") == 1
+        await a.step()  # restarted: its new read hangs too
+        assert metric("leaseboard_stuck_heals_total", cause="reader", step="restart") == restarts + 1
+        assert stuck in a.coordinator.owned
+        for _ in range(3):
+            await until(lambda: a._pumpset.running[stuck][0].reading_since is not None, what="the read to hang")
+            rig.clock.advance(WEDGED)
+            await a.step()
+        await until(lambda: stuck not in a.coordinator.owned, what="the wedged partition to be released")
+        released = [e for e in rig.sinks["a"].seen if e.kind is EventKind.RELEASE and e.partition_id == stuck]
+        assert [e.reason for e in released] == [f"stuck: reader failing {STUCK:.0f} s"]
+        await b.step()  # the other worker takes it at once and handles what waited
+        assert stuck in b.coordinator.owned
+        await until(lambda: handled.sequences(stuck, "b") == [3, 4], what="b to handle what waited")
+        assert handled.sequences(stuck, "a") == [0, 1, 2]  # nothing handled twice
+    finally:
+        source.gone.set()
+        await a.shutdown()
+        await b.shutdown()
+
+
+async def test_a_read_hanging_with_nothing_behind_it_is_left_alone(rig: Rig) -> None:
+    source, _, a, b, stuck = await wedge(rig, waiting=0)
+    try:
+        pump, task = a._pumpset.running[stuck]
+        for _ in range(4):  # 4 bounds: asked about each time, nothing waits
+            rig.clock.advance(WEDGED)
+            await a.step()
+            await until(lambda: not a._pumpset.wedges or not a._pumpset.wedges._asking, what="the hub's answer")
+        assert not task.done() and a._pumpset.running[stuck][0] is pump
+        assert not a._pumpset.readers.failing(stuck) and stuck in a.coordinator.owned
+    finally:
+        source.gone.set()
+        await a.shutdown()
+        await b.shutdown()
