@@ -206,21 +206,22 @@ class Pumps:
         task.cancel()
 
     def _wedged(self, pid: str, since: float) -> None:
-        """``pid``'s read has hung since ``since`` while events wait: its pump is abandoned (the read's
-        thread is left to end if ever) and the next cycle starts it again, as after a failing read."""
+        """``pid``'s reader has handed nothing over since ``since`` while events wait: its pump is abandoned
+        (a hung read's thread is left to end if ever) and the next cycle starts it again, as after a failing read."""
         entry = self.running.get(pid)
         if entry is None or entry[1].done():
             return
         pump, task = entry
         seconds = self._coordinator.monotonic() - since
         log.error(
-            "worker %s: partition %s stuck: its read has not returned for %.0f s while events wait "
-            "(LEASEBOARD_READER_WEDGED %gs); restarting its reader from the checkpoint",
+            "worker %s: partition %s stuck: its reader has handed nothing over for %.0f s while events wait "
+            "(LEASEBOARD_READER_WEDGED %gs); restarting it from the checkpoint",
             *(self._owner_id, pid, seconds, self.wedges.bound if self.wedges else 0.0),
         )
         pump.abandon()
         task.cancel()
-        if self.readers.failed(pid, since):
+        # Failing from now: restarted first, released only if still failing LEASEBOARD_READER_STUCK later.
+        if self.readers.failed(pid, self._coordinator.monotonic()):
             metrics.PARTITION_STUCK.labels(pid, "reader").set(1)
 
     def _safety_reads(self) -> None:

@@ -1,18 +1,21 @@
-"""Readers that stop answering without failing (issue 35): a read that has not returned for a bound
-while the hub holds events past what the pump handed over.
+"""Readers that stop answering without failing (issue 35): a pump that hands nothing over for a bound
+while the hub holds events past what it handed over.
 
 A reader's link can hang without an error: the hub stops answering one partition's link and keeps
-it open, and the pump waits in its read for ever while its lease is renewed, so nobody else takes
-the partition (the silent stall of Microsoft's processors). ``WedgeWatch`` looks at the running
-pumps with every cycle and renewal step: a pump inside a read (``PartitionPump.reading_since``) with
-no handler call in hand that has handed nothing over across looks ``bound`` seconds apart (so
-found within the bound and one look) is asked about once, on a
-thread of its own, with a deadline: the hub's properties of that partition. If events wait behind
-it (the last enqueued sequence number past the last one handed over) the pump is wedged, and the
-caller restarts it as a failing reader (``stuck.ReaderWatch``: restarted first, released for
-another worker once it has kept failing for ``LEASEBOARD_READER_STUCK``). A partition with nothing
-waiting is not wedged, however long its read: it is asked about again only after another bound.
-A hub that does not answer the question is the hub watch's business (``hubwatch.py``).
+it open, and the pump waits for ever while its lease is renewed, so nobody else takes the partition
+(the silent stall of Microsoft's processors). It waits in its read (a reader whose read blocks) or
+idle (the Event Hubs reader, whose read returns what the SDK's long poll queued: nothing, and whose
+wake-up never comes). ``WedgeWatch`` looks at the running pumps with every cycle and renewal step: a
+pump with no handler call in hand that has handed nothing over across looks ``bound`` seconds apart
+(so found within the bound and one look) is asked about, with a deadline: the hub's properties of
+that partition, one question at a time on a thread of the watch's own (pumps in a read first, then
+the longest idle: an idle fleet asks the hub at most once a look, not once a partition). If events
+wait behind it (the last enqueued sequence number past the last one handed over) and it is still
+where it was at the next look (a pump woken just as the hub answered has read them by then), the
+pump is wedged, and the caller restarts it as a failing reader (``stuck.ReaderWatch``: restarted
+first, released for another worker once it has kept failing for ``LEASEBOARD_READER_STUCK``). A
+partition with nothing waiting is not wedged, however long it waits: it is asked about again only
+after another bound. A hub that does not answer the question is the hub watch's (``hubwatch.py``).
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
 from workers.sources.base import PartitionProperties
 
 log = logging.getLogger("leaseboard.worker")
+Mark = tuple[float | None, int | None]  # (when the read under way began, None while idle; the last handed)
 
 
 class Reading(Protocol):
@@ -46,9 +51,9 @@ class Reading(Protocol):
 
 
 class WedgeWatch:
-    """Pumps stuck in a read while events wait. ``properties`` asks the hub about one partition
-    (blocking: run on a thread, given up after ``answer_within`` seconds); ``wedged(pid, since)`` is
-    called on the event loop for each pump found wedged, ``since`` when its read began."""
+    """Pumps that hand nothing over while events wait. ``properties`` asks the hub about one partition
+    (blocking: run on the watch's thread, given up after ``answer_within`` seconds); ``wedged(pid,
+    since)`` is called on the event loop for each pump found wedged, ``since`` when it stopped moving."""
 
     def __init__(
         self,
@@ -63,36 +68,54 @@ class WedgeWatch:
         self._clock = clock
         self._wedged = wedged
         self._answer_within = answer_within
-        # partition -> (its read's start and the last sequence handed over, when first seen so): a
-        # read that hands events over (a sync pump's read and handling in one call) is moving
-        self._seen: dict[str, tuple[tuple[float, int | None], float]] = {}
+        # partition -> (its read's start, None while idle, and the last sequence handed over; when first
+        # seen so): a read that hands events over (a sync pump's read and handling in one call) moves
+        self._seen: dict[str, tuple[Mark, float]] = {}
         self._asking: dict[str, asyncio.Task[None]] = {}
+        # One question at a time, on a thread of the watch's own: a hub that hangs holds that thread
+        # (past the deadline, until its client gives up), never the worker's shared executor.
+        self._executor: ThreadPoolExecutor | None = None
+        self._thread: Future[PartitionProperties] | None = None
+        # Found with events waiting behind them: wedged if still where they were at the next look (a
+        # pump woken just as the hub answered reads them by then).
+        self._suspects: dict[str, tuple[Mark, float]] = {}
 
     def look(self, pumps: Mapping[str, Reading]) -> None:
-        """Ask about every pump in a read that has handed nothing over for ``bound`` seconds or more (0:
-        never), one question a partition at a time; forget the partitions no longer reading."""
+        """Ask about one pump (in a read first, else the longest idle) that handed nothing over for
+        ``bound`` seconds or more (0: never), if no question is under way; forget the others."""
         if self.bound <= 0:
             return
         now = self._clock()
+        suspects, self._suspects = self._suspects, {}
+        for pid, (mark, since) in suspects.items():
+            pump = pumps.get(pid)
+            if pump is not None and (pump.reading_since, pump.handed()) == mark and not pump.stopping:
+                self._seen.pop(pid, None)
+                self._wedged(pid, since)
+        due: list[tuple[bool, float, str, Reading, Mark]] = []
         for pid, pump in pumps.items():
-            since = pump.reading_since
-            if since is None or pump.stopping or pump.paused or pump.in_hand() is not None:
+            if pump.stopping or pump.paused or pump.in_hand() is not None:
                 self._seen.pop(pid, None)
                 continue
-            mark = (since, pump.handed())
+            mark = (pump.reading_since, pump.handed())
             seen = self._seen.get(pid)
             if seen is None or seen[0] != mark:  # counted from this look: it may have moved just before
                 seen = self._seen[pid] = (mark, now)
-            if now - seen[1] < self.bound or pid in self._asking:
-                continue
-            task = asyncio.get_running_loop().create_task(self._ask(pid, pump, mark), name=f"wedged? {pid}")
-            self._asking[pid] = task
+            if now - seen[1] >= self.bound:
+                due.append((mark[0] is None, seen[1], pid, pump, mark))
         for pid in [p for p in self._seen if p not in pumps]:
             del self._seen[pid]
+        if due and not self._asking and (self._thread is None or self._thread.done()):
+            _, _, pid, pump, mark = min(due, key=lambda item: item[:2])  # reading before idle, oldest first
+            task = asyncio.get_running_loop().create_task(self._ask(pid, pump, mark), name=f"wedged? {pid}")
+            self._asking[pid] = task
 
-    async def _ask(self, pid: str, pump: Reading, mark: tuple[float, int | None]) -> None:
+    async def _ask(self, pid: str, pump: Reading, mark: Mark) -> None:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wedged")
+        self._thread = self._executor.submit(self._properties, pid)
         try:
-            found = await asyncio.wait_for(asyncio.to_thread(self._properties, pid), self._answer_within)
+            found = await asyncio.wait_for(asyncio.wrap_future(self._thread), self._answer_within)
         except Exception as exc:  # the hub did not answer: the hub watch's business
             log.debug("partition %s: the hub's properties could not be read (%s)", pid, exc)
             self._seen[pid] = (mark, self._clock())  # asked again after another bound
@@ -101,9 +124,9 @@ class WedgeWatch:
             self._asking.pop(pid, None)
         handed = mark[1]
         waiting = found.last_enqueued_sequence_number > (-1 if handed is None else handed)
+        seen = self._seen.get(pid)
         if waiting and (pump.reading_since, pump.handed()) == mark and not pump.stopping:
-            self._seen.pop(pid, None)
-            self._wedged(pid, mark[0])
+            self._suspects[pid] = (mark, mark[0] if mark[0] is not None else seen[1] if seen else self._clock())
         else:
             self._seen[pid] = (mark, self._clock())
 
@@ -111,3 +134,6 @@ class WedgeWatch:
         for task in self._asking.values():
             task.cancel()
         self._asking.clear()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
