@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from tests.chaos.evidence import Evidence
-from tests.chaos.fleet import Fleet
+from tests.chaos.fleet import WEDGED, Fleet
 from tests.chaos.rules import CheckpointHistory
 from tests.support import waiting
 
@@ -138,6 +138,35 @@ async def corrupt(fleet: Fleet, checks: list[PostCheck]) -> None:
         fleet.notes.append(f"nobody took partition {pid} back in {waited:g}s: the test {cleared}, as an operator would")
 
 
+async def wedged_reader(fleet: Fleet, checks: list[PostCheck]) -> None:
+    """The hub stops answering one owned partition's open reader (``EmbeddedHub.wedge``: its link stays
+    open and gives nothing, the silent stall): its owner must find it wedged (``LEASEBOARD_READER_WEDGED``)
+    and read it again on a new link, with nothing lost and no overlap. Noted: how long after the wedge
+    the partition's checkpoint passed the events that had waited behind it."""
+    owners = fleet.owners()
+    pid = fleet.rng.choice(sorted(owners, key=int))
+    started = time.monotonic()
+    fleet.hub.wedge(pid)
+    behind = fleet.last().get(pid, -1) + 1  # produced while wedged: at least this one
+
+    def read_again() -> bool:
+        sample = fleet.checkpoint_samples[-1] if fleet.checkpoint_samples else None
+        return sample is not None and sample.at > started and sample.checkpoints.get(pid, -1) >= behind
+
+    waited = 6 * WEDGED
+    try:
+        await waiting.until(read_again, f"partition {pid}, wedged, to be read again", waited, step=0.05)
+        fleet.notes.append(
+            f"wedged-reader: partition {pid} of {owners[pid]} read again {time.monotonic() - started:.1f}s after the "
+            f"wedge (LEASEBOARD_READER_WEDGED {WEDGED:g}s)"
+        )
+    except AssertionError:
+        fleet.problems.append(f"wedged-reader: partition {pid} of {owners[pid]} not read again within {waited:g}s")
+    finally:
+        fleet.hub.unwedge(pid)
+        fleet.fault("wedged-reader", started, {owners[pid]}, ended=time.monotonic(), partitions=frozenset({pid}))
+
+
 def outage_of(seconds: float) -> Callable[[Fleet, list[PostCheck]], Awaitable[None]]:
     async def outage(fleet: Fleet, checks: list[PostCheck]) -> None:
         """The store goes away for ``seconds`` and comes back on the same port with its data."""
@@ -227,4 +256,5 @@ FAULTS: dict[str, Callable[[Fleet, list[PostCheck]], Awaitable[None]]] = {
     "add-partitions": add_partitions,
     "malformed": malformed,
     "corrupt-record": corrupt,
+    "wedged-reader": wedged_reader,
 }

@@ -34,6 +34,9 @@ from workers.hub.embedded import EmbeddedHub
 SETTLE_SECONDS = 45.0
 
 
+WEDGED = 4.0  # seconds: the workers' LEASEBOARD_READER_WEDGED (a pump handing nothing over while events wait)
+
+
 @dataclass
 class Worker:
     """One ``runworkers --count 1`` process."""
@@ -80,7 +83,12 @@ class Fleet:
     def __post_init__(self) -> None:
         self.ref = HubRef("localhost", f"chaos-{self.kit.name}", "$Default")
         self.hub = EmbeddedHub(self.root / "hub", self.ref.hub, partitions=self.partitions)
-        self.env = worker_env(self.root, **self.kit.env(), LEASEBOARD_DEADLETTER_DIR=str(self.root / "deadletter"))
+        self.env = worker_env(
+            self.root,
+            **self.kit.env(),
+            LEASEBOARD_DEADLETTER_DIR=str(self.root / "deadletter"),
+            LEASEBOARD_READER_WEDGED=str(WEDGED),  # the "wedged-reader" fault's bound
+        )
         self.env.pop(  # the workers run on their own store and clock, whatever the test's shell set
             "LEASEBOARD_CLOCK_SKEW", None
         )

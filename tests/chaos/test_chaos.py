@@ -51,11 +51,12 @@ SHORT = {
         "add-partitions",
         "malformed",
         "corrupt-record",
+        "wedged-reader",
         "short-outage",
         "outage",
     ],
-    "blob": ["sigkill", "corrupt-record", "short-outage", "outage"],
-    "redis": ["sigkill", "corrupt-record", "short-outage", "outage"],
+    "blob": ["sigkill", "corrupt-record", "wedged-reader", "short-outage", "outage"],
+    "redis": ["sigkill", "corrupt-record", "wedged-reader", "short-outage", "outage"],
 }
 MAX_PARTITIONS = 24
 

@@ -241,3 +241,23 @@ def test_a_closed_reader_refuses_to_receive(hub: EmbeddedHub) -> None:
     reader.close()
     with pytest.raises(ValueError, match="closed"):
         reader.receive(1)
+
+
+def test_a_wedged_partition_s_open_readers_give_nothing_and_new_ones_read(hub: EmbeddedHub) -> None:
+    # The fault drill of the chaos suite's "wedged-reader": the hub stops answering the links open now.
+    hub.send(b'{"n": 0}', partition_id="2")
+    before, other = hub.reader("2", Position.earliest()), hub.reader("1", Position.earliest())
+    assert [e.sequence_number for e in before.receive(10)] == [0]
+    hub.wedge("2")
+    hub.send(b'{"n": 1}', partition_id="2")
+    hub.send(b'{"n": 2}', partition_id="1")
+    assert before.receive(10) == [] and before.nothing_new()  # open before: silent, not failing
+    assert [e.sequence_number for e in other.receive(10)] == [0]  # another partition reads as always
+    after = hub.reader("2", Position.after(0))
+    assert [e.sequence_number for e in after.receive(10)] == [1] and after.nothing_new()
+    hub.unwedge("2")
+    assert [e.sequence_number for e in before.receive(10)] == [1]  # answering again, where it was
+    with pytest.raises(ValueError, match="partition"):
+        hub.wedge("9")
+    for reader in (before, other, after):
+        reader.close()

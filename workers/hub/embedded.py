@@ -133,7 +133,25 @@ class EmbeddedHub:
         except BaseException:
             log_file.close()
             raise
-        return HubReader(log_file, pos, next_sequence)
+        return HubReader(log_file, pos, next_sequence, str(self._wedge_path(partition_id)))
+
+    def wedge(self, partition_id: str) -> None:
+        """A fault drill: every reader of ``partition_id`` open now stops answering (it gives nothing and
+        says nothing is new) without failing or closing, as a link the hub stopped serving; readers
+        opened from now on read as always. ``unwedge`` ends it. Raises ValueError for an unknown
+        partition."""
+        self._check_partition(partition_id)
+        path, now = self._wedge_path(partition_id), time.time_ns()
+        path.touch()
+        os.utime(
+            path, ns=(now, now)
+        )  # to the nanosecond (the kernel's own stamp is coarser): past every reader open now
+
+    def unwedge(self, partition_id: str) -> None:
+        self._wedge_path(partition_id).unlink(missing_ok=True)
+
+    def _wedge_path(self, partition_id: str) -> Path:
+        return self.path / f"wedged-{partition_id}"
 
     def close(self) -> None:
         """Closes the files this object holds open; a later call reopens what it needs."""

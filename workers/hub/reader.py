@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 from workers.hub.log import CorruptLog, Cursor, LogFile, Tail
 from workers.sources.arrivals import WatchedReader
@@ -18,9 +19,18 @@ class HubReader(WatchedReader):
     """Reads one partition forward from a resolved position. Not thread-safe; one per pump.
     ``notify(wake)``: ``wake()`` when the log is written (``workers.sources.arrivals``)."""
 
-    def __init__(self, log_file: LogFile, pos: int, next_sequence: int) -> None:
+    def __init__(self, log_file: LogFile, pos: int, next_sequence: int, wedge: str = "") -> None:
         self._log, self.watched_path = log_file, log_file.path
         self._cursor = Cursor(log_file, pos, next_sequence)
+        # A fault drill (``EmbeddedHub.wedge``): a file whose time is past this reader's opening says
+        # the hub stopped answering this reader's link: it gives nothing, without failing or closing.
+        self._wedge, self._opened = wedge, time.time_ns()
+
+    def _wedged(self) -> bool:
+        try:
+            return bool(self._wedge) and os.stat(self._wedge).st_mtime_ns >= self._opened
+        except FileNotFoundError:
+            return False
 
     @property
     def next_sequence_number(self) -> int:
@@ -34,6 +44,8 @@ class HubReader(WatchedReader):
             raise ValueError(f"max_events must be a whole number of at least 1, got {max_events!r}")
         if self._log.fd < 0:
             raise ValueError(f"reader of partition {self._log.partition_id} is closed")
+        if self._wedged():
+            return []
         out: list[ReceivedEvent] = []
         try:
             self._cursor.read(max_events, out)
@@ -46,7 +58,7 @@ class HubReader(WatchedReader):
     def nothing_new(self) -> bool:
         """True when the log holds no byte past the last event read (one ``fstat``: cheap enough for
         the event loop). An idle pump asks this at its safety read instead of reading in its thread."""
-        return self._log.fd >= 0 and os.fstat(self._log.fd).st_size <= self._cursor.pos
+        return self._log.fd >= 0 and (os.fstat(self._log.fd).st_size <= self._cursor.pos or self._wedged())
 
     def close(self) -> None:
         self.unwatch()

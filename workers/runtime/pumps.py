@@ -51,6 +51,7 @@ class Pumps:
         self._build = build
         self._sleep = sleep
         self._stopped = stopped
+        self._wake = wake  # the worker's next cycle now (a restarted pump starts at a cycle)
         self.running: dict[str, tuple[PartitionPump, asyncio.Task[PumpStats]]] = {}
         self._lost_at: dict[str, int] = {}  # partition -> cycle count when its pump was refused a checkpoint
         self._failures: dict[str, OutageLog] = {}
@@ -223,6 +224,7 @@ class Pumps:
         # Failing from now: restarted first, released only if still failing LEASEBOARD_READER_STUCK later.
         if self.readers.failed(pid, self._coordinator.monotonic()):
             metrics.PARTITION_STUCK.labels(pid, "reader").set(1)
+        self._wake()
 
     def _safety_reads(self) -> None:
         """Every ``idle_seconds``, after a cycle or renewal step: the safety read of every idle pump
