@@ -18,7 +18,8 @@ from datetime import datetime
 from pathlib import Path
 
 from tests.chaos.evidence import Evidence
-from tests.chaos.fleet import WEDGED, Fleet
+from tests.chaos.fleet import HANDLER_TIMEOUT, WEDGED, Fleet
+from tests.chaos.recording import stall
 from tests.chaos.rules import CheckpointHistory
 from tests.support import waiting
 
@@ -149,13 +150,9 @@ async def wedged_reader(fleet: Fleet, checks: list[PostCheck]) -> None:
     fleet.hub.wedge(pid)
     behind = fleet.last().get(pid, -1) + 1  # produced while wedged: at least this one
 
-    def read_again() -> bool:
-        sample = fleet.checkpoint_samples[-1] if fleet.checkpoint_samples else None
-        return sample is not None and sample.at > started and sample.checkpoints.get(pid, -1) >= behind
-
     waited = 6 * WEDGED
     try:
-        await waiting.until(read_again, f"partition {pid}, wedged, to be read again", waited, step=0.05)
+        await waiting.until(lambda: _passed(fleet, pid, behind, started), f"partition {pid}, wedged, to move", waited)
         fleet.notes.append(
             f"wedged-reader: partition {pid} of {owners[pid]} read again {time.monotonic() - started:.1f}s after the "
             f"wedge (LEASEBOARD_READER_WEDGED {WEDGED:g}s)"
@@ -165,6 +162,35 @@ async def wedged_reader(fleet: Fleet, checks: list[PostCheck]) -> None:
     finally:
         fleet.hub.unwedge(pid)
         fleet.fault("wedged-reader", started, {owners[pid]}, ended=time.monotonic(), partitions=frozenset({pid}))
+
+
+async def stuck_handler(fleet: Fleet, checks: list[PostCheck]) -> None:
+    """One handler call on one owned partition never returns (``recording.stall``): its worker must give
+    the call up after ``LEASEBOARD_HANDLER_TIMEOUT`` and start the partition again from its checkpoint
+    on a new thread, with nothing lost and no overlap (what the stuck call would do later is fenced).
+    Noted: how long after the stall the partition's checkpoint passed the events that had waited."""
+    owners = fleet.owners()
+    pid = fleet.rng.choice(sorted(owners, key=int))
+    started = time.monotonic()
+    stall(fleet.root / "records", pid)
+    behind = fleet.last().get(pid, -1) + 1
+    waited = 6 * HANDLER_TIMEOUT
+    try:
+        await waiting.until(lambda: _passed(fleet, pid, behind, started), f"partition {pid}, stuck, to move", waited)
+        fleet.notes.append(
+            f"stuck-handler: partition {pid} of {owners[pid]} moving again {time.monotonic() - started:.1f}s after "
+            f"its handler stuck (LEASEBOARD_HANDLER_TIMEOUT {HANDLER_TIMEOUT:g}s)"
+        )
+    except AssertionError:
+        fleet.problems.append(f"stuck-handler: partition {pid} of {owners[pid]} not moving within {waited:g}s")
+    finally:
+        fleet.fault("stuck-handler", started, {owners[pid]}, ended=time.monotonic(), partitions=frozenset({pid}))
+
+
+def _passed(fleet: Fleet, pid: str, sequence: int, since: float) -> bool:
+    """Whether a checkpoint sample taken after ``since`` shows ``pid`` checkpointed at ``sequence`` or past it."""
+    sample = fleet.checkpoint_samples[-1] if fleet.checkpoint_samples else None
+    return sample is not None and sample.at > since and sample.checkpoints.get(pid, -1) >= sequence
 
 
 def outage_of(seconds: float) -> Callable[[Fleet, list[PostCheck]], Awaitable[None]]:
@@ -257,4 +283,5 @@ FAULTS: dict[str, Callable[[Fleet, list[PostCheck]], Awaitable[None]]] = {
     "malformed": malformed,
     "corrupt-record": corrupt,
     "wedged-reader": wedged_reader,
+    "stuck-handler": stuck_handler,
 }

@@ -6,7 +6,8 @@ owner and time, see ``Recorder.retract``) to ``$LEASEBOARD_RECORD_DIR/<process i
 before the handler returns, so every event a checkpoint covers is on disk even if the process is
 killed the next moment. A body that is not a
 JSON object (the producer's malformed events) is recorded and then refused with ``MalformedEvent``,
-which the pump sets aside to its dead-letter file without retrying.
+which the pump sets aside to its dead-letter file without retrying. A partition named by ``stall``
+gets one handler call that never returns (the "stuck-handler" fault).
 
 Each line's time is read first, then the lease is looked at (``ctx.holds()``); when it may have run
 out nothing is recorded and ``NotHeld`` hands the event back to the pump, as the landing does before
@@ -29,15 +30,35 @@ from workers.handlers import MalformedEvent, NotHeld, PartitionContext
 from workers.sources.base import ReceivedEvent
 
 RETRACTED = "r"  # the last field of a line that takes back a handling recorded before (``retract``)
+STALL = "stall-"  # a file named so and the partition id, in the record directory: ``stall``
+
+
+def stall(directory: Path, partition_id: str) -> None:
+    """The next handler call on ``partition_id`` (in any worker recording into ``directory``) never returns."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{STALL}{partition_id}").touch()
 
 
 class Recorder(RecordingHandler):
     """``RecordingHandler``'s file and locking, with the time and whether the body was malformed on each line."""
 
     def __call__(self, event: ReceivedEvent, ctx: PartitionContext) -> None:
+        self._stall_if_asked(event.partition_id)
         self.record([event], ctx)
         if not event.body.startswith(b"{"):
             raise MalformedEvent(f"not a JSON object: {event.body[:20]!r}")
+
+    def _stall_if_asked(self, partition_id: str) -> None:
+        """The "stuck-handler" fault (``stall``): the first call on ``partition_id`` that finds the
+        fault's file takes it and never returns (its thread waits for ever; the worker must give it up)."""
+        asked = self.path.parent / f"{STALL}{partition_id}"
+        if not asked.exists():
+            return
+        try:
+            asked.unlink()  # one call takes it, in whichever process
+        except FileNotFoundError:
+            return
+        threading.Event().wait()
 
     def record(self, events: Sequence[ReceivedEvent], ctx: PartitionContext) -> str:
         """One line per event, all with the time read before the lease was found still held; that time

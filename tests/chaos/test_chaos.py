@@ -52,6 +52,7 @@ SHORT = {
         "malformed",
         "corrupt-record",
         "wedged-reader",
+        "stuck-handler",
         "short-outage",
         "outage",
     ],
