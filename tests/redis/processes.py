@@ -98,22 +98,27 @@ class Site(Processes):
 
     # what the test reads -------------------------------------------------------------------
 
+    def _hash(self, key: str) -> dict[str, str]:
+        """The hash ``key``, {} while the server cannot be reached (a restart): a connection of the
+        test's own that failed (ciul saw one, under load, in the middle of a run) is opened again
+        and asked again, up to five times, so it is not taken for an empty hash."""
+        for _ in range(5):
+            try:
+                return cast(dict[str, str], self.client.hgetall(key))  # decode_responses
+            except redis.ConnectionError:
+                self.client.connection_pool.disconnect()
+                time.sleep(0.1)
+        return {}
+
     def allocation(self) -> dict[str, str]:
         """The race's allocation hash: partition -> the node processing it."""
-        try:
-            return cast(dict[str, str], self.client.hgetall(f"{scope(REF)}:race:allocation"))  # decode_responses
-        except redis.ConnectionError:
-            return {}
+        return self._hash(f"{scope(REF)}:race:allocation")
 
     def redis_owners(self) -> dict[str, str]:
         """Ownership records in the Redis store: partition -> owner ("" released)."""
         import json
 
-        try:
-            raw = cast(dict[str, str], self.client.hgetall(Keys.of(REF).ownership))  # decode_responses
-        except redis.ConnectionError:
-            return {}
-        return {p: json.loads(v)["owner"] for p, v in raw.items()}
+        return {p: json.loads(v)["owner"] for p, v in self._hash(Keys.of(REF).ownership).items()}
 
     def sql_owners(self) -> dict[str, str]:
         """Ownership records in the SQLite store (``store="sql"``)."""
