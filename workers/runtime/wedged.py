@@ -29,7 +29,6 @@ from typing import Protocol
 from workers.sources.base import PartitionProperties
 
 log = logging.getLogger("leaseboard.worker")
-Mark = tuple[float | None, int | None]  # (when the read under way began, None while idle; the last handed)
 
 
 class Reading(Protocol):
@@ -68,49 +67,50 @@ class WedgeWatch:
         self._clock = clock
         self._wedged = wedged
         self._answer_within = answer_within
-        # partition -> (its read's start, None while idle, and the last sequence handed over; when first
-        # seen so): a read that hands events over (a sync pump's read and handling in one call) moves
-        self._seen: dict[str, tuple[Mark, float]] = {}
+        # partition -> (the last sequence it handed over, when first seen there): a pump that moves
+        # hands events over; whether it is in a read or idle at a look does not count (a wedged pump
+        # woken by every write to its log reads, gets nothing, and idles again, between any two looks)
+        self._seen: dict[str, tuple[int | None, float]] = {}
         self._asking: dict[str, asyncio.Task[None]] = {}
         # One question at a time, on a thread of the watch's own: a hub that hangs holds that thread
         # (past the deadline, until its client gives up), never the worker's shared executor.
         self._executor: ThreadPoolExecutor | None = None
         self._thread: Future[PartitionProperties] | None = None
         # Found with events waiting behind them: wedged if still where they were at the next look (a
-        # pump woken just as the hub answered reads them by then).
-        self._suspects: dict[str, tuple[Mark, float]] = {}
+        # pump woken just as the hub answered has handed them over by then).
+        self._suspects: dict[str, tuple[int | None, float]] = {}
 
     def look(self, pumps: Mapping[str, Reading]) -> None:
-        """Ask about one pump (in a read first, else the longest idle) that handed nothing over for
+        """Ask about one pump (in a read first, else the longest still) that handed nothing over for
         ``bound`` seconds or more (0: never), if no question is under way; forget the others."""
         if self.bound <= 0:
             return
         now = self._clock()
         suspects, self._suspects = self._suspects, {}
-        for pid, (mark, since) in suspects.items():
+        for pid, (handed, since) in suspects.items():
             pump = pumps.get(pid)
-            if pump is not None and (pump.reading_since, pump.handed()) == mark and not pump.stopping:
+            if pump is not None and pump.handed() == handed and not pump.stopping and not pump.paused:
                 self._seen.pop(pid, None)
                 self._wedged(pid, since)
-        due: list[tuple[bool, float, str, Reading, Mark]] = []
+        due: list[tuple[bool, float, str, Reading, int | None]] = []
         for pid, pump in pumps.items():
             if pump.stopping or pump.paused or pump.in_hand() is not None:
                 self._seen.pop(pid, None)
                 continue
-            mark = (pump.reading_since, pump.handed())
+            handed = pump.handed()
             seen = self._seen.get(pid)
-            if seen is None or seen[0] != mark:  # counted from this look: it may have moved just before
-                seen = self._seen[pid] = (mark, now)
+            if seen is None or seen[0] != handed:  # counted from this look: it may have moved just before
+                seen = self._seen[pid] = (handed, now)
             if now - seen[1] >= self.bound:
-                due.append((mark[0] is None, seen[1], pid, pump, mark))
+                due.append((pump.reading_since is None, seen[1], pid, pump, handed))
         for pid in [p for p in self._seen if p not in pumps]:
             del self._seen[pid]
         if due and not self._asking and (self._thread is None or self._thread.done()):
-            _, _, pid, pump, mark = min(due, key=lambda item: item[:2])  # reading before idle, oldest first
-            task = asyncio.get_running_loop().create_task(self._ask(pid, pump, mark), name=f"wedged? {pid}")
+            _, _, pid, pump, handed = min(due, key=lambda item: item[:2])  # in a read first, oldest first
+            task = asyncio.get_running_loop().create_task(self._ask(pid, pump, handed), name=f"wedged? {pid}")
             self._asking[pid] = task
 
-    async def _ask(self, pid: str, pump: Reading, mark: Mark) -> None:
+    async def _ask(self, pid: str, pump: Reading, handed: int | None) -> None:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wedged")
         self._thread = self._executor.submit(self._properties, pid)
@@ -118,17 +118,16 @@ class WedgeWatch:
             found = await asyncio.wait_for(asyncio.wrap_future(self._thread), self._answer_within)
         except Exception as exc:  # the hub did not answer: the hub watch's business
             log.debug("partition %s: the hub's properties could not be read (%s)", pid, exc)
-            self._seen[pid] = (mark, self._clock())  # asked again after another bound
+            self._seen[pid] = (handed, self._clock())  # asked again after another bound
             return
         finally:
             self._asking.pop(pid, None)
-        handed = mark[1]
         waiting = found.last_enqueued_sequence_number > (-1 if handed is None else handed)
         seen = self._seen.get(pid)
-        if waiting and (pump.reading_since, pump.handed()) == mark and not pump.stopping:
-            self._suspects[pid] = (mark, mark[0] if mark[0] is not None else seen[1] if seen else self._clock())
+        if waiting and pump.handed() == handed and not pump.stopping:
+            self._suspects[pid] = (handed, seen[1] if seen else self._clock())
         else:
-            self._seen[pid] = (mark, self._clock())
+            self._seen[pid] = (handed, self._clock())
 
     def cancel(self) -> None:
         for task in self._asking.values():
