@@ -94,3 +94,4 @@ class Evidence:
     # Seconds of one tick of the store's clock (Blob: 1, its Last-Modified counts whole seconds; 0:
     # finer than anything measured here). A steal waits one more tick for the lease it took to run out.
     store_tick: float = 0.0
+    interval: float = 0.0  # the workers' cycle interval: a record that ran out is claimed at the next cycle

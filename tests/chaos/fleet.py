@@ -328,4 +328,5 @@ class Fleet:
             final_checkpoints=final,
             workers=frozenset(w.owner for w in self.workers.values()),
             store_tick=float(getattr(self.store, "clock_resolution", None) or 0.0),
+            interval=self.interval,
         )

@@ -341,13 +341,15 @@ def bad_records(evidence: Evidence, moves: list[Move]) -> Iterator[str]:
             times = sorted(h.at for h in evidence.handlings if h.partition == pid and start <= h.at <= end)
             since, gap = max(((a, b - a) for a, b in pairwise([start, *times, end])), key=lambda pair: pair[1])
             # A record that looks live (an unknown owner) is taken at the handoff timeout, one expiry,
-            # and handled once it would have expired by the store's clock: a tick more on a coarse one.
-            bound = evidence.expiry + evidence.store_tick
+            # and handled once it would have expired by the store's clock (a tick more on a coarse
+            # one), at the claimer's next cycle (one interval more; Blob, with no notice, waits for it).
+            bound = evidence.expiry + evidence.store_tick + evidence.interval
             if gap > bound + evidence.slack:
                 tick = f" and one tick of the store's clock, {evidence.store_tick:g}s" if evidence.store_tick else ""
+                cycle = f" and one interval, {evidence.interval:g}s" if evidence.interval else ""
                 yield (
                     f"{what}: partition {pid} went unprocessed for {gap:.1f}s from {when(evidence, since)} "
-                    f"(want at most one expiry, {evidence.expiry:g}s{tick})"
+                    f"(want at most one expiry, {evidence.expiry:g}s{tick}{cycle})"
                 )
 
 

@@ -243,6 +243,13 @@ def test_a_corrupt_record_may_move_only_its_own_partition_and_only_briefly() -> 
     ]
     coarse = replace(run(samples, stalled), store_tick=1.0)  # Blob: the steal waits one more tick
     assert [v for v in check(coarse).violations if v.startswith("bad records")] == []
+    cycling = replace(run(samples, stalled), interval=0.5)  # and the claimer's next cycle
+    assert [v for v in check(cycling).violations if v.startswith("bad records")] == []
+    later = steady("a", "0", 5.0, 10.2) + steady("c", "0", 14.6, 15.0)
+    assert [v for v in check(replace(run(samples, later), interval=0.5)).violations if v.startswith("bad records")] == [
+        "bad records: corrupt record of partition 0 at corrupt-record +0.1s: partition 0 went unprocessed for 4.5s "
+        "from corrupt-record +0.2s (want at most one expiry, 3s and one interval, 0.5s)"
+    ]
 
 
 def test_the_console_must_answer_and_show_the_store_down_during_an_outage() -> None:
