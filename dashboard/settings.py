@@ -244,8 +244,8 @@ LEASEBOARD_HANDLER_ABANDON_MAX = envint("LEASEBOARD_HANDLER_ABANDON_MAX", 3, min
 # A partition whose reader has kept failing this many seconds (restarted at every cycle meanwhile) is
 # released, with its reason, for another worker to take; this one takes it no more for 5 minutes (0: never).
 LEASEBOARD_READER_STUCK = envfloat("LEASEBOARD_READER_STUCK", 30.0)
-# A read that has not returned for this many seconds while the hub holds events behind it (a link the
-# hub stopped answering without closing it) is restarted as a failing reader (0: never).
+# A reader that has handed nothing over for this many seconds while the hub holds events behind it (a
+# link the hub stopped answering without closing it) is restarted as a failing reader (0: never).
 LEASEBOARD_READER_WEDGED = envfloat("LEASEBOARD_READER_WEDGED", 15.0)
 # Events a handler could not process after its retries, one JSON line each, per hub and partition.
 LEASEBOARD_DEADLETTER_DIR = Path(envstr("LEASEBOARD_DEADLETTER_DIR", str(VAR_DIR / "deadletter")))

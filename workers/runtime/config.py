@@ -32,8 +32,8 @@ class PumpConfig:
     # A partition whose reader has kept failing this many seconds (restarted at every cycle meanwhile)
     # is given up: released for another worker to take (``stuck.py``). 0: never.
     reader_stuck: float = 30.0
-    # A read that has not returned for this many seconds while the hub holds events past what was
-    # handed over is a wedged reader (``wedged.py``): restarted as a failing one. 0: never.
+    # A reader that has handed nothing over for this many seconds while the hub holds events past it is
+    # a wedged reader (``wedged.py``): restarted as a failing one. 0: never.
     reader_wedged: float = 15.0
 
     def __post_init__(self) -> None:

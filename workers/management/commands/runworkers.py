@@ -106,8 +106,8 @@ def add_pump_options(parser: CommandParser) -> None:
         help="seconds a partition's reader may keep failing (restarted at every cycle) before the worker "
         "releases the partition for another to take, and takes it no more for 5 minutes; also how long an "
         "Event Hubs namespace may leave this worker unanswered before it hands every partition over until "
-        "it answers again; 0: never (default: LEASEBOARD_READER_STUCK, 30). A read that has not returned "
-        "for LEASEBOARD_READER_WEDGED seconds (15; 0: never) while events wait behind it counts as failing",
+        "it answers again; 0: never (default: LEASEBOARD_READER_STUCK, 30). A reader that has handed nothing "
+        "over for LEASEBOARD_READER_WEDGED seconds (15; 0: never) while events wait behind it counts as failing",
     )
     add(
         "--initial-position",
