@@ -322,7 +322,13 @@ def azurite_requests(lines: Iterable[str]) -> Iterator[dict[str, object]]:
 def azurite_history(lines: Iterable[str], container: str, prefix: str) -> History:
     """A History from an Azurite ``--debug`` log: successful writes of the ownership and checkpoint
     blobs under ``prefix`` (``scope_prefix(ref)``) in ``container``."""
-    found = History("blob", "Azurite's request log (--debug; arrival and end of each request)", 1e-3, late_ends=True)
+    found = History(
+        "blob",
+        "Azurite's request log (--debug; arrival and end of each request)",
+        1e-3,
+        late_ends=True,
+        two_request_fence=True,
+    )
     for request in azurite_requests(lines):
         blob = str(request.get("blob", ""))
         status = int(request["status"])  # type: ignore[call-overload]

@@ -274,7 +274,10 @@ def test_where_the_store_stamps_a_write_s_end_late_an_owner_is_judged_from_its_c
     assert handled_outside(found, early, offset=0.0, expiry=EXPIRY) == []
     (problem,) = handled_outside(found, [Handling("0", 0, "w1", 99.9)], offset=0.0, expiry=EXPIRY)
     assert problem.startswith("partition 0: w1 handled 0..0 from 00:01:39.900000")
-    assert azurite_history([], "chaos", "ns/hub/$default/").late_ends
+    assert (
+        azurite_history([], "chaos", "ns/hub/$default/").late_ends
+        and azurite_history([], "chaos", "ns/hub/$default/").two_request_fence
+    )
 
 
 def test_where_the_server_itself_stalls_a_late_stamped_renewal_continues_its_tenure() -> None:
@@ -339,6 +342,26 @@ def test_a_checkpoint_written_by_a_former_owner_is_found() -> None:
         "partition 1: checkpoint 3 written from 10.0.0.4 at 00:00:06.500000 while nobody owned it; "
         "the ownership history before it:",
     ]
+
+
+def test_on_blob_the_previous_owners_checkpoint_may_land_after_a_claim_before_the_new_owners_first() -> None:
+    # As in ci-under-load (blob, the store cut from every worker): w1's checkpoint, its ownership read
+    # before w2's claim, landed 0.9 s after it. Blob's fence is two requests (a read, then the write).
+    writes = [Write("0", "w1", 1.0, 1.0, client="10.0.0.4"), Write("0", "w2", 5.0, 5.0, client="10.0.0.5")]
+    addresses = {"w1": "10.0.0.4", "w2": "10.0.0.5"}
+    late = [CheckpointWrite("0", 10, 2.0, "10.0.0.4"), CheckpointWrite("0", 15, 5.9, "10.0.0.4")]
+    strict = History("hand-made", "a test", 1e-3, writes, late)
+    assert len(foreign_checkpoints(strict, addresses)) == 1  # exact stores: the fence is one request
+    two = History("hand-made", "a test", 1e-3, writes, late, two_request_fence=True)
+    assert foreign_checkpoints(two, addresses) == []
+    # but not once the new owner has written its own, nor from a third worker
+    after = [*late[:1], CheckpointWrite("0", 12, 5.5, "10.0.0.5"), late[1]]
+    assert len(foreign_checkpoints(History("h", "t", 1e-3, writes, after, two_request_fence=True), addresses)) == 1
+    third = [CheckpointWrite("0", 15, 5.9, "10.0.0.6")]
+    found = foreign_checkpoints(
+        History("h", "t", 1e-3, writes, third, two_request_fence=True), {**addresses, "w3": "10.0.0.6"}
+    )
+    assert len(found) == 1
 
 
 # the landing files, against the store's history -----------------------------------------------------
