@@ -144,24 +144,14 @@ async def wedged_reader(fleet: Fleet, checks: list[PostCheck]) -> None:
     open and gives nothing, the silent stall): its owner must find it wedged (``LEASEBOARD_READER_WEDGED``)
     and read it again on a new link, with nothing lost and no overlap. Noted: how long after the wedge
     the partition's checkpoint passed the events that had waited behind it."""
-    owners = fleet.owners()
-    pid = fleet.rng.choice(sorted(owners, key=int))
-    started = time.monotonic()
-    fleet.hub.wedge(pid)
-    behind = fleet.last().get(pid, -1) + 1  # produced while wedged: at least this one
-
-    waited = 6 * WEDGED
-    try:
-        await waiting.until(lambda: _passed(fleet, pid, behind, started), f"partition {pid}, wedged, to move", waited)
-        fleet.notes.append(
-            f"wedged-reader: partition {pid} of {owners[pid]} read again {time.monotonic() - started:.1f}s after the "
-            f"wedge (LEASEBOARD_READER_WEDGED {WEDGED:g}s)"
-        )
-    except AssertionError:
-        fleet.problems.append(f"wedged-reader: partition {pid} of {owners[pid]} not read again within {waited:g}s")
-    finally:
-        fleet.hub.unwedge(pid)
-        fleet.fault("wedged-reader", started, {owners[pid]}, ended=time.monotonic(), partitions=frozenset({pid}))
+    await _stall_one(
+        fleet,
+        "wedged-reader",
+        WEDGED,
+        fleet.hub.wedge,
+        fleet.hub.unwedge,
+        ("wedged", "read again", f"the wedge (LEASEBOARD_READER_WEDGED {WEDGED:g}s)", "not read again"),
+    )
 
 
 async def stuck_handler(fleet: Fleet, checks: list[PostCheck]) -> None:
@@ -169,22 +159,44 @@ async def stuck_handler(fleet: Fleet, checks: list[PostCheck]) -> None:
     the call up after ``LEASEBOARD_HANDLER_TIMEOUT`` and start the partition again from its checkpoint
     on a new thread, with nothing lost and no overlap (what the stuck call would do later is fenced).
     Noted: how long after the stall the partition's checkpoint passed the events that had waited."""
+    await _stall_one(
+        fleet,
+        "stuck-handler",
+        HANDLER_TIMEOUT,
+        lambda pid: stall(fleet.root / "records", pid),
+        lambda pid: None,
+        ("stuck", "moving again", f"its handler stuck (LEASEBOARD_HANDLER_TIMEOUT {HANDLER_TIMEOUT:g}s)", "not moving"),
+    )
+
+
+async def _stall_one(
+    fleet: Fleet,
+    kind: str,
+    bound: float,
+    start: Callable[[str], None],
+    end: Callable[[str], None],
+    words: tuple[str, str, str, str],
+) -> None:
+    """Stall one owned partition (``start``), wait up to six ``bound``s for its checkpoint to pass what
+    was produced meanwhile, note how long that took (or a problem), ``end`` the stall and log the fault.
+    ``words``: (the state, what moving is called, what the time is counted after, what not moving is)."""
+    state, moving, after, stuck = words
     owners = fleet.owners()
     pid = fleet.rng.choice(sorted(owners, key=int))
     started = time.monotonic()
-    stall(fleet.root / "records", pid)
-    behind = fleet.last().get(pid, -1) + 1
-    waited = 6 * HANDLER_TIMEOUT
+    start(pid)
+    behind = fleet.last().get(pid, -1) + 1  # produced while stalled: at least this one
+    waited = 6 * bound
     try:
-        await waiting.until(lambda: _passed(fleet, pid, behind, started), f"partition {pid}, stuck, to move", waited)
+        await waiting.until(lambda: _passed(fleet, pid, behind, started), f"partition {pid}, {state}, to move", waited)
         fleet.notes.append(
-            f"stuck-handler: partition {pid} of {owners[pid]} moving again {time.monotonic() - started:.1f}s after "
-            f"its handler stuck (LEASEBOARD_HANDLER_TIMEOUT {HANDLER_TIMEOUT:g}s)"
+            f"{kind}: partition {pid} of {owners[pid]} {moving} {time.monotonic() - started:.1f}s after {after}"
         )
     except AssertionError:
-        fleet.problems.append(f"stuck-handler: partition {pid} of {owners[pid]} not moving within {waited:g}s")
+        fleet.problems.append(f"{kind}: partition {pid} of {owners[pid]} {stuck} within {waited:g}s")
     finally:
-        fleet.fault("stuck-handler", started, {owners[pid]}, ended=time.monotonic(), partitions=frozenset({pid}))
+        end(pid)
+        fleet.fault(kind, started, {owners[pid]}, ended=time.monotonic(), partitions=frozenset({pid}))
 
 
 def _passed(fleet: Fleet, pid: str, sequence: int, since: float) -> bool:
