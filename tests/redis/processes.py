@@ -106,8 +106,7 @@ class Site(Processes):
             try:
                 return cast(dict[str, str], self.client.hgetall(key))  # decode_responses
             except redis.ConnectionError:
-                self.client.connection_pool.disconnect()
-                time.sleep(0.1)
+                self.client.connection_pool.disconnect()  # the next try opens a new connection
         return {}
 
     def allocation(self) -> dict[str, str]:
