@@ -27,13 +27,17 @@ from .conftest import REF
 class ListReader:
     """Hands out ``events`` in reads of at most ``max_events``, then ``error`` (if any), then nothing."""
 
-    def __init__(self, events: list[ReceivedEvent], error: Exception | None = None) -> None:
+    def __init__(self, events: list[ReceivedEvent], error: Exception | None = None, empty_reads: int = 0) -> None:
         self.events = events
         self.error = error
+        self.empty_reads = empty_reads  # reads that find nothing between the events and the error
         self.reads = 0
 
     def receive(self, max_events: int) -> list[ReceivedEvent]:
         self.reads += 1
+        if not self.events and self.empty_reads:
+            self.empty_reads -= 1
+            return []
         if not self.events and self.error is not None:
             error, self.error = self.error, None
             raise error
@@ -142,6 +146,25 @@ async def test_a_read_error_after_handled_events_is_raised_once_they_are_checkpo
         await asyncio.wait_for(p.run(), 10)
     [checkpoint] = await store.list_checkpoints(REF)
     assert (checkpoint.sequence_number, checkpoint.offset) == (4, "40") and p.stats.ended == "failed"
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync handler", "async handler"])
+async def test_a_read_error_after_a_quiet_read_still_checkpoints_what_was_handled_before_it(asynchronous: bool) -> None:
+    # As in the chaos suite's failing reader: events handled, a read that found nothing (the pump
+    # waited, its checkpoint not yet due), then a read that fails. The next owner must resume after
+    # the handled events, not handle them again.
+    store, clock = await owned_store(), FakeClock()
+    reader = ListReader(events(5), error=OSError("link refused"), empty_reads=1)
+
+    async def async_handler(event: ReceivedEvent, ctx: Any) -> None:
+        pass
+
+    handler = async_handler if asynchronous else (lambda e, ctx: None)
+    p = pump(store, reader, handler, clock, clock() + 60, checkpoint_events=1000, checkpoint_seconds=1e9)
+    with pytest.raises(OSError, match="link refused"):
+        await asyncio.wait_for(p.run(), 10)
+    [checkpoint] = await store.list_checkpoints(REF)
+    assert checkpoint.sequence_number == 4 and p.stats.ended == "failed"
 
 
 def test_the_fast_event_constructor_makes_equal_frozen_events() -> None:

@@ -366,6 +366,9 @@ class PartitionPump:
         self.reading_since = self._monotonic()
         try:
             events = await lane.call(reader.receive, self._calls.batch or self._config.max_events)
+        except Exception:
+            await self._checkpoints.write(final=True)  # what was handled, before the error ends the pump
+            raise
         finally:
             self.reading_since = None
         events = self._sequence.contiguous(events)

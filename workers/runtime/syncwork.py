@@ -80,9 +80,9 @@ class SyncWork:
         self.stop_requested = True
 
     def work(self, reader: PartitionReader) -> Run:
-        """Read and handle until the loop has something to do. Raises a read error, at once when
-        nothing was handled in this call, else (``deferred``) at the next call, so that the loop
-        checkpoints what was handled first."""
+        """Read and handle until the loop has something to do. Raises a read error at once when nothing
+        handled waits for a checkpoint, else (``deferred``) at the next call, so that the loop
+        checkpoints what was handled first (in this call or an earlier one)."""
         if self.deferred is not None:
             error, self.deferred = self.deferred, None
             raise error
@@ -92,7 +92,7 @@ class SyncWork:
                 try:
                     received = reader.receive(self._size)
                 except Exception as exc:
-                    if not progressed:
+                    if not progressed and not self._checkpoints.unsaved:
                         raise
                     self.deferred = exc
                     return Run()
