@@ -9,6 +9,7 @@ what the console (a dashboard process on the same store) answered when polled al
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -95,3 +96,33 @@ class Evidence:
     # finer than anything measured here). A steal waits one more tick for the lease it took to run out.
     store_tick: float = 0.0
     interval: float = 0.0  # the workers' cycle interval: a record that ran out is claimed at the next cycle
+    # Steals after the handoff timeout, found in the console's event log (``taken_over``): they explain
+    # duplicates (rule 4) and nothing else.
+    taken_over: list[Fault] = field(default_factory=list)
+
+
+TAKEN_OVER = "handoff-timeout"
+
+
+def taken_over(events: Iterable[Mapping[str, object]], offset: float, tick: float = 0.0) -> list[Fault]:
+    """Each steal in the console's event log whose reason says its owner did not hand the partition over
+    in time (``did not hand over within``: the cooperative strategy's handoff timeout), as an unplanned
+    fault of that owner at the steal, on the monotonic clock (the event's ``at``, the store's clock,
+    minus ``offset``; ``tick``: the store clock's resolution, added to the end). The owner was too slow
+    (a loaded machine, a long handler call), not gone: what it handled after its last checkpoint is
+    handled again by the new owner, at least once by design. The new owner waits out the owner's lease
+    first, so a steal never excuses an overlap."""
+    found = []
+    for event in events:
+        if event.get("kind") != "steal" or "did not hand over within" not in str(event.get("reason") or ""):
+            continue
+        try:
+            at = float(event.get("at") or 0.0)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+        owner, pid = str(event.get("previous_owner") or ""), str(event.get("partition_id") or "")
+        if owner and at:
+            found.append(
+                Fault(TAKEN_OVER, at - offset, at + tick - offset, frozenset({owner}), partitions=frozenset({pid}))
+            )
+    return found

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from tests.chaos.evidence import Evidence
-from tests.chaos.fleet import HANDLER_TIMEOUT, WEDGED, Fleet
+from tests.chaos.fleet import HANDLER_TIMEOUT, READER_STUCK, WEDGED, Fleet
 from tests.chaos.recording import stall
 from tests.chaos.rules import CheckpointHistory
 from tests.support import waiting
@@ -148,7 +148,7 @@ async def wedged_reader(fleet: Fleet, checks: list[PostCheck]) -> None:
         fleet,
         "wedged-reader",
         WEDGED,
-        fleet.hub.wedge,
+        lambda pid, owner: fleet.hub.wedge(pid),
         fleet.hub.unwedge,
         ("wedged", "read again", f"the wedge (LEASEBOARD_READER_WEDGED {WEDGED:g}s)", "not read again"),
     )
@@ -163,9 +163,25 @@ async def stuck_handler(fleet: Fleet, checks: list[PostCheck]) -> None:
         fleet,
         "stuck-handler",
         HANDLER_TIMEOUT,
-        lambda pid: stall(fleet.root / "records", pid),
+        lambda pid, owner: stall(fleet.root / "records", pid),
         lambda pid: None,
         ("stuck", "moving again", f"its handler stuck (LEASEBOARD_HANDLER_TIMEOUT {HANDLER_TIMEOUT:g}s)", "not moving"),
+    )
+
+
+async def failing_reader(fleet: Fleet, checks: list[PostCheck]) -> None:
+    """Every read of one owned partition fails in its owner's process (``EmbeddedHub.refuse``: that
+    worker's link to it keeps failing): the owner restarts the reader, still failing gives the partition
+    up after ``LEASEBOARD_READER_STUCK`` ("stuck: reader failing"), and another worker reads it, with
+    nothing lost and no overlap. Noted: how long after the fault the partition's checkpoint passed the
+    events that had waited behind it."""
+    await _stall_one(
+        fleet,
+        "failing-reader",
+        READER_STUCK,
+        lambda pid, owner: fleet.hub.refuse(pid, fleet.workers[owner.rsplit("-", 1)[0]].process.pid),
+        fleet.hub.admit,
+        ("failing", "read elsewhere", f"its reads failed (LEASEBOARD_READER_STUCK {READER_STUCK:g}s)", "not read"),
     )
 
 
@@ -173,18 +189,19 @@ async def _stall_one(
     fleet: Fleet,
     kind: str,
     bound: float,
-    start: Callable[[str], None],
+    start: Callable[[str, str], None],
     end: Callable[[str], None],
     words: tuple[str, str, str, str],
 ) -> None:
-    """Stall one owned partition (``start``), wait up to six ``bound``s for its checkpoint to pass what
-    was produced meanwhile, note how long that took (or a problem), ``end`` the stall and log the fault.
+    """Stall one owned partition (``start``, given it and its owner), wait up to six ``bound``s for its
+    checkpoint to pass what was produced meanwhile, note how long that took (or a problem), ``end`` the
+    stall and log the fault.
     ``words``: (the state, what moving is called, what the time is counted after, what not moving is)."""
     state, moving, after, stuck = words
     owners = fleet.owners()
     pid = fleet.rng.choice(sorted(owners, key=int))
     started = time.monotonic()
-    start(pid)
+    start(pid, owners[pid])
     behind = fleet.last().get(pid, -1) + 1  # produced while stalled: at least this one
     waited = 6 * bound
     try:
@@ -296,4 +313,5 @@ FAULTS: dict[str, Callable[[Fleet, list[PostCheck]], Awaitable[None]]] = {
     "corrupt-record": corrupt,
     "wedged-reader": wedged_reader,
     "stuck-handler": stuck_handler,
+    "failing-reader": failing_reader,
 }

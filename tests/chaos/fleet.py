@@ -35,6 +35,7 @@ SETTLE_SECONDS = 45.0
 
 
 WEDGED = 4.0  # seconds: the workers' LEASEBOARD_READER_WEDGED (a pump handing nothing over while events wait)
+READER_STUCK = 3.0  # seconds: the workers' LEASEBOARD_READER_STUCK (a partition's reads failing in a row)
 HANDLER_TIMEOUT = 4.0  # seconds: the workers' LEASEBOARD_HANDLER_TIMEOUT (one handler call in hand)
 
 
@@ -90,6 +91,7 @@ class Fleet:
             LEASEBOARD_DEADLETTER_DIR=str(self.root / "deadletter"),
             LEASEBOARD_READER_WEDGED=str(WEDGED),  # the "wedged-reader" fault's bound
             LEASEBOARD_HANDLER_TIMEOUT=str(HANDLER_TIMEOUT),  # the "stuck-handler" fault's
+            LEASEBOARD_READER_STUCK=str(READER_STUCK),  # the "failing-reader" fault's
         )
         self.env.pop(  # the workers run on their own store and clock, whatever the test's shell set
             "LEASEBOARD_CLOCK_SKEW", None

@@ -192,7 +192,7 @@ class CheckpointHistory:
 def unexplained(evidence: Evidence, again: list[tuple[Handling, Handling]]) -> Iterator[str]:
     history = CheckpointHistory(evidence.checkpoint_samples)
     for first, repeat in again:
-        faults = _unplanned(evidence, first.owner)
+        faults = _unplanned(evidence, first.owner) + [f for f in evidence.taken_over if first.owner in f.victims]
         # A fault that lasts (a store link flapping for 12 s) may strike at any moment of its span: what
         # its victim handled until one expiry after its end may be lost with a checkpoint that failed.
         explained = any(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from workers.hub.embedded import MAX_BODY, EmbeddedHub
+from workers.hub.reader import ReadRefused
 from workers.sources.base import Position, ReceivedEvent
 
 from .hubfiles import read_all
@@ -260,4 +261,31 @@ def test_a_wedged_partition_s_open_readers_give_nothing_and_new_ones_read(hub: E
     with pytest.raises(ValueError, match="partition"):
         hub.wedge("9")
     for reader in (before, other, after):
+        reader.close()
+
+
+def test_a_refused_partition_fails_every_read_in_the_process_it_names_until_admitted(hub: EmbeddedHub) -> None:
+    # The fault drill of the chaos suite's "failing-reader": one worker's link to a partition keeps failing.
+    hub.send(b'{"n": 0}', partition_id="2")
+    open_before = hub.reader("2", Position.earliest())
+    hub.refuse("2", os.getpid())
+    with pytest.raises(ReadRefused, match="partition 2"):
+        open_before.receive(10)
+    assert not open_before.nothing_new()  # a refused reader reads (and fails), it does not sit idle
+    opened_after = hub.reader("2", Position.earliest())
+    with pytest.raises(ReadRefused):
+        opened_after.receive(10)
+    other = hub.reader("1", Position.earliest())
+    assert other.receive(10) == []  # another partition reads as always
+    hub.refuse("2", os.getpid() + 1)  # another process's link: this one reads
+    assert [e.sequence_number for e in open_before.receive(10)] == [0]
+    hub.refuse("2")  # every process
+    with pytest.raises(ReadRefused):
+        opened_after.receive(10)
+    hub.admit("2")
+    assert [e.sequence_number for e in opened_after.receive(10)] == [0]
+    hub.admit("2")  # admitting twice is harmless
+    with pytest.raises(ValueError, match="partition"):
+        hub.refuse("9")
+    for reader in (open_before, opened_after, other):
         reader.close()

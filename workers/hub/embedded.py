@@ -39,7 +39,7 @@ from pathlib import Path
 
 from workers.hub import placement
 from workers.hub.log import EMPTY, MAX_AMQP, MAX_BODY, MAX_KEY, CorruptLog, LogFile, Tail, encode
-from workers.hub.reader import HubReader, start_of
+from workers.hub.reader import Drills, HubReader, start_of
 from workers.sources.base import PartitionProperties, Position, ReceivedEvent
 
 __all__ = ["MAX_BODY", "MAX_KEY", "CorruptLog", "EmbeddedHub"]
@@ -133,7 +133,8 @@ class EmbeddedHub:
         except BaseException:
             log_file.close()
             raise
-        return HubReader(log_file, pos, next_sequence, str(self._wedge_path(partition_id)))
+        drills = Drills(str(self._wedge_path(partition_id)), str(self._refuse_path(partition_id)))
+        return HubReader(log_file, pos, next_sequence, drills)
 
     def wedge(self, partition_id: str) -> None:
         """A fault drill: every reader of ``partition_id`` open now stops answering (it gives nothing and
@@ -152,6 +153,23 @@ class EmbeddedHub:
 
     def _wedge_path(self, partition_id: str) -> Path:
         return self.path / f"wedged-{partition_id}"
+
+    def refuse(self, partition_id: str, process_id: int | None = None) -> None:
+        """A fault drill: every read of ``partition_id`` fails (``ReadRefused``, as a link the hub keeps
+        refusing), in the process ``process_id`` only when it is given (one worker's link broke), else in
+        every process; readers opened from now on too. ``admit`` ends it. Raises ValueError for an
+        unknown partition."""
+        self._check_partition(partition_id)
+        path = self._refuse_path(partition_id)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        temporary.write_text("" if process_id is None else str(process_id), encoding="ascii")
+        temporary.replace(path)  # whole: a reader never sees it half written
+
+    def admit(self, partition_id: str) -> None:
+        self._refuse_path(partition_id).unlink(missing_ok=True)
+
+    def _refuse_path(self, partition_id: str) -> Path:
+        return self.path / f"refused-{partition_id}"
 
     def close(self) -> None:
         """Closes the files this object holds open; a later call reopens what it needs."""

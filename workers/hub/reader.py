@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 
 from workers.hub.log import CorruptLog, Cursor, LogFile, Tail
 from workers.sources.arrivals import WatchedReader
@@ -15,22 +16,45 @@ from workers.sources.base import Position, ReceivedEvent
 log = logging.getLogger("workers.hub.embedded")  # the hub's logger: its lines keep the name they had
 
 
+class ReadRefused(ConnectionError):
+    """A read the hub refused: the fault drill ``EmbeddedHub.refuse`` (a link that keeps failing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Drills:
+    """The files of a partition's fault drills (``EmbeddedHub.wedge`` and ``refuse``); "" for none."""
+
+    wedge: str = ""
+    refuse: str = ""
+
+
 class HubReader(WatchedReader):
     """Reads one partition forward from a resolved position. Not thread-safe; one per pump.
     ``notify(wake)``: ``wake()`` when the log is written (``workers.sources.arrivals``)."""
 
-    def __init__(self, log_file: LogFile, pos: int, next_sequence: int, wedge: str = "") -> None:
+    def __init__(self, log_file: LogFile, pos: int, next_sequence: int, drills: Drills | None = None) -> None:
         self._log, self.watched_path = log_file, log_file.path
         self._cursor = Cursor(log_file, pos, next_sequence)
-        # A fault drill (``EmbeddedHub.wedge``): a file whose time is past this reader's opening says
-        # the hub stopped answering this reader's link: it gives nothing, without failing or closing.
-        self._wedge, self._opened = wedge, time.time_ns()
+        # Fault drills: a wedge file whose time is past this reader's opening says the hub stopped
+        # answering this reader's link (it gives nothing, without failing or closing); a refuse file
+        # (naming this process, or none) that every read fails.
+        self._drills, self._opened = drills or Drills(), time.time_ns()
 
     def _wedged(self) -> bool:
         try:
-            return bool(self._wedge) and os.stat(self._wedge).st_mtime_ns >= self._opened
+            return bool(self._drills.wedge) and os.stat(self._drills.wedge).st_mtime_ns >= self._opened
         except FileNotFoundError:
             return False
+
+    def _refused(self) -> bool:
+        if not self._drills.refuse:
+            return False
+        try:
+            with open(self._drills.refuse, encoding="ascii") as drill:
+                named = drill.read().strip()
+        except FileNotFoundError:
+            return False
+        return not named or named == str(os.getpid())
 
     @property
     def next_sequence_number(self) -> int:
@@ -39,11 +63,13 @@ class HubReader(WatchedReader):
     def receive(self, max_events: int) -> list[ReceivedEvent]:
         """Up to ``max_events`` next events in sequence order; [] when none are there yet. Raises
         CorruptLog at a damaged record (once the intact events before it have been handed over),
-        ValueError if closed or ``max_events`` < 1."""
+        ReadRefused in the drill ``EmbeddedHub.refuse``, ValueError if closed or ``max_events`` < 1."""
         if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 1:
             raise ValueError(f"max_events must be a whole number of at least 1, got {max_events!r}")
         if self._log.fd < 0:
             raise ValueError(f"reader of partition {self._log.partition_id} is closed")
+        if self._refused():
+            raise ReadRefused(f"the hub refused the read of partition {self._log.partition_id} (a fault drill)")
         if self._wedged():
             return []
         out: list[ReceivedEvent] = []
@@ -58,7 +84,9 @@ class HubReader(WatchedReader):
     def nothing_new(self) -> bool:
         """True when the log holds no byte past the last event read (one ``fstat``: cheap enough for
         the event loop). An idle pump asks this at its safety read instead of reading in its thread."""
-        return self._log.fd >= 0 and (os.fstat(self._log.fd).st_size <= self._cursor.pos or self._wedged())
+        if self._log.fd < 0 or self._refused():
+            return False  # a refused reader reads, and fails
+        return os.fstat(self._log.fd).st_size <= self._cursor.pos or self._wedged()
 
     def close(self) -> None:
         self.unwatch()
