@@ -85,7 +85,7 @@ class History:
     # The store fences a checkpoint with a read of the ownership before its write, two requests (Blob:
     # ``balancer/stores/blob/checkpoints.py``): the previous owner's checkpoint can land after a claim,
     # before the new owner's first one (of events it did process; the ETag condition keeps it from
-    # ever going back). Such a checkpoint is not a foreign one.
+    # ever going back), or after its own release. Such a checkpoint is not a foreign one.
     two_request_fence: bool = False
 
 
@@ -382,12 +382,16 @@ def _previous_owners_late(
     point: CheckpointWrite, before: list[Write], written: list[CheckpointWrite], addresses: Mapping[str, str]
 ) -> bool:
     """Whether ``point`` is the previous owner's checkpoint landing after the current owner's claim and
-    before the current owner's first checkpoint (``History.two_request_fence``)."""
-    if not before or not before[-1].owner:
+    before the current owner's first checkpoint, or after the previous owner's own release while nobody
+    owns the partition (``History.two_request_fence``: its ownership read came before either)."""
+    if not before:
         return False
+    if not before[-1].owner:  # released: by the owner before the release
+        releaser = next((w.owner for w in reversed(before[:-1]) if w.owner), "")
+        return bool(releaser) and addresses.get(releaser) == point.client
     owner = before[-1].owner
     claimed = next(i for i in range(len(before) - 1, -1, -1) if i == 0 or before[i - 1].owner != owner)
-    previous = before[claimed - 1].owner if claimed > 0 else ""
+    previous = next((w.owner for w in reversed(before[:claimed]) if w.owner), "")  # past a release between
     if not previous or addresses.get(previous) != point.client:
         return False
     since = before[claimed].at

@@ -32,13 +32,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from tests.chaos.evidence import Fault, Handling, Phase
+from tests.chaos.evidence import TAKEN_OVER, Fault, Handling, Phase
 from tests.netsplit.history import History, Tenure, by_partition, clock, tenures
 from tests.netsplit.landing import LandedFile
 
 # Faults that can cut a worker off after processing and before its checkpoint: a cut from the store
-# (alone, with everything, the store from everyone, flapping, with a stop) or a kill or a stop.
-CAUSES = frozenset({"cut-store", "isolated", "store-cut", "flapping", "cut-store+sigstop", "sigkill", "sigstop"})
+# (alone, with everything, the store from everyone, flapping, with a stop), a kill or a stop, or a
+# handoff taken over after its timeout (``evidence.taken_over``: the owner too slow to hand over).
+CAUSES = frozenset(
+    {"cut-store", "isolated", "store-cut", "flapping", "cut-store+sigstop", "sigkill", "sigstop", TAKEN_OVER}
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from balancer.model import HubRef
-from tests.chaos.evidence import Evidence, Fault, Handling, Phase
+from tests.chaos.evidence import TAKEN_OVER, Evidence, Fault, Handling, Phase, taken_over
+from tests.chaos.invariants import check
+from tests.chaos.rules import repeats, unexplained
 from tests.netsplit.checks import overlaps, sequence_jumps, worker_lines
 from tests.netsplit.eventlog import expected_events, taken_after_expiry, unlogged
 from tests.netsplit.history import (
@@ -703,3 +705,55 @@ def test_a_reader_that_skipped_events_is_a_broken_invariant(tmp_path: Path) -> N
     ]
     (tmp_path / "w3.log").write_text("2026-11-26 22:14:07,000 INFO leaseboard.pump: partition 5: resuming\n")
     assert sequence_jumps(tmp_path) == []
+
+
+def test_on_blob_the_previous_owners_checkpoint_may_land_after_its_own_release() -> None:
+    # As in a run with five xdist workers: w1 handed partitions off while their pumps were still busy;
+    # each pump's checkpoint, its ownership read before the release, landed 17 ms after it, nobody
+    # owning the partition. After a claim by w2 the same holds until w2's first checkpoint.
+    writes = [Write("0", "w1", 1.0, 1.0, client="10.0.0.4"), Write("0", "", 3.0, 3.0, client="10.0.0.4")]
+    addresses = {"w1": "10.0.0.4", "w2": "10.0.0.5", "w3": "10.0.0.6"}
+    late = [CheckpointWrite("0", 19, 3.017, "10.0.0.4")]
+    assert len(foreign_checkpoints(History("h", "t", 1e-3, writes, late), addresses)) == 1  # exact stores
+    assert foreign_checkpoints(History("h", "t", 1e-3, writes, late, two_request_fence=True), addresses) == []
+    stranger = [CheckpointWrite("0", 19, 3.017, "10.0.0.6")]
+    assert len(foreign_checkpoints(History("h", "t", 1e-3, writes, stranger, two_request_fence=True), addresses)) == 1
+    claimed = [*writes, Write("0", "w2", 3.01, 3.01, client="10.0.0.5")]
+    assert foreign_checkpoints(History("h", "t", 1e-3, claimed, late, two_request_fence=True), addresses) == []
+    own_first = [CheckpointWrite("0", 19, 3.012, "10.0.0.5"), *late]
+    found = foreign_checkpoints(History("h", "t", 1e-3, claimed, own_first, two_request_fence=True), addresses)
+    assert len(found) == 1
+
+
+def test_a_steal_after_the_handoff_timeout_explains_what_its_slow_owner_handled_again() -> None:
+    # As in the same run: w2's first landing took 4.7 s on a loaded machine; w1 took the partition after
+    # the 3 s handoff timeout, w2's checkpoint was refused and w1 handled events 0..19 again.
+    events = [
+        {
+            "kind": "steal",
+            "partition_id": "6",
+            "owner_id": "w1",
+            "previous_owner": "w2",
+            "at": 1048.25,
+            "reason": "w2 did not hand over within 3s",
+        },
+        {
+            "kind": "steal",
+            "partition_id": "5",
+            "owner_id": "w1",
+            "previous_owner": "w3",
+            "at": 1048.25,
+            "reason": "lease of w3 not renewed",
+        },
+    ]
+    found = taken_over(events, offset=1000.0, tick=1.0)
+    assert found == [Fault(TAKEN_OVER, 48.25, 49.25, frozenset({"w2"}), partitions=frozenset({"6"}))]
+    found_in = evidence(("6", 0, "w2", 47.9), ("6", 0, "w1", 55.8))
+    again = repeats(found_in.handlings)
+    assert len(list(unexplained(found_in, again))) == 1
+    found_in.taken_over = found
+    assert list(unexplained(found_in, again)) == []
+    # and nothing else: an overlap beside it is still one
+    overlapping = evidence(("6", 0, "w2", 48.5), ("6", 1, "w2", 48.6), ("6", 1, "w1", 48.55), ("6", 2, "w1", 48.65))
+    overlapping.taken_over = found
+    assert any("at the same time" in problem for problem in check(overlapping).violations)

@@ -52,7 +52,7 @@ from typing import Any
 import pytest
 
 from tests.chaos import rules
-from tests.chaos.evidence import Evidence
+from tests.chaos.evidence import Evidence, taken_over
 from tests.chaos.faults import PostCheck, new_name
 from tests.chaos.invariants import Report, check
 from tests.chaos.stores import DASHBOARD_ALIAS, migrated_database
@@ -202,6 +202,7 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
                 recorder.stop()
                 await within(STEP, "the observer to close the store", kit.close(opened))
                 getattr(kit, "finish", lambda: None)()
+    evidence.taken_over = taken_over(events, offsets[0], evidence.store_tick)
     report = check(evidence)
     report.violations += problems + [p for post in checks for p in post(evidence)] + fleet.problems
     report.violations += crash_loops(fleet, evidence) + sequence_jumps(fleet.root)[:5]
@@ -220,7 +221,8 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
     report.violations += landed_outside(history, files, fleet.expiry, OVERLAP_SLACK + drift)[:5]
     report.violations += stale_pumps(history, files, fleet.expiry, OVERLAP_SLACK + drift)[:5]
     report.violations += lost(evidence.produced, evidence.dead_letters, files)
-    twice, unexplained = duplicates(files, evidence.faults, history, offset, OVERLAP_SLACK + drift)
+    causes = evidence.faults + evidence.taken_over
+    twice, unexplained = duplicates(files, causes, history, offset, OVERLAP_SLACK + drift)
     report.violations += unexplained
     # The console's event log (read over HTTP from the observer) against the store's history.
     unreported, unsent = unlogged(history, events, fleet.expiry, evidence.faults, offset)
@@ -281,7 +283,7 @@ def tail(seed: int, fleet: NetFleet, evidence: Evidence, report: Report) -> str:
     lines += [f"  phase {p.name:<18} {p.started:.2f} .. {p.ended:.2f}" for p in fleet.phases]
     lines += [
         f"  fault {f.kind:<18} {f.started:.2f} .. {f.ended:.2f} {'planned ' * f.planned}{','.join(sorted(f.victims))}"
-        for f in evidence.faults
+        for f in evidence.faults + evidence.taken_over
     ]
     lines += [f"  broken: {v.splitlines()[0][:400]}" for v in report.violations[:12]]
     return "\n".join(lines) + "\n"
