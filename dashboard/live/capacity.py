@@ -17,8 +17,9 @@ A worker's rate is its capacity only while it has more to do than it can do: whe
 behind (the backlog is more than ``BEHIND_SECONDS`` of processing) the measured per-worker rate is
 what a worker can do, and it is remembered (``History.capacity``). While the fleet keeps up, the
 measured rate is only a lower bound of that capacity: the estimate then uses the remembered
-capacity if there is one, and otherwise never asks for more workers than are working (a fleet that
-keeps up needs no more; without this a lower bound would ask for one more worker forever).
+capacity if there is one at or above it, and otherwise never asks for more workers than are working
+(a fleet that keeps up needs no more; without this a lower bound would ask for one more worker
+forever, and so would a remembered capacity measured short, below what the workers now do).
 
 Without a history of at least ``MIN_SPAN_SECONDS``, or with no worker processing anything while
 events wait, the rates are unknown: ``desired_workers`` is 1 and ``reason`` says why.
@@ -153,11 +154,12 @@ def estimate(
     behind = waiting > processing_rate * BEHIND_SECONDS
     if per_worker is not None and behind:
         rate, measured, reason = per_worker, True, None
-    elif remembered is not None and remembered > 0:
-        rate, measured = max(remembered, per_worker or 0.0), True
+    elif remembered is not None and remembered > 0 and (per_worker is None or remembered >= per_worker):
+        rate, measured = remembered, True
         reason = None if per_worker is not None else "no worker processed events in the window: remembered capacity"
     elif per_worker is not None:
-        # Keeping up: the measured rate is a lower bound of what a worker can do.
+        # Keeping up: the measured rate is a lower bound of what a worker can do (and a remembered
+        # capacity below it was measured short: over a window a worker spent partly starting, say).
         wanted = math.ceil(need / per_worker - 1e-9)
         desired = _clamp(min(wanted, last.workers), partitions)
         reason = "keeping up: a worker's capacity is not measured until the fleet falls behind; no more than working"

@@ -113,6 +113,27 @@ def test_catching_up_then_keeping_up_with_a_remembered_capacity_lets_the_fleet_s
     assert caught_up.measured_capacity and caught_up.reason is None
 
 
+def test_a_remembered_capacity_below_what_a_worker_now_does_asks_for_no_more_workers() -> None:
+    # As on a busy machine: the worker started late, fell behind, and its capacity was measured over a
+    # window it spent partly starting (30 a second); it now keeps up with 36 a second, its checkpoints a
+    # few events behind. 36.3 / 30 would ask for a second worker for ever.
+    history, fleet = History(), Fleet(workers=1, per_worker=200, enqueue=36)
+    history.capacity = 30.0
+    for o in fleet.run(60):
+        history.add(replace(o, backlog=13))
+    found = history.estimate(PARTITIONS, 60)
+    assert found.desired_workers == 1 and found.reason is not None and "keeping up" in found.reason
+    history.capacity = 50.0  # a capacity measured above today's rate is used, and asks for one
+    found = history.estimate(PARTITIONS, 60)
+    assert found.desired_workers == 1 and found.measured_capacity and found.per_worker_rate == 50.0
+    # A worker at the capacity remembered (100 a second) and the rate past it (120), the backlog not
+    # yet behind: two, before the backlog says so.
+    history.capacity, fleet.per_worker, fleet.enqueue = 100.0, 100, 120
+    for o in fleet.run(60):
+        history.add(replace(o, backlog=13))
+    assert history.estimate(PARTITIONS, 60).desired_workers == 2
+
+
 def test_never_more_than_the_partitions_nor_fewer_than_one() -> None:
     flood = Fleet(workers=1, per_worker=10, enqueue=10_000)
     assert estimate(window(flood.run(30)), PARTITIONS).desired_workers == PARTITIONS
