@@ -65,6 +65,8 @@ class Published:
     state: ConsoleState  # with figures and ``version``
     json: Json  # ``state.as_json()``, made once for every socket; never changed in place
     delta: Json | None  # the delta message from the previous version to this one (None for the first)
+    read_at: float = 0.0  # monotonic time the round's read of the store ended (every event up to
+    # ``state.last_event_id`` had committed by then)
 
 
 class Monitor:
@@ -198,7 +200,8 @@ class Monitor:
             previous = self.published
             state = replace(state, version=self.version + 1)
             json = state.as_json()
-            self.published = Published(state, json, delta(previous.json, json) if previous is not None else None)
+            changed = delta(previous.json, json) if previous is not None else None
+            self.published = Published(state, json, changed, self.updated)
         self.ready.set()
         with self._lock:
             wakers = list(self._subscribers.items())

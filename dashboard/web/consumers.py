@@ -18,12 +18,12 @@ after that watermark, so every event at or below it is already reflected (see ``
 each delta, every event committed so far is sent, so the page's feed is complete to the watermark.
 
 Every event sent comes from the EventLog table, not from the channel-layer message: the message
-only wakes the consumer. That is what makes delivery whole when workers run in other processes
+only wakes the process's reader of the log (``feed.py``: one per hub, shared by every socket, which
+pushes what it reads). That is what makes delivery whole when workers run in other processes
 without Redis (the in-memory layer does not cross processes, and drops messages to a full
-channel), and it keeps one order for both paths. A row whose insert commits after a row with a
-higher id (possible on PostgreSQL, whose ids are handed out before commit) is still found: each
-poll (at most every ``LATE_EVERY`` seconds) also rereads ids above where ``last_sent`` stood ``SETTLE``
-seconds ago, skipping ids sent.
+channel), and it keeps one order for both paths; late-committing rows are the feed's to find. A
+socket reads the log itself once, to catch up from its snapshot's watermark to the feed, so an idle
+socket costs no query.
 """
 
 from __future__ import annotations
@@ -37,12 +37,10 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.db.models import Q
 
 from balancer.model import HubRef
 
 from ..control.audit import recent_audit
-from ..dbthread import READ_DEADLINE, DatabaseThread
 from ..live.broadcast import GROUP
 from ..live.console import Json
 from ..live.delta import delta
@@ -51,19 +49,17 @@ from ..live.host import FIRST_ROUND_SECONDS, Full, current_state, host, unknown
 from ..live.monitor import Monitor
 from ..live.state import parse_ref
 from ..models import EventLog
+from . import feed
 from .access import audit_for, events_for
+from .feed import BATCH, POLL_EVERY, SETTLE, unsent
+from .feed import reads as _feed
 from .sockets import SEATS, client_of
 
 log = logging.getLogger(__name__)
 
-POLL_EVERY = 0.5
 STALE_AFTER = 2.5  # seconds without a monitor round before a delta is read here instead
-SETTLE = 3.0  # seconds a late-committing EventLog row may trail a higher id and still be delivered
-GATHER = 0.04  # seconds a wake-up waits after the last read: at 200 events/s, 25 reads and messages a second, not 200
-LATE_EVERY = 0.5  # seconds between looks for late rows (at 200 events/s, looking on every wake-up is most of the work)
 HISTORY = 50
 AUDIT = 20
-BATCH = 500
 CHANNEL_LAYER = "channel layer"
 READ_ONLY = "this socket is read-only: actions are POSTed to /api/actions/ with a staff login and a CSRF token"
 MAX_FRAME = 4096  # characters (or bytes) of one client frame; larger: closed with 4413
@@ -78,8 +74,6 @@ CLOSE_UNKNOWN = 4404  # a hub and consumer group the store does not know: nothin
 CLOSE_TRY_LATER = 4503
 
 
-# every consumer's reads (read only), on one kept connection
-_feed = DatabaseThread("leaseboard-feed", retry=True, deadline=READ_DEADLINE)
 _open = 0  # consumers connected in this process
 _pumps: set[asyncio.Task[None]] = set()  # every running pump, so a test can see none is left
 
@@ -94,16 +88,6 @@ def _history(ref: HubRef, upto: int, limit: int) -> list[dict[str, Any]]:
     return [row.as_json() for row in reversed(list(rows))]
 
 
-def _unsent(ref: HubRef, floor: int, last_sent: int, sent: frozenset[int], limit: int) -> list[dict[str, Any]]:
-    """Rows above ``last_sent``, and rows between ``floor`` and it that were not sent, in id order."""
-    rows = EventLog.objects.filter(**EventLog.scope(ref))
-    late: list[int] = []
-    if floor < last_sent:
-        late = [i for i in rows.filter(id__gt=floor, id__lt=last_sent).values_list("id", flat=True) if i not in sent]
-    chosen = rows.filter(Q(id__gt=last_sent) | Q(id__in=late)).order_by("id")[:limit]
-    return [EventLog.json_of(row) for row in chosen.values(*EventLog.JSON_FIELDS)]
-
-
 class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     """Streams one hub and consumer group (``?hub=&consumer_group=``, default: the configured ones).
 
@@ -115,6 +99,7 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     pump: asyncio.Task[None] | None = None
     watching: tuple[Monitor, int] | None = None
+    feeding: tuple[feed.Feed, feed.Subscriber] | None = None
     grouped = False
     counted = False
     seated = False
@@ -132,8 +117,7 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.last_sent: int | None = None  # None until the first snapshot went out
         self.sent: set[int] = set()  # ids above the floor already sent
         self.marks: deque[tuple[float, int]] = deque()  # (monotonic time, last_sent then)
-        self.late_checked = 0.0
-        self.read_at = 0.0  # monotonic time of the last read of the event log
+        self.since = 0  # the snapshot's watermark: every event at or below it is in the state sent
         self.state: Json | None = None  # the state the page has
         self.version = 0
         self.audit_after = 0
@@ -195,6 +179,9 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         watching, self.watching = self.watching, None
         if watching is not None:
             watching[0].unsubscribe(watching[1])
+        feeding, self.feeding = self.feeding, None
+        if feeding is not None:
+            feed.unsubscribe(*feeding)
         if self.seated:
             self.seated = False
             SEATS.give_back(*self.seat)
@@ -268,8 +255,8 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             self.ref.namespace,
             self.ref.hub,
             self.ref.consumer_group,
-        ):
-            self.wake.set()
+        ) and self.feeding is not None:
+            self.feeding[0].wake()
 
     # the pump: the only coroutine that sends after connect --------------------------------
 
@@ -279,8 +266,7 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         await self._send_first(watched)
         while not self.stopping:
             try:
-                if await self._flush() >= BATCH:
-                    continue  # a burst: keep reading before waiting
+                await self._flush()
                 if watched.version != self.version or watched.error != self.error:
                     await self._send_state(watched)
                 elif watched.error is None and time.monotonic() - watched.updated > STALE_AFTER and self.state:
@@ -292,9 +278,6 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             with contextlib.suppress(TimeoutError):  # asyncio.timeout: wait_for (3.11) can swallow a cancel
                 async with asyncio.timeout(POLL_EVERY):
                     await self.wake.wait()
-            gathered = self.read_at + GATHER - time.monotonic()
-            if gathered > 0:  # a busy hub: let the next events join this read
-                await asyncio.sleep(gathered)
             self.wake.clear()
 
     async def _send_first(self, watched: Monitor) -> None:
@@ -318,8 +301,21 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         entries: list[dict[str, Any]] = await _feed.acall(recent_audit, self.ref, AUDIT)
         self.audit_after = max((int(e["id"]) for e in entries), default=0)
         await self.send_json({"type": "audit", "entries": audit_for(self.scope.get("user"), entries[::-1])})
-        self.last_sent = watermark
+        self.last_sent = self.since = watermark
         self.marks.append((time.monotonic(), watermark))
+        self.feeding = feed.subscribe(self.ref, watermark, self.wake.set)  # the feed runs on this loop
+        await self._catch_up(watermark)
+
+    async def _catch_up(self, watermark: int) -> None:
+        """Send the events above ``watermark`` committed so far (the feed may have read past it before
+        this socket joined); what the feed delivers meanwhile as well is sent once."""
+        after = watermark
+        while True:
+            rows: list[dict[str, Any]] = await _feed.acall(unsent, self.ref, after, after, frozenset(), BATCH)
+            await self._send_events(rows)
+            if len(rows) < BATCH:
+                return
+            after = max(row["id"] for row in rows)
 
     async def _send_state(self, watched: Monitor) -> None:
         self.error = watched.error
@@ -331,21 +327,23 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         version = published.state.version or 0
         if published.delta is not None and version == self.version + 1:
-            await self._send_delta(published.json, published.delta)  # the common case: one diff for every page
+            # the common case: one diff for every page
+            await self._send_delta(published.json, published.delta, published.read_at)
         else:
-            await self._send_state_of(published.json, version)
+            await self._send_state_of(published.json, version, published.read_at)
         self.version = version
 
-    async def _send_state_of(self, state: Json, version: int) -> None:
+    async def _send_state_of(self, state: Json, version: int, read_at: float | None = None) -> None:
         assert self.state is not None
-        await self._send_delta(state, delta(self.state, state))
+        await self._send_delta(state, delta(self.state, state), read_at)
         self.version = version
 
-    async def _send_delta(self, state: Json, message: Json) -> None:
-        # Everything committed up to now goes out first; the client replays the events above the
-        # delta's watermark on top of it, so none is lost whichever side of the read it fell on.
-        while await self._flush() >= BATCH:
-            pass
+    async def _send_delta(self, state: Json, message: Json, read_at: float | None) -> None:
+        # Everything committed when the state was read goes out first; the client replays the events
+        # above the delta's watermark on top of it, so none is lost whichever side of the read it fell on.
+        if self.feeding is not None:
+            await self.feeding[0].read_now(read_at)  # the sockets sending one round's delta share one read
+        await self._flush()
         await self.send_json(message)
         self.state = state
         await self._flush_audit()
@@ -356,37 +354,36 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             self.audit_after = max(int(e["id"]) for e in entries)
             await self.send_json({"type": "audit", "entries": audit_for(self.scope.get("user"), entries[::-1])})
 
-    async def _flush(self) -> int:
-        """Send unsent events; return how many were read (BATCH means there may be more)."""
+    async def _flush(self) -> None:
+        """Send what the feed delivered and this socket has not sent."""
+        if self.feeding is not None:
+            await self._send_events(self.feeding[1].take())
+
+    async def _send_events(self, rows: list[dict[str, Any]]) -> None:
+        """Send ``rows`` above the snapshot's watermark not sent yet, in id order, BATCH a message."""
         if self.last_sent is None:
-            return 0
-        floor = self._floor()
-        if time.monotonic() - self.late_checked >= LATE_EVERY:
-            self.late_checked = time.monotonic()
-        else:
-            floor = self.last_sent  # no look below last_sent this time
-        self.read_at = time.monotonic()
-        rows: list[dict[str, Any]] = await _feed.acall(
-            _unsent, self.ref, floor, self.last_sent, frozenset(self.sent), BATCH
-        )
-        fresh = [row for row in rows if row["id"] not in self.sent]
-        if fresh:
-            shown = events_for(self.scope.get("user"), fresh)
+            return
+        self._floor()
+        fresh = sorted((row for row in rows if row["id"] > self.since and row["id"] not in self.sent), key=_id)
+        for start in range(0, len(fresh), BATCH):
+            chunk = fresh[start : start + BATCH]
+            shown = events_for(self.scope.get("user"), chunk)
             await self.send_json({"type": "events", "events": shown, "sent_at": time.time()})
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "sent %d events, the oldest reported %.0f ms ago",
-                    len(fresh),
-                    (time.time() - min(row["at"] for row in fresh)) * 1000,
+                    len(chunk),
+                    (time.time() - min(row["at"] for row in chunk)) * 1000,
                 )
-            for row in fresh:
-                self.sent.add(row["id"])
-            self.last_sent = max(self.last_sent, max(row["id"] for row in fresh))
+        for row in fresh:
+            self.sent.add(row["id"])
+        if fresh:
+            self.last_sent = max(self.last_sent, fresh[-1]["id"])
         self.marks.append((time.monotonic(), self.last_sent))
-        return len(rows)
 
     def _floor(self) -> int:
-        """``last_sent`` as it stood SETTLE seconds ago; forget sent ids at or below it."""
+        """``last_sent`` as it stood SETTLE seconds ago; forget sent ids at or below it (the feed
+        delivers none of them again, and the catch-up is long over)."""
         assert self.last_sent is not None
         horizon = time.monotonic() - SETTLE
         while len(self.marks) > 1 and self.marks[1][0] <= horizon:
@@ -394,3 +391,7 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         floor = self.marks[0][1] if self.marks else self.last_sent
         self.sent = {i for i in self.sent if i > floor}
         return floor
+
+
+def _id(row: dict[str, Any]) -> int:
+    return int(row["id"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,6 +18,7 @@ from dashboard.asgi import application
 from dashboard.live import delta, monitor
 from dashboard.live.broadcast import apublish
 from dashboard.models import EventLog
+from dashboard.web import consumers, feed
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
 
@@ -141,6 +143,51 @@ async def test_a_row_committed_after_a_higher_id_was_sent_still_arrives_once(
     received += event_ids(rest + more)
 
     assert sorted(received) == [first["id"], slow_id, quick_id]
+
+
+async def test_idle_sockets_share_one_reader_of_the_event_log_and_each_still_gets_every_event(
+    stores: Stores, hub: EmbeddedHub, ref: HubRef, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 37: 500 idle sockets read the log 1,000 times a second. Now one feed per hub reads it;
+    # a socket reads it once, to catch up when it joins.
+    calls: list[float] = []
+    real = feed.unsent
+
+    def counted(*args: Any) -> list[dict[str, Any]]:
+        calls.append(time.monotonic())
+        return real(*args)
+
+    monkeypatch.setattr(feed, "unsent", counted)
+    monkeypatch.setattr(consumers, "unsent", counted)
+    sockets = [await opened() for _ in range(10)]
+    try:
+        for socket in sockets:
+            await receive_until(socket, "audit")
+        assert feed.running() == 1
+        # The window opens after each socket's one catch-up read (just after its audit message).
+        idle, started = 2.0, time.monotonic() + 0.5
+        while time.monotonic() - started < idle:
+            await asyncio.sleep(0.1)
+        # One read per monitor round (the sockets sending its delta share it) and per POLL_EVERY, not
+        # per socket: ten sockets read it 200 times in these two seconds before the feed.
+        reads = sum(1 for at in calls if started <= at < started + idle)
+        assert reads <= idle * (1 / monitor.ROUND_SECONDS + 1 / feed.POLL_EVERY) + 2, reads
+        row = EventLog.from_domain(event(ref, "2", owner="w-remote"))  # another process's row: no message
+        await database_sync_to_async(row.save)()
+        for socket in sockets:
+            assert row.id in await events_until(socket, row.id)
+        late = await opened()  # joins after the feed read the row: catches up on its own
+        try:
+            _, before = await receive_until(late, "audit")
+            snapshot = next(m for m in before if m["type"] == "snapshot")
+            if snapshot["state"]["last_event_id"] < row.id:  # the monitor had not seen it yet
+                assert row.id in await events_until(late, row.id)
+        finally:
+            await late.disconnect()
+    finally:
+        for socket in sockets:
+            await socket.disconnect()
+    assert feed.running() == 0
 
 
 async def test_events_of_other_hubs_are_not_sent(ws: WebsocketCommunicator, ref: HubRef) -> None:
