@@ -6,9 +6,12 @@ import asyncio
 import json
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from channels.testing import WebsocketCommunicator
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dashboard.asgi import application
 from dashboard.live import monitor
@@ -142,3 +145,74 @@ async def test_waiting_for_a_monitors_first_round_holds_no_thread_and_ends_when_
         await asyncio.wait_for(watched.first_round(10.0), 1.0)
     finally:
         db.close()
+
+
+# Frames a client may send: any text (JSON or not, nested, odd characters), any bytes, any size
+# around the limit. Each must get its answer (an error naming it, or a close for a big one), never
+# a server error, and the socket must stream on after the ones it survives.
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=30,
+)
+FRAMES = st.one_of(
+    st.builds(lambda value: ("text", json.dumps(value)), JSON),
+    st.builds(lambda text: ("text", text), st.text(min_size=1, max_size=200)),  # the harness sends none empty
+    st.builds(lambda depth: ("text", "[" * depth + "]" * depth), st.integers(900, 3000)),
+    st.builds(lambda data: ("bytes", data), st.binary(min_size=1, max_size=200)),
+    st.builds(lambda size: ("text", "x" * size), st.integers(consumers.MAX_FRAME - 2, consumers.MAX_FRAME + 2)),
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(frames=st.lists(FRAMES, min_size=1, max_size=consumers.FLOOD_FRAMES))
+async def test_fuzzed_frames_get_an_answer_each_and_never_a_server_error(
+    stores: Stores, hub: EmbeddedHub, frames: list[tuple[str, Any]]
+) -> None:
+    ws = WebsocketCommunicator(application, "/ws/balancer/", headers=ORIGIN)
+    connected, _ = await ws.connect(timeout=10)
+    assert connected
+    try:
+        for kind, data in frames:
+            await (ws.send_to(text_data=data) if kind == "text" else ws.send_to(bytes_data=data))
+            reply = await answer(ws)
+            if reply["type"] == "websocket.close":
+                assert reply["code"] == consumers.CLOSE_TOO_BIG and len(data) > consumers.MAX_FRAME, reply
+                break
+            assert reply["code"] in ("bad_frame", "read_only"), reply
+            assert len(data) <= consumers.MAX_FRAME
+    finally:
+        await ws.disconnect()
+    assert await settled(lambda: not consumers._pumps and consumers._open == 0)
+
+
+QUERIES = st.one_of(
+    st.builds(
+        lambda hub, group: urlencode({"hub": hub, "consumer_group": group}).encode(),
+        st.text(max_size=300),
+        st.text(max_size=300),
+    ),
+    st.binary(max_size=300),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=QUERIES)
+async def test_fuzzed_hub_and_group_on_connect_get_a_stream_or_a_named_refusal(
+    stores: Stores, hub: EmbeddedHub, query: bytes
+) -> None:
+    ws = WebsocketCommunicator(application, "/ws/balancer/?" + query.decode("latin1"), headers=ORIGIN)
+    connected, _ = await ws.connect(timeout=10)
+    assert connected
+    try:
+        output = await ws.receive_output(timeout=10)
+        message = json.loads(output["text"])
+        if message["type"] == "error":  # then a close saying which refusal
+            closed = await ws.receive_output(timeout=10)
+            assert closed["type"] == "websocket.close", closed
+            assert closed["code"] in (4400, consumers.CLOSE_UNKNOWN, consumers.CLOSE_TRY_LATER), (closed, message)
+        else:
+            assert message["type"] == "snapshot", message
+    finally:
+        await ws.disconnect()
+    assert await settled(lambda: not consumers._pumps and consumers._open == 0)
