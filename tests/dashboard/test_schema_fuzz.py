@@ -43,6 +43,9 @@ HUBS = ("sensors", "orders")  # the configured hub, and one only the store knows
 PASSWORD = "fuzz-the-console"
 CONFIG = Path(__file__).with_name("schemathesis.toml")  # seed, examples per operation, checks, auth
 ARTIFACTS = ROOT / "test-artifacts"  # schemathesis.txt: the whole output of the last run
+# Examples per operation of the two runs on the production console (anonymous, staff), against the
+# configured 50 of the development one: together they cost what the anonymous one did alone.
+PRODUCTION_EXAMPLES = 25
 
 
 def _run(*command: str, env: dict[str, str]) -> None:
@@ -78,7 +81,9 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
 @pytest.fixture(scope="module")
 def production_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     """The console as deployed: ``dashboard.production`` settings (DEBUG off) on PostgreSQL, whose
-    strings refuse what SQLite's take (NUL, more than a column's length), plain HTTP on loopback."""
+    strings refuse what SQLite's take (NUL, more than a column's length), behind a TLS proxy on
+    loopback (``BEHIND_PROXY``: the requests say they came over HTTPS, so the secure session and
+    CSRF cookies, and the CSRF check's Referer rule for HTTPS, apply as in production)."""
     var = tmp_path_factory.mktemp("fuzz-production")
     database = start_postgres()
     try:
@@ -88,30 +93,46 @@ def production_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Con
             DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
             DATABASE_URL=database.url,
             LEASEBOARD_SSL_REDIRECT="0",
+            LEASEBOARD_BEHIND_TLS_PROXY="1",
+            LEASEBOARD_TRUSTED_PROXIES="127.0.0.1",
+            LEASEBOARD_ADMIN_PASSWORD=PASSWORD,
         )
-        with _served(var, env) as server:
+        with _served(var, env, ("ensureadmin",)) as server:
             yield server
     finally:
         database.stop()
 
 
-def staff_login(url: str) -> dict[str, str]:
-    """The cookies of a staff session (``sessionid``, ``csrftoken``), logged in through ``/login/``."""
+def behind_proxy(url: str) -> dict[str, str]:
+    """The headers of a request the TLS proxy passes on (``production_console``): it came over HTTPS,
+    from a page of the console (the Referer Django's CSRF check asks of an HTTPS request)."""
+    return {"X-Forwarded-Proto": "https", "Referer": url.replace("http://", "https://", 1) + "/"}
+
+
+def staff_login(url: str, headers: dict[str, str] | None = None) -> dict[str, str]:
+    """The cookies of a staff session (``sessionid``, ``csrftoken``), logged in through ``/login/``
+    (with ``headers`` on each request: ``behind_proxy``'s, where the cookies are HTTPS-only and so
+    sent here by hand)."""
     jar = http.cookiejar.CookieJar()
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    with opener.open(f"{url}/login/", timeout=30):
+    with opener.open(urllib.request.Request(f"{url}/login/", headers=headers or {}), timeout=30):
         pass
     token = next(c.value for c in jar if c.name == "csrftoken")
     form = {"username": "admin", "password": PASSWORD, "csrfmiddlewaretoken": token, "next": "/"}
-    with opener.open(f"{url}/login/", urllib.parse.urlencode(form).encode(), timeout=30):
+    sent = {**headers, "Cookie": f"csrftoken={token}"} if headers else {}
+    login = urllib.request.Request(f"{url}/login/", urllib.parse.urlencode(form).encode(), sent)
+    with opener.open(login, timeout=30):
         pass
     cookies = {c.name: c.value for c in jar if c.value is not None}  # (a cookie without a value: no session)
     assert "sessionid" in cookies, f"the staff login failed: {sorted(cookies)}"
     return cookies
 
 
-def run_schemathesis(url: str, cookies: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """schemathesis's CLI against ``url``'s document, with ``CONFIG`` and the staff session ``cookies``."""
+def run_schemathesis(
+    url: str, cookies: dict[str, str], headers: dict[str, str] | None = None, examples: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    """schemathesis's CLI against ``url``'s document, with ``CONFIG`` and the staff session ``cookies``
+    (and ``headers`` on every request; ``examples`` per operation instead of the configured ones)."""
     command = [
         sys.executable,
         "-m",
@@ -121,6 +142,8 @@ def run_schemathesis(url: str, cookies: dict[str, str]) -> subprocess.CompletedP
         "--no-color",
         "run",
         f"{url}/api/schema",
+        *(f"--header={name}: {value}" for name, value in (headers or {}).items()),
+        *([f"--max-examples={examples}"] if examples else []),
     ]
     env = {
         **os.environ,
@@ -154,9 +177,27 @@ def test_no_anonymous_input_reaches_a_500_on_postgresql_with_the_production_sett
 ) -> None:
     """The same run, as an anonymous reader (the actions refused before their code: 403, counted) of a
     console deployed as the README says."""
-    run = run_schemathesis(production_console.url, {"sessionid": "", "csrftoken": ""})
+    url = production_console.url
+    run = run_schemathesis(url, {"sessionid": "", "csrftoken": ""}, behind_proxy(url), PRODUCTION_EXAMPLES)
     assert_clean_run(run, production_console, "schemathesis-production.txt")
     assert "Traceback" not in production_console.output(), production_console.output()[-4000:]
+
+
+@pytest.mark.slow
+def test_no_staff_input_reaches_a_500_on_postgresql_with_the_production_settings(
+    production_console: Console,
+) -> None:
+    """And as staff, past the login and the CSRF check into the actions' own code, over the proxy's HTTPS."""
+    url, headers = production_console.url, behind_proxy(production_console.url)
+    cookies = staff_login(url, headers)
+    run = run_schemathesis(url, cookies, headers, PRODUCTION_EXAMPLES)
+    assert_clean_run(run, production_console, "schemathesis-production-staff.txt")
+    assert "Traceback" not in production_console.output(), production_console.output()[-4000:]
+    # The actions were fuzzed past the login and the CSRF check: the audit log holds the staff's own.
+    session = {**headers, "Cookie": f"sessionid={cookies['sessionid']}"}
+    with urllib.request.urlopen(urllib.request.Request(f"{url}/api/audit?limit=500", headers=session)) as answer:
+        entries = json.load(answer)
+    assert any(entry["user"] == "admin" for entry in entries), entries[:5]
 
 
 @pytest.mark.slow
