@@ -51,7 +51,7 @@ from ..live.state import parse_ref
 from ..models import EventLog
 from . import feed
 from .access import audit_for, events_for
-from .feed import BATCH, POLL_EVERY, SETTLE, unsent
+from .feed import AUDIT, BATCH, POLL_EVERY, SETTLE, unsent
 from .feed import reads as _feed
 from .sockets import SEATS, client_of
 
@@ -59,7 +59,6 @@ log = logging.getLogger(__name__)
 
 STALE_AFTER = 2.5  # seconds without a monitor round before a delta is read here instead
 HISTORY = 50
-AUDIT = 20
 CHANNEL_LAYER = "channel layer"
 READ_ONLY = "this socket is read-only: actions are POSTed to /api/actions/ with a staff login and a CSRF token"
 MAX_FRAME = 4096  # characters (or bytes) of one client frame; larger: closed with 4413
@@ -346,10 +345,12 @@ class BalancerConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         await self._flush()
         await self.send_json(message)
         self.state = state
-        await self._flush_audit()
+        await self._flush_audit(read_at)
 
-    async def _flush_audit(self) -> None:
-        entries: list[dict[str, Any]] = await _feed.acall(recent_audit, self.ref, AUDIT, None, self.audit_after)
+    async def _flush_audit(self, read_at: float | None) -> None:
+        if self.feeding is None:
+            return
+        entries = await self.feeding[0].audit_after(self.audit_after, read_at)
         if entries:
             self.audit_after = max(int(e["id"]) for e in entries)
             await self.send_json({"type": "audit", "entries": audit_for(self.scope.get("user"), entries[::-1])})

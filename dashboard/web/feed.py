@@ -27,6 +27,7 @@ from django.db.models import Q
 
 from balancer.model import HubRef
 
+from ..control.audit import recent_audit
 from ..dbthread import READ_DEADLINE, DatabaseThread
 from ..live.health import report
 from ..models import EventLog
@@ -38,6 +39,7 @@ SETTLE = 3.0  # seconds a late-committing EventLog row may trail a higher id and
 GATHER = 0.04  # seconds a wake-up waits after the last read: at 200 events/s, 25 reads a second, not 200
 LATE_EVERY = 0.5  # seconds between looks for late rows (at 200 events/s, looking on every wake-up is most of the work)
 BATCH = 500
+AUDIT = 20  # audit entries a socket is sent when it joins, and at most at each delta
 
 # every feed's and socket's reads (read only), on one kept connection
 reads = DatabaseThread("leaseboard-feed", retry=True, deadline=READ_DEADLINE)
@@ -80,6 +82,9 @@ class Feed:
         self.woken = asyncio.Event()
         self.lock = asyncio.Lock()  # one read at a time
         self.task: asyncio.Task[None] | None = None
+        self.audit: list[dict[str, Any]] = []  # the newest AUDIT entries of the audit log, newest first
+        self.audit_read = -1.0  # monotonic time that read began
+        self.audit_lock = asyncio.Lock()
 
     async def read_now(self, after: float | None = None) -> None:
         """Return once a read that began after ``after`` (monotonic; default now) has delivered: every
@@ -94,6 +99,17 @@ class Feed:
 
     def wake(self) -> None:
         self.woken.set()
+
+    async def audit_after(self, after: int, read_at: float | None = None) -> list[dict[str, Any]]:
+        """The newest audit entries above id ``after`` (at most AUDIT, newest first), from a read of the
+        audit log that began after ``read_at`` (default now): the sockets sending one monitor round's
+        delta share one read, as ``read_now``."""
+        asked = time.monotonic() if read_at is None else read_at
+        async with self.audit_lock:
+            if self.audit_read < asked:
+                self.audit_read = time.monotonic()
+                self.audit = await reads.acall(recent_audit, self.ref, AUDIT)
+        return [entry for entry in self.audit if int(entry["id"]) > after]
 
     async def _read_locked(self) -> int:
         """One read (the lock held): deliver what it found; how many rows it read (BATCH: maybe more)."""

@@ -17,7 +17,7 @@ from balancer.model import ControlKind, HubRef
 from dashboard.asgi import application
 from dashboard.live import delta, monitor
 from dashboard.live.broadcast import apublish
-from dashboard.models import EventLog
+from dashboard.models import AuditEntry, EventLog
 from dashboard.web import consumers, feed
 from workers.hub.embedded import EmbeddedHub
 from workers.wiring import Stores
@@ -188,6 +188,37 @@ async def test_idle_sockets_share_one_reader_of_the_event_log_and_each_still_get
         for socket in sockets:
             await socket.disconnect()
     assert feed.running() == 0
+
+
+async def test_a_new_audit_entry_reaches_every_socket_from_one_shared_read(
+    stores: Stores, hub: EmbeddedHub, ref: HubRef, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[float] = []
+    real = feed.recent_audit
+
+    def counted(*args: Any) -> list[dict[str, Any]]:
+        reads.append(time.monotonic())
+        return real(*args)
+
+    monkeypatch.setattr(feed, "recent_audit", counted)
+    monkeypatch.setattr(consumers, "recent_audit", counted)  # each socket's first read, when it joins
+    sockets = [await opened() for _ in range(5)]
+    try:
+        for socket in sockets:
+            await receive_until(socket, "audit")
+        entry = AuditEntry(**AuditEntry.scope(ref), at=time.time(), user="ops", action="drain", target="w-1")
+        entry.reason, entry.outcome = "maintenance", AuditEntry.APPLIED
+        await database_sync_to_async(entry.save)()
+        written = time.monotonic()
+        for socket in sockets:
+            message, _ = await receive_until(socket, "audit")
+            assert [e["id"] for e in message["entries"]] == [entry.id]
+        # one read per monitor round for every socket, not one per socket
+        rounds = (time.monotonic() - written) / monitor.ROUND_SECONDS + 2
+        assert sum(1 for at in reads if at >= written) <= rounds
+    finally:
+        for socket in sockets:
+            await socket.disconnect()
 
 
 async def test_events_of_other_hubs_are_not_sent(ws: WebsocketCommunicator, ref: HubRef) -> None:
