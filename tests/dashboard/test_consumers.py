@@ -15,6 +15,7 @@ from django.contrib.auth.models import User
 
 from balancer.model import ControlKind, HubRef
 from dashboard.asgi import application
+from dashboard.control.audit import recent_audit
 from dashboard.live import delta, monitor
 from dashboard.live.broadcast import apublish
 from dashboard.models import AuditEntry, EventLog
@@ -194,7 +195,7 @@ async def test_a_new_audit_entry_reaches_every_socket_from_one_shared_read(
     stores: Stores, hub: EmbeddedHub, ref: HubRef, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reads: list[float] = []
-    real = feed.recent_audit
+    real = recent_audit
 
     def counted(*args: Any) -> list[dict[str, Any]]:
         reads.append(time.monotonic())
