@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
+from balancer.model import EventKind
 from tests.support.waiting import until
 from workers.handlers import PartitionContext
 from workers.runtime.config import PumpConfig
@@ -89,6 +90,51 @@ async def test_a_handler_call_over_the_timeout_is_abandoned_and_its_partition_re
     await a.shutdown()
     checkpoints = {c.partition_id: c.sequence_number for c in await rig.store.list_checkpoints(REF)}
     assert checkpoints == {"0": 2, "1": 2, "2": 2, "3": 2}
+
+
+async def test_a_partition_whose_handler_sticks_again_on_the_same_event_is_released_to_another_worker(
+    rig: Rig,
+) -> None:
+    rig.send("0", 3)
+    handler = Hanging(hangs=2)  # the restarted call sticks on the same event too
+    releases = metric("leaseboard_stuck_heals_total", cause="handler", step="release")
+    a = await stuck_on_0(rig, handler, handler_timeout=5.0, abandon_max=5)
+    await a.step()
+    rig.clock.advance(5.0)
+    await a.step()  # abandoned, restarted from the checkpoint: step one
+    await step_until(a, lambda: handler.blocked >= 2, "the restarted call to hang on the same event")
+    assert "0" in a.coordinator.owned
+    await a.step()
+    rig.clock.advance(5.0)
+    await a.step()  # stuck again on event 0: step two, released for another worker
+    await until(lambda: "0" not in a.coordinator.owned, what="the partition to be released")
+    assert metric("leaseboard_stuck_heals_total", cause="handler", step="release") == releases + 1
+    released = [e for e in rig.sinks["a"].seen if e.kind is EventKind.RELEASE and e.partition_id == "0"]
+    assert [e.reason for e in released] == ["stuck: handler running 5 s"]
+    assert a.coordinator.avoiding() == {"0"} and a.failure is None
+    b = rig.worker("b", handler, handler_timeout=5.0)
+    await step_until(b, lambda: ("0", 2) in handler.handled, "b to take partition 0 and handle what waited")
+    assert sorted(s for p, s in handler.handled if p == "0") == [0, 1, 2]
+    handler.release.set()
+    await until(lambda: handler.held_after_release == [False, False], what="the abandoned calls to be fenced")
+    await a.shutdown()
+    await b.shutdown()
+
+
+async def test_a_call_is_timed_from_its_start_not_from_when_a_look_first_saw_it(rig: Rig) -> None:
+    # A quiet worker looks every few seconds: a call first seen 2 s after it began was given 2 s more.
+    rig.send("0", 3)
+    handler = Hanging(hangs=1)
+    a = await stuck_on_0(rig, handler, handler_timeout=4.0)  # the call began at the clock's time now
+    rig.clock.advance(2.0)
+    await a.step()  # the first look at it
+    assert "0" in a.pumping and handler.calls_on_0 == 1
+    rig.clock.advance(2.5)
+    await a.step()  # 4.5 s since the call began, 2.5 s since the look
+    await step_until(a, lambda: handler.calls_on_0 >= 2, "partition 0 to be restarted on a new thread")
+    assert a._pumpset.abandoned == 1
+    handler.release.set()
+    await a.shutdown()
 
 
 async def test_a_worker_stops_after_abandoning_abandon_max_handler_threads(rig: Rig) -> None:

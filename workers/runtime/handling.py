@@ -74,7 +74,8 @@ class HandlerCalls:
         self._may_go_on = may_go_on
         self._lease_gone = lease_gone
         self._pause = pause
-        self.in_hand: object | None = None  # what a call made from the loop has now (``SyncWork.in_hand``)
+        self.calling: tuple[object, float] | None = None  # a call made from the loop now (``SyncWork.calling``)
+        self._monotonic = monotonic
         self.sync: SyncWork | None = None
         if not self._async:
             self.sync = SyncWork(
@@ -97,7 +98,7 @@ class HandlerCalls:
             for n, event in enumerate(events):
                 if not self._may_go_on():
                     return n, None
-                self.in_hand = event
+                self.calling = (event, self._monotonic())
                 try:
                     await self._handler(event, self.ctx)
                 except Exception as exc:
@@ -105,12 +106,12 @@ class HandlerCalls:
                     return (n, None) if self._lease_gone(exc) else (n, exc)
             return len(events), None
         finally:
-            self.in_hand = None
+            self.calling = None
 
     async def _call_once(self, lane: ThreadLane, events: list[ReceivedEvent]) -> Exception | None:
         """One handler call with ``events`` (one event, or a batch); the error or None."""
         arg: Any = events if self.batch is not None else events[0]
-        self.in_hand = arg
+        self.calling = (arg, self._monotonic())
         try:
             if self._async:
                 await self._handler(arg, self.ctx)
@@ -119,7 +120,7 @@ class HandlerCalls:
         except Exception as exc:
             return exc
         finally:
-            self.in_hand = None
+            self.calling = None
         return None
 
     async def handle_batch(self, lane: ThreadLane, events: list[ReceivedEvent]) -> None:

@@ -184,11 +184,12 @@ class PartitionPump:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
-    def in_hand(self) -> object | None:
-        """The event (or batch) a handler call of this pump has now, else None (read from the loop)."""
-        if self._calls.in_hand is not None:
-            return self._calls.in_hand
-        return None if self._sync is None else self._sync.in_hand
+    def calling(self) -> tuple[object, float] | None:
+        """The event (or batch) a handler call of this pump has now and since when (its monotonic
+        clock), else None (read from the loop)."""
+        if self._calls.calling is not None:
+            return self._calls.calling
+        return None if self._sync is None else self._sync.calling
 
     def handed(self) -> int | None:
         """The last sequence number handed over, else the checkpoint it started after (None: neither)."""

@@ -13,6 +13,7 @@ from balancer.avoid import EVERY
 from balancer.protocol import Balancer
 from workers.runtime.config import PumpConfig, PumpStats
 from workers.runtime.deadlines import DeadlineWatch
+from workers.runtime.handlerwatch import HandlerWatch
 from workers.runtime.hubwatch import HubGuard, HubWatch
 from workers.runtime.pump import PartitionPump, Sleep
 from workers.runtime.sink import OutageLog
@@ -60,10 +61,13 @@ class Pumps:
         self._deadlines = DeadlineWatch(coordinator, self.running, sleep, stopped)
         # When the idle pumps are next looked at (``_safety_reads``).
         self._next_look = coordinator.monotonic() + idle_seconds
-        # The watch for stuck handlers (``abandon_stuck``): partition -> (what its handler call had in
-        # hand when first seen, when); and how many handler threads this worker abandoned.
-        self._in_hand: dict[str, tuple[object, float]] = {}
+        # The watch for stuck handlers (``handlerwatch.py``), and how many handler threads it abandoned.
+        self.handlers: HandlerWatch | None = None
+        if handler_timeout > 0:
+            clock = coordinator.monotonic
+            self.handlers = HandlerWatch(handler_timeout, self.running, clock, sleep, stopped, self._handler_stuck)
         self.abandoned = 0
+        self._stalled: dict[str, int | None] = {}  # partition -> the sequence number its last abandoned call had
         # Partitions whose reader keeps failing (``stuck.py``), and the give-ups under way.
         self._reader_stuck = reader_stuck
         self.readers = ReaderWatch()
@@ -133,8 +137,8 @@ class Pumps:
                 pump.stop()  # the event in hand, then the final checkpoint
             else:
                 pump.wake()  # a paused pump whose lease this cycle renewed resumes now
-        if self._handler_timeout > 0:
-            self.abandon_stuck(self._handler_timeout)
+        if self.handlers is not None:
+            self.handlers.look()
         if self.wedges is not None:
             self.wedges.look({p: pump for p, (pump, task) in self.running.items() if not task.done()})
         for pid in [p for p in self.readers.since if p not in owned]:  # lost or handed over: its failures end
@@ -155,26 +159,29 @@ class Pumps:
         self.watch_deadlines()
         self._safety_reads()
 
-    def abandon_stuck(self, timeout: float) -> list[str]:
-        """Give up on every handler call that has had the same event (or batch) in hand for ``timeout``
-        seconds or more, as far as these looks can tell (they come with every cycle and renewal step,
-        so a call is found at most one wake-up after it passed the bound): its pump is abandoned
-        (``PartitionPump.abandon``: what the call does later is fenced) and its task cancelled, and
-        the next cycle starts the partition again from its checkpoint, on a new thread. The
-        partitions given up on."""
-        now = self._coordinator.monotonic()
-        given_up = []
-        for pid, (pump, task) in self.running.items():
-            held = None if task.done() or pump.stopping else pump.in_hand()
-            seen = self._in_hand.get(pid)
-            if held is None:
-                self._in_hand.pop(pid, None)
-            elif seen is None or seen[0] is not held:
-                self._in_hand[pid] = (held, now)
-            elif now - seen[1] >= timeout:
-                self._abandon(pid, pump, task, now - seen[1])
-                given_up.append(pid)
-        return given_up
+    def _handler_stuck(self, pid: str, seconds: float) -> None:
+        """``pid``'s handler call has had the same event (or batch) in hand for the timeout or more
+        (``HandlerWatch``): its pump is abandoned (``PartitionPump.abandon``: what the call does later
+        is fenced) and its task cancelled, and the worker's next cycle, now, starts the partition again
+        from its checkpoint on a new thread; or it is given up if it sticks again on the same event."""
+        pump, task = self.running[pid]
+        call = pump.calling()
+        self._abandon(pid, pump, task, seconds)
+        self._stalled_again(pid, None if call is None else _sequence(call[0]), seconds)
+        self._wake()
+
+    def _stalled_again(self, pid: str, sequence: int | None, seconds: float) -> None:
+        """The second step for a handler: a partition whose restarted handler got stuck again on the same
+        event is given up (released with its reason, kept from this worker for ``GIVE_UP_FOR``), so
+        another worker takes it at once rather than this one restarting it until it stops."""
+        again = sequence is not None and self._stalled.get(pid) == sequence
+        self._stalled[pid] = sequence
+        if not again or pid in self._giving_up:
+            return
+        reason = f"stuck: handler running {seconds:.0f} s"
+        log.error("worker %s: partition %s %s again: releasing it for another worker", self._owner_id, pid, reason)
+        task = asyncio.get_running_loop().create_task(self._give_up(pid, reason, "handler"), name=f"give up {pid}")
+        self._giving_up[pid] = task
 
     def too_many_abandoned(self, config: PumpConfig) -> str | None:
         """Why the worker must stop, once it abandoned ``config.abandon_max`` handler threads (said in the
@@ -191,7 +198,6 @@ class Pumps:
         return failure
 
     def _abandon(self, pid: str, pump: PartitionPump, task: asyncio.Task[PumpStats], seconds: float) -> None:
-        del self._in_hand[pid]
         self.abandoned += 1
         log.error(
             "worker %s: partition %s stuck: handler running %.1fs or more (LEASEBOARD_HANDLER_TIMEOUT %gs); "
@@ -321,13 +327,15 @@ class Pumps:
             pump.abandon()
             task.cancel()
 
-    async def _give_up(self, pid: str, reason: str) -> None:
+    async def _give_up(self, pid: str, reason: str, cause: str = "reader") -> None:
         try:
             if pid in self.running:  # the pump started again stops (its final checkpoint) before the release
                 await asyncio.wait({self.running[pid][1]}, timeout=self._coordinator.expiry / 4)
             await self._coordinator.give_up(pid, reason, GIVE_UP_FOR)
-            metrics.STUCK_HEALS.labels("reader", "release").inc()
-            self._reader_back(pid)
+            metrics.STUCK_HEALS.labels(cause, "release").inc()
+            if cause == "reader":
+                self._reader_back(pid)
+            self._stalled.pop(pid, None)
         except Exception as exc:  # the store failed: the next cycle tries again
             log.warning("worker %s: giving partition %s up failed (%s); tried again", self._owner_id, pid, exc)
         finally:
@@ -351,6 +359,8 @@ class Pumps:
             self.hub.stop()
         if self.wedges is not None:
             self.wedges.cancel()
+        if self.handlers is not None:
+            self.handlers.cancel()
         running = {task: pid for pid, (_, task) in self.running.items() if not task.done()}
         for pump, _ in self.running.values():
             pump.stop()
@@ -371,3 +381,10 @@ class Pumps:
             if task.done():
                 self.finished(pid, task, cycles)
         self.running.clear()
+
+
+def _sequence(held: object) -> int | None:
+    """The sequence number of the event (or the first of the batch) a handler call has in hand."""
+    first = held[0] if isinstance(held, list | tuple) and held else held
+    number = getattr(first, "sequence_number", None)
+    return number if isinstance(number, int) else None

@@ -71,9 +71,9 @@ class SyncWork:
         self.stop_requested = False  # read before every event: a plain attribute, not a method call
         self.deferred: Exception | None = None  # a read error held back until the events before it are checkpointed
         self._pending: list[ReceivedEvent] = []  # read, not yet handled
-        # The event (or batch) a handler call has now, else None: one attribute written per call, which
-        # the worker's watch for stuck handlers reads from the loop (``Pumps.abandon_stuck``).
-        self.in_hand: object | None = None
+        # The event (or batch) a handler call has now and since when (monotonic), else None: one attribute
+        # written per call, which the worker's watch for stuck handlers reads from the loop (``handlerwatch``).
+        self.calling: tuple[object, float] | None = None
 
     def stop(self) -> None:
         """From any thread: handle no event after the one in hand."""
@@ -113,7 +113,7 @@ class SyncWork:
             if not self._may_go_on():
                 return Run(stopped=True)  # the batch stays pending
             self._pending = []
-            self.in_hand = events
+            self.calling = (events, self._monotonic())
             try:
                 self._handler(events, self._ctx)
             except NotHeld as exc:
@@ -124,7 +124,7 @@ class SyncWork:
             except Exception as exc:
                 return Run(failed=events, error=exc)
             finally:
-                self.in_hand = None
+                self.calling = None
             self._advance(events)
             return None
         room = self._checkpoints.room()
@@ -158,11 +158,12 @@ class SyncWork:
             for n, event in enumerate(events):
                 if self.stop_requested:
                     return n, None
-                if monotonic() >= until:
+                now = monotonic()
+                if now >= until:
                     until = deadline(pid)  # renewed meanwhile?
                     if monotonic() >= until:
                         return n, None
-                self.in_hand = event
+                self.calling = (event, now)  # one store: the loop never reads an event with another's time
                 try:
                     handler(event, ctx)
                 except NotHeld as exc:
@@ -171,4 +172,4 @@ class SyncWork:
                     return n, exc
             return len(events), None
         finally:
-            self.in_hand = None
+            self.calling = None

@@ -42,7 +42,7 @@ class Reading(Protocol):
     @property
     def paused(self) -> bool: ...
 
-    def in_hand(self) -> object | None: ...
+    def calling(self) -> tuple[object, float] | None: ...
 
     def handed(self) -> int | None:
         """The last sequence number handed over, else the checkpoint its pump started after."""
@@ -94,7 +94,7 @@ class WedgeWatch:
                 self._wedged(pid, since)
         due: list[tuple[bool, float, str, Reading, int | None]] = []
         for pid, pump in pumps.items():
-            if pump.stopping or pump.paused or pump.in_hand() is not None:
+            if pump.stopping or pump.paused or pump.calling() is not None:
                 self._seen.pop(pid, None)
                 continue
             handed = pump.handed()
