@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tests.chaos.evidence import Evidence
 from tests.chaos.fleet import HANDLER_TIMEOUT, READER_STUCK, WEDGED, Fleet
-from tests.chaos.recording import stall
+from tests.chaos.recording import fast, slow, stall
 from tests.chaos.rules import CheckpointHistory
 from tests.support import waiting
 
@@ -169,6 +169,24 @@ async def stuck_handler(fleet: Fleet, checks: list[PostCheck]) -> None:
     )
 
 
+async def slow_handler(fleet: Fleet, checks: list[PostCheck]) -> None:
+    """In its owner's process, every handler call on one owned partition takes a second longer than
+    ``LEASEBOARD_HANDLER_TIMEOUT`` (``recording.slow``): the worker abandons the call and restarts the
+    partition, and when the restarted call sticks on the same event gives the partition up ("stuck:
+    handler running"), so another worker handles it, with nothing lost and no overlap. Noted: how long
+    after the fault the partition's checkpoint passed the events that had waited behind it."""
+    records = fleet.root / "records"
+    await _stall_one(
+        fleet,
+        "slow-handler",
+        2 * HANDLER_TIMEOUT,
+        lambda pid, owner: slow(records, pid, fleet.workers[owner.rsplit("-", 1)[0]].process.pid, HANDLER_TIMEOUT + 1),
+        lambda pid: fast(records, pid),
+        ("slow", "handled elsewhere", f"its handler slowed (LEASEBOARD_HANDLER_TIMEOUT {HANDLER_TIMEOUT:g}s)", "not"),
+        lead=HANDLER_TIMEOUT,  # what waited while the first slow call ran, not one event it got through
+    )
+
+
 async def failing_reader(fleet: Fleet, checks: list[PostCheck]) -> None:
     """Every read of one owned partition fails in its owner's process (``EmbeddedHub.refuse``: that
     worker's link to it keeps failing): the owner restarts the reader, still failing gives the partition
@@ -192,9 +210,11 @@ async def _stall_one(
     start: Callable[[str, str], None],
     end: Callable[[str], None],
     words: tuple[str, str, str, str],
+    lead: float = 0.0,
 ) -> None:
     """Stall one owned partition (``start``, given it and its owner), wait up to six ``bound``s for its
-    checkpoint to pass what was produced meanwhile, note how long that took (or a problem), ``end`` the
+    checkpoint to pass what was produced in the first ``lead`` seconds of the stall (at least one
+    event: a slowed partition moves, only slowly), note how long that took (or a problem), ``end`` the
     stall and log the fault.
     ``words``: (the state, what moving is called, what the time is counted after, what not moving is)."""
     state, moving, after, stuck = words
@@ -202,10 +222,17 @@ async def _stall_one(
     pid = fleet.rng.choice(sorted(owners, key=int))
     started = time.monotonic()
     start(pid, owners[pid])
-    behind = fleet.last().get(pid, -1) + 1  # produced while stalled: at least this one
+    behind = [fleet.last().get(pid, -1) + 1]  # produced while stalled: at least this one
+
+    def passed() -> bool:
+        if time.monotonic() < started + lead:
+            behind[0] = fleet.last().get(pid, -1) + 1
+            return False
+        return _passed(fleet, pid, behind[0], started)
+
     waited = 6 * bound
     try:
-        await waiting.until(lambda: _passed(fleet, pid, behind, started), f"partition {pid}, {state}, to move", waited)
+        await waiting.until(passed, f"partition {pid}, {state}, to move", waited)
         fleet.notes.append(
             f"{kind}: partition {pid} of {owners[pid]} {moving} {time.monotonic() - started:.1f}s after {after}"
         )
@@ -314,4 +341,5 @@ FAULTS: dict[str, Callable[[Fleet, list[PostCheck]], Awaitable[None]]] = {
     "wedged-reader": wedged_reader,
     "stuck-handler": stuck_handler,
     "failing-reader": failing_reader,
+    "slow-handler": slow_handler,
 }

@@ -92,6 +92,9 @@ class Fleet:
             LEASEBOARD_READER_WEDGED=str(WEDGED),  # the "wedged-reader" fault's bound
             LEASEBOARD_HANDLER_TIMEOUT=str(HANDLER_TIMEOUT),  # the "stuck-handler" fault's
             LEASEBOARD_READER_STUCK=str(READER_STUCK),  # the "failing-reader" fault's
+            # The "slow-handler" fault abandons two calls, "stuck-handler" one: a victim of several is
+            # no crash (after three a worker stops by default, for its supervisor to restart it).
+            LEASEBOARD_HANDLER_ABANDON_MAX="20",
         )
         self.env.pop(  # the workers run on their own store and clock, whatever the test's shell set
             "LEASEBOARD_CLOCK_SKEW", None

@@ -7,7 +7,8 @@ before the handler returns, so every event a checkpoint covers is on disk even i
 killed the next moment. A body that is not a
 JSON object (the producer's malformed events) is recorded and then refused with ``MalformedEvent``,
 which the pump sets aside to its dead-letter file without retrying. A partition named by ``stall``
-gets one handler call that never returns (the "stuck-handler" fault).
+gets one handler call that never returns (the "stuck-handler" fault); one named by ``slow``, calls
+slower than the handler timeout in one process (the "slow-handler" fault).
 
 Each line's time is read first, then the lease is looked at (``ctx.holds()``); when it may have run
 out nothing is recorded and ``NotHeld`` hands the event back to the pump, as the landing does before
@@ -31,6 +32,21 @@ from workers.sources.base import ReceivedEvent
 
 RETRACTED = "r"  # the last field of a line that takes back a handling recorded before (``retract``)
 STALL = "stall-"  # a file named so and the partition id, in the record directory: ``stall``
+SLOW = "slow-"  # likewise: ``slow``
+
+
+def slow(directory: Path, partition_id: str, process_id: int, seconds: float) -> None:
+    """Every handler call on ``partition_id`` in the process ``process_id`` takes ``seconds`` more (the
+    "slow-handler" fault: a handler slower than the timeout on every event, on one worker), until ``fast``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{SLOW}{partition_id}"
+    temporary = path.with_name(f".{path.name}")
+    temporary.write_text(f"{process_id} {seconds}", encoding="ascii")
+    temporary.replace(path)
+
+
+def fast(directory: Path, partition_id: str) -> None:
+    (directory / f"{SLOW}{partition_id}").unlink(missing_ok=True)
 
 
 def stall(directory: Path, partition_id: str) -> None:
@@ -44,6 +60,7 @@ class Recorder(RecordingHandler):
 
     def __call__(self, event: ReceivedEvent, ctx: PartitionContext) -> None:
         self._stall_if_asked(event.partition_id)
+        self._slow_if_asked(event.partition_id)
         self.record([event], ctx)
         if not event.body.startswith(b"{"):
             raise MalformedEvent(f"not a JSON object: {event.body[:20]!r}")
@@ -59,6 +76,15 @@ class Recorder(RecordingHandler):
         except FileNotFoundError:
             return
         threading.Event().wait()
+
+    def _slow_if_asked(self, partition_id: str) -> None:
+        """The "slow-handler" fault (``slow``): this call takes the fault's seconds more, in its process."""
+        try:
+            process, seconds = (self.path.parent / f"{SLOW}{partition_id}").read_text(encoding="ascii").split()
+        except (FileNotFoundError, ValueError):
+            return
+        if process == str(os.getpid()):
+            time.sleep(float(seconds))  # the fault itself: a handler this slow
 
     def record(self, events: Sequence[ReceivedEvent], ctx: PartitionContext) -> str:
         """One line per event, all with the time read before the lease was found still held; that time
