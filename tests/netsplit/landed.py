@@ -111,7 +111,10 @@ def stale_pumps(history: History, files: Iterable[LandedFile], expiry: float, sl
             if t.owner == f.owner and t.began(history) - allowed <= f.written <= t.end + allowed
         ]
         if inside:
-            spans.setdefault((f.partition, f.owner, f.tenure), []).extend(inside)
+            # The latest of them: a lease taken from its owner runs on, by the rule, until its last
+            # renewal would have expired, so the owner's next tenure (it took the partition back
+            # meanwhile) can begin inside it; a new pump's first file there is that tenure's.
+            spans.setdefault((f.partition, f.owner, f.tenure), []).append(max(inside))
     problems = []
     for (pid, owner, token), indices in sorted(spans.items(), key=lambda kv: (_key(kv[0][0]), kv[0][1:])):
         found = per[pid]

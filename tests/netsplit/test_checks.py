@@ -442,6 +442,31 @@ def test_a_pump_landing_on_both_sides_of_another_owners_lease_is_found() -> None
     assert landed_outside(found, stale, EXPIRY) == []  # each file, alone, is inside a lease of w1
 
 
+def test_a_new_pump_whose_first_file_falls_where_its_owners_stolen_lease_would_still_run_is_not_stale() -> None:
+    # As in ci-under-load (Redis, flapping): w0 took w1's live lease after the handoff timeout at 35.16
+    # and released it at 36.75; w1 took it back at 36.78 and its new pump (b) landed at 36.8, before
+    # w1's stolen lease (last renewed at 33.9) would have run out at 36.9.
+    found = history(
+        ("0", "w1", 29.0, 29.09),
+        ("0", "w1", 33.9, 33.9),
+        ("0", "w0", 35.16, 35.161),
+        ("0", "", 36.75, 36.754),
+        ("0", "w1", 36.777, 36.777),
+        ("0", "w1", 39.0, 39.0),
+    )
+    pumps = [
+        landed("0", 0, 9, "w1", 30.0, "a"),
+        landed("0", 10, 19, "w1", 33.0, "a"),
+        landed("0", 20, 29, "w0", 36.0, "w"),
+        landed("0", 30, 39, "w1", 36.8, "b"),
+        landed("0", 40, 49, "w1", 38.0, "b"),
+    ]
+    assert stale_pumps(found, pumps, EXPIRY) == []
+    stale = [*pumps[:3], landed("0", 30, 39, "w1", 38.0, "a")]  # the first pump went on across w0's lease
+    (problem,) = stale_pumps(found, stale, EXPIRY)
+    assert "w1 landed with one pump (tenure a)" in problem and "across the lease of w0" in problem
+
+
 def test_an_event_produced_and_never_landed_is_lost_unless_set_aside() -> None:
     produced = {"0": [(1.0, False)] * 6, "1": [(1.0, False)] * 2}
     files = [landed("0", 0, 1, "w1", 1.0), landed("0", 4, 5, "w1", 2.0), landed("1", 0, 1, "w1", 1.0)]
