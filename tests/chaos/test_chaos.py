@@ -45,35 +45,21 @@ pytestmark = pytest.mark.slow
 CHAOS_SECONDS = float(os.environ.get("CHAOS_SECONDS") or 0)
 OUTAGE_SECONDS = float(os.environ.get("CHAOS_OUTAGE_SECONDS") or 20)
 KITS = available_kits()
+# The faults every store's run plays, in this order after its first SIGKILL; PostgreSQL's also plays
+# stopped processes, skewed clocks, a growing hub and malformed events.
+EVERY_STORE = [
+    "corrupt-record",
+    "wedged-reader",
+    "stuck-handler",
+    "slow-handler",
+    "failing-reader",
+    "short-outage",
+    "outage",
+]
 SHORT = {
-    "postgresql": [
-        "sigkill",
-        "sigstop",
-        "clock-skew",
-        "add-partitions",
-        "malformed",
-        "corrupt-record",
-        "wedged-reader",
-        "stuck-handler",
-        "slow-handler",
-        "failing-reader",
-        "short-outage",
-        "outage",
-    ],
-    # The rest (stopped processes, skewed clocks, a growing hub, malformed events) run on PostgreSQL only.
-    **{
-        store: [
-            "sigkill",
-            "corrupt-record",
-            "wedged-reader",
-            "stuck-handler",
-            "slow-handler",
-            "failing-reader",
-            "short-outage",
-            "outage",
-        ]
-        for store in ("blob", "redis")
-    },
+    "postgresql": ["sigkill", "sigstop", "clock-skew", "add-partitions", "malformed", *EVERY_STORE],
+    "blob": ["sigkill", *EVERY_STORE],
+    "redis": ["sigkill", *EVERY_STORE],
 }
 MAX_PARTITIONS = 24
 
