@@ -10,9 +10,11 @@ by running a cycle, which reads the store. Losing one costs what it costs withou
 partition waits for the receiver's next cycle.
 
 A notice naming no partition is news: a worker joined (``Coordinator.announce_joining``) or an
-operator changed a control. It ends only a quiet wait (``Coordinator.quiet_until``: a steady worker
+operator changed a control. A join ends only a quiet wait (``Coordinator.quiet_until``: a steady worker
 where notices cross processes reads the store less often than every interval); any other worker reads
-it within an interval anyway.
+it within an interval anyway. An operator's notice (from ``OPERATOR``: a drain, a pin) wakes every
+worker at once, as the channel layer's wake-up of the same action does where there is one: a worker
+drained between two cycles would otherwise go on for up to an interval (``wakes``).
 
 Channels: ``LocalChannel`` within one process (workers of one ``runworkers``, the simulator, the
 in-memory store); the Redis store publishes on Redis pub/sub and the SQL store on PostgreSQL's
@@ -104,6 +106,15 @@ def release_channel(store: object, ref: HubRef) -> ReleaseChannel | None:
     (or has none on this database: the SQL store on SQLite)."""
     make = getattr(store, "release_channel", None)
     return make(ref) if callable(make) else None
+
+
+OPERATOR = "operator"  # who a notice of an operator's change is from (no worker's owner id)
+
+
+def wakes(notice: Released) -> bool:
+    """Whether ``notice`` wakes a worker it concerns whatever its wait (a release, an operator's
+    change), rather than being news that ends only a quiet wait (a join)."""
+    return bool(notice.partition_ids) or notice.by == OPERATOR
 
 
 def concerns(notice: Released, ref: HubRef, owner_id: str, partition_ids: Sequence[str] = ()) -> bool:

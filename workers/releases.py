@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from balancer.model import HubRef
-from balancer.notices import LocalChannel, ReleaseChannel, Released, concerns, release_channel
+from balancer.notices import LocalChannel, ReleaseChannel, Released, concerns, release_channel, wakes
 
 from .layer_notices import channel_layer_channel
 
@@ -109,9 +109,9 @@ class Notices:
                     for worker in workers:
                         if not concerns(notice, self.ref, worker.owner_id):
                             continue
-                        if notice.partition_ids:
+                        if wakes(notice):  # a release, an operator's control
                             worker.wake()
-                        else:  # a join or an operator's control: news for a worker waiting quietly
+                        else:  # a join: news for a worker waiting quietly
                             worker.news()
             except Exception as exc:  # never let a notice take a worker down: listen again
                 log.warning("release notices: the listener failed (%s: %s); listening again", type(exc).__name__, exc)

@@ -21,7 +21,7 @@ from functools import partial
 
 from balancer.errors import OwnershipLost, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, partition_ids
-from balancer.notices import Released
+from balancer.notices import OPERATOR, Released
 from balancer.protocol import Balancer, CycleReport, Driver
 from balancer.sim.events import Events
 from balancer.sim.measures import (
@@ -43,7 +43,6 @@ _ids = functools.lru_cache(maxsize=8)(partition_ids)
 # How the simulator drives each coordinator, as the runtime does: renewal steps between cycles; the
 # coordinator's own handoff hook (``Run._on_handoff``) hands planned moves off.
 DRIVER = Driver(renewal_steps=True)
-OPERATOR = "operator"  # who sends the news of a control, as the dashboard's actions do
 
 
 class Run(abc.ABC):

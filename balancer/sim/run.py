@@ -57,7 +57,7 @@ from balancer.sim import loop as sim_loop
 from balancer.sim.base import Run
 from balancer.sim.measures import spread
 from balancer.sim.race import RaceRun
-from balancer.sim.scenarios import SCENARIOS, Settings, effective_size
+from balancer.sim.scenarios import SCENARIOS, Outcome, Settings, effective_size
 from balancer.sim.table import TableRun
 from balancer.strategies import RACE, Strategy, get_strategy, load_weighted
 
@@ -82,6 +82,26 @@ def check(strategy: str | None, scenario: str, partitions: int, workers: int, se
     return get_strategy(strategy)
 
 
+def outcomes(
+    chosen: Strategy,
+    scenario: str,
+    partitions: int,
+    workers: int,
+    seeds: int,
+    settings: Settings,
+    on_seed: Callable[[int], None] | None = None,
+) -> list[Outcome]:
+    """Each seed's run of one scenario, seeds 0 to ``seeds - 1``, on the effective size (what
+    ``simulate`` sums up; ``bench_sim_vs_real`` compares their spread with real runs')."""
+    runner = run_of(chosen)
+    runs = []
+    for seed in range(seeds):
+        runs.append(sim_loop.run(runner(chosen, scenario, partitions, workers, seed, settings).main()))
+        if on_seed is not None:
+            on_seed(seed)
+    return runs
+
+
 def simulate(
     strategy: str | None,
     scenario: str,
@@ -104,12 +124,7 @@ def simulate(
         chosen = load_weighted(chosen)
     settings = settings or Settings()
     p, n = effective_size(scenario, partitions, workers)
-    runner = run_of(chosen)
-    runs = []
-    for seed in range(seeds):
-        runs.append(sim_loop.run(runner(chosen, scenario, p, n, seed, settings).main()))
-        if on_seed is not None:
-            on_seed(seed)
+    runs = outcomes(chosen, scenario, p, n, seeds, settings, on_seed)
     done = [r for r in runs if r.balanced]
     return {
         "strategy": chosen.name,

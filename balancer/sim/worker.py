@@ -5,7 +5,7 @@ Like the processor it asks ``balancer.schedule.next_due`` when to read, renew an
 last cycle's report, the news heard since that cycle's read, whether it polls while waiting (no
 release notices: the Blob store without a channel layer) and the coordinator's ``quiet_until`` and
 ``next_renewal``; it sleeps until the answer, and a notice ends the sleep as it ends the processor's:
-a release (``wake``) always, news (a join, an operator's control: ``news``) only a quiet wait.
+a release or an operator's control (``wake``) always, a join (``news``) only a quiet wait.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from balancer.errors import StoreUnavailable
-from balancer.notices import Released, concerns
+from balancer.notices import Released, concerns, wakes
 from balancer.protocol import CycleReport
 from balancer.schedule import BACKOFF_MAX, Due, Inputs, Last, next_due
 
@@ -94,9 +94,9 @@ class SimWorker:
 
     def hear(self, notice: Released) -> None:
         """A notice from the store's channel, as ``workers.releases.Notices`` hands it on."""
-        if notice.partition_ids:
+        if wakes(notice):  # a release, an operator's control
             self.wake()
-        else:
+        else:  # a join
             self.news()
 
     def cycled(self, report: CycleReport | None) -> None:

@@ -24,7 +24,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from balancer.model import HubRef
-from balancer.notices import Released, release_channel
+from balancer.notices import OPERATOR, Released, release_channel
 from workers.runtime.runner import WAKE_GROUP
 from workers.wiring import Stores
 
@@ -54,7 +54,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-OPERATOR = "operator"  # who a notice of an operator's change is from (no worker's owner id)
 NOTICE_TIMEOUT = 2.0  # seconds: a notice later than this is no better than the workers' next read
 
 
@@ -118,8 +117,8 @@ async def wake_workers(reason: str, token: str = "") -> bool:
 
 async def tell_workers(ref: HubRef, stores: Stores) -> bool:
     """Tell the workers of ``ref`` on the store's own channel (Redis pub/sub, PostgreSQL ``NOTIFY``)
-    that a control changed: a notice naming no partition, which ends a worker's quiet wait
-    (``Coordinator.quiet_until``) as a join does. The channel-layer wake-up may not cross processes
+    that a control changed: a notice naming no partition, from ``OPERATOR``, which wakes every worker
+    at once (``balancer.notices.wakes``). The channel-layer wake-up may not cross processes
     (no Redis there); this one does wherever the workers listen for releases. False where the store has
     no channel or the notice could not be sent: the workers read the control within their quiet wait."""
     channel = release_channel(stores.ownership, ref)

@@ -1,12 +1,20 @@
 """The simulator against real processes (`make bench`; issue 34, item 2): is the simulator faithful?
 
 For scale-out, drain, stop (graceful), stop-and-join, crash and add-partitions, side by side: the
-simulator's seconds to balance and moves (``balancer.sim.run.simulate``, the default strategy, the
-median over the seeds) and the same measured on real ``runworkers`` processes on the SQL store on
+simulator's seconds to balance and moves (``balancer.sim.run.outcomes``, the default strategy, the
+mean over the seeds) and the same measured on real ``runworkers`` processes on the SQL store on
 PostgreSQL (``tests.benchmarks.real_scenarios``: every scenario played in turn by one fleet per
-round, the median over the runs, with their least and most seconds: below a second the real
+round, the mean over the runs, with their least and most seconds: below a second the real
 side's own spread is wider than 20 %), at the same fleet size, interval and expiry; then the ratio
-real over simulated, and whether both figures agree within 20 %. The simulated runs are the
+real over simulated, and whether both figures agree within 20 % (seconds also when they differ by
+no more than the real side's resolution, ``RESOLUTION``).
+
+Means, not medians: a stop-and-join balances either about one interval after the release or
+about two, by the phase of the workers' renewals when it comes (the simulator's seeds: 11 of 40
+near 2.1 s, the rest near 3.9 s; real runs alike), so the median of a handful of runs lands on
+one mode or the other by the draw (the real median was 3.97 s in one run of the bench and 2.14 s
+in the next), while the mean weighs the modes as often as they come. The real fleet plays
+stop-and-join three times a round for the same reason. The simulated runs are the
 scenarios of ``balancer.sim.scenarios`` with the same sizes: N workers on ⌊2P/3⌋ partitions, the
 hub growing to P in add-partitions, and the crash on P (the real fleet plays it last, after the
 hub grew: see ``real_scenarios``). Both sides judge balance and count moves the same way (see
@@ -37,7 +45,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from balancer.sim.run import Settings, simulate
+from balancer.sim.run import Settings, check, outcomes
+from balancer.sim.scenarios import effective_size
 from tests.benchmarks.django_env import temporary_django
 from tests.benchmarks.size import size
 
@@ -46,6 +55,10 @@ PARTITIONS = size(12, 6)  # the hub after add-partitions; every other scenario r
 WORKERS = size(4, 3)
 INTERVAL, EXPIRY = size((2.0, 10.0), (0.5, 3.0))
 TOLERANCE = 0.2
+# The real side's resolution: it reads the ownership records every 10 ms (``real_scenarios.SAMPLE``),
+# so a balance within tens of milliseconds (drain, scale-out) is known to two samples at best; seconds
+# that differ by no more than that agree whatever their ratio.
+RESOLUTION = 0.02
 # Seconds a worker takes to finish the event in hand when it hands a partition over (the simulator's
 # ``handoff_seconds``, before its checkpoint and release): the bench's handler (the chaos suite's
 # ``Recorder``) returns at once, and the workers' logs show a pump stopped 2-7 ms after its handoff
@@ -76,9 +89,18 @@ def settings_of(latency: tuple[float, float], join_lead: float = 0.0) -> Setting
     )
 
 
-def simulated(seeds: int, settings: Settings) -> dict[str, dict[str, Any]]:
-    """Scenario -> the simulator's JSON object at the bench's sizes and timing."""
-    return {s: simulate(None, s, *sizes(s), seeds=seeds, settings=settings) for s in SCENARIOS}
+Runs = list[tuple[float, int]]  # (seconds to balance, moves) of each run that balanced
+
+
+def simulated(seeds: int, settings: Settings) -> dict[str, Runs]:
+    """Scenario -> each seed's (seconds, moves) at the bench's sizes and timing, the runs that
+    balanced (every seed does at these sizes)."""
+    out: dict[str, Runs] = {}
+    for scenario in SCENARIOS:
+        p, n = effective_size(scenario, *sizes(scenario))
+        runs = outcomes(check(None, scenario, p, n, seeds), scenario, p, n, seeds, settings)
+        out[scenario] = [(r.seconds, r.moves) for r in runs if r.balanced]
+    return out
 
 
 def latency_of(trips: list[float]) -> tuple[float, float]:
@@ -87,7 +109,7 @@ def latency_of(trips: list[float]) -> tuple[float, float]:
     return round(tenths[0], 4), round(tenths[-1], 4)
 
 
-Real = tuple[dict[str, list[tuple[float, int]]], list[float], list[float], list[float]]
+Real = tuple[dict[str, Runs], list[float], list[float], list[float]]
 
 
 def measured(rounds: int, tmp: Path) -> Real:
@@ -95,7 +117,7 @@ def measured(rounds: int, tmp: Path) -> Real:
     round trips; the seconds from a stop-and-join's join to its release."""
     from tests.benchmarks.real_scenarios import on_postgresql, play_round
 
-    out: dict[str, list[tuple[float, int]]] = {s: [] for s in SCENARIOS}
+    out: dict[str, Runs] = {s: [] for s in SCENARIOS}
     startup: list[float] = []
     trips: list[float] = []
     leads: list[float] = []
@@ -137,19 +159,19 @@ HEADER = (
 )
 
 
-def row(scenario: str, sim: dict[str, Any], real: list[tuple[float, int]]) -> tuple[str, bool]:
-    """One line of the table, and whether both figures agree within the tolerance."""
+def row(scenario: str, sim: Runs, real: Runs) -> tuple[str, bool]:
+    """One line of the table (means), and whether both figures agree within the tolerance."""
     p, n = sizes(scenario)
-    sim_s, sim_moves = sim["seconds_to_balance"]["median"], sim["moves"]["median"]
-    real_s = statistics.median(s for s, _ in real)
+    sim_s, sim_moves = statistics.fmean(s for s, _ in sim), statistics.fmean(m for _, m in sim)
+    real_s, real_moves = statistics.fmean(s for s, _ in real), statistics.fmean(m for _, m in real)
     lowest, highest = min(s for s, _ in real), max(s for s, _ in real)
-    real_moves = statistics.median(m for _, m in real)
     by_s, by_moves = ratio(real_s, sim_s), ratio(real_moves, sim_moves)
-    agree = _within(by_s) and _within(by_moves)
+    agree = (_within(by_s) or abs(real_s - sim_s) <= RESOLUTION) and _within(by_moves)
     text = (
         f"{scenario:<15} {f'{p}/{n}':>6}  {sim_s:>7.2f} {real_s:>7.2f} {f'{lowest:.2f}-{highest:.2f}':>13} "
         f"{_ratio_text(by_s):>6}  "
-        f"{sim_moves:>9g} {real_moves:>10g} {_ratio_text(by_moves):>6}  {len(real):>9}  {'yes' if agree else 'no':>10}"
+        f"{sim_moves:>9.2f} {real_moves:>10.2f} {_ratio_text(by_moves):>6}  {len(real):>9}  "
+        f"{'yes' if agree else 'no':>10}"
     )
     return text, agree
 
@@ -166,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     low, high = settings.latency
     print(
         f"simulator vs real runworkers processes (SQL store on PostgreSQL), default strategy, interval "
-        f"{INTERVAL:g}s, expiry {EXPIRY:g}s; medians: simulator over {options.seeds} seeds, real over the runs "
-        f"({options.rounds} round(s); stop and scale-out twice a round); ratio = real / simulated; the simulator's "
+        f"{INTERVAL:g}s, expiry {EXPIRY:g}s; means: simulator over {options.seeds} seeds, real over the runs "
+        f"({options.rounds} round(s); stop and scale-out twice a round, stop-and-join three times); "
+        "ratio = real / simulated; the simulator's "
         f"store round trip {low * 1000:.1f}-{high * 1000:.1f} ms (as measured), handoff {HANDOFF * 1000:g} ms, the "
         "disturbance at any moment of the steady state, renewals on each worker's own phase, a stop-and-join's "
         f"stop {settings.join_lead * 1000:.0f} ms after the join (as measured)"

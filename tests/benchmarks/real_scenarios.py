@@ -9,8 +9,8 @@ starting from the state its simulated twin starts from (``balancer.sim.scenarios
     drain (N balanced, one drained), then it is undrained (not measured);
     stop (N balanced, one gets SIGTERM: a graceful stop, releasing what it holds);
     stop-and-join (N-1 balanced; one joins and at that instant another gets SIGTERM; timed from
-    the stopping one's release, when the simulator's starts);
-    scale-out (N-1 balanced, one joins); stop and scale-out again;
+    the stopping one's release, when the simulator's starts), twice;
+    scale-out (N-1 balanced, one joins); stop, stop-and-join and scale-out again;
     add-partitions (N balanced, the hub grows to P);
     crash (N balanced on P, one gets SIGKILL at a moment up to one expiry later), last.
 
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from balancer.model import Control, ControlKind
-from balancer.notices import Released, release_channel
+from balancer.notices import OPERATOR, Released, release_channel
 from tests.chaos.evidence import Lease, OwnershipSample
 from tests.chaos.faults import new_name
 from tests.chaos.fleet import Fleet, Worker
@@ -57,7 +57,6 @@ from tests.chaos.stores import SqlKit
 SAMPLE = 0.01  # seconds between two reads of the ownership records
 HOLD = 3  # intervals balance must hold to end a phase
 PHASE_TIMEOUT = 90.0
-OPERATOR = "operator"  # who sends the news of a control, as the dashboard's actions do
 
 
 @dataclass
@@ -305,8 +304,9 @@ class Round:
         for _ in range(workers):
             await self.join()
         await self.watch.settle(Phase("cold-start", time.monotonic(), self.eligible()))
-        phases = [await self.drain(), await self.stop(signal.SIGTERM, "stop"), await self.stop_and_join()]
-        phases += [await self.scale_out(), await self.stop(signal.SIGTERM, "stop"), await self.scale_out()]
+        phases = [await self.drain(), await self.stop(signal.SIGTERM, "stop")]
+        phases += [await self.stop_and_join(), await self.stop_and_join(), await self.scale_out()]
+        phases += [await self.stop(signal.SIGTERM, "stop"), await self.stop_and_join(), await self.scale_out()]
         phases.append(await self.add_partitions(partitions))
         phases.append(await self.crash())  # last: see the module's docstring
         return phases

@@ -24,7 +24,7 @@ from channels.layers import InMemoryChannelLayer
 from channels_redis.core import RedisChannelLayer
 
 from balancer.model import HubRef
-from balancer.notices import LocalChannel, Released
+from balancer.notices import OPERATOR, LocalChannel, Released
 from tests.support.redis_server import RedisServer, start_redis
 from tests.support.servers import free_port
 from tests.support.waiting import until
@@ -183,6 +183,9 @@ async def test_a_join_is_news_and_a_release_a_wake_up_for_the_other_workers() ->
         publish(Released(REF, ("3",), "A-0"))
         await until(lambda: b0.woken == 1, "B-0 to be woken by the release")
         assert (a0.heard, a0.woken, b0.heard) == (0, 0, 1)  # its own join is no news to A-0
+        publish(Released(REF, (), OPERATOR))  # an operator's drain or pin: a wake-up, whatever the wait
+        await until(lambda: a0.woken == 1 and b0.woken == 2, "both workers to be woken by the operator")
+        assert (a0.heard, b0.heard) == (0, 1)
 
 
 async def cancel_at_some_point(task: asyncio.Task[None], rng: random.Random, what: str) -> None:
