@@ -362,7 +362,7 @@ def test_a_drain_where_notices_cross_is_acted_on_at_once_whatever_the_drained_wo
     )
     result = simulate(None, "drain", 8, 4, seeds=40, settings=settings)
     assert result["balanced_runs"] == 40
-    assert result["seconds_to_balance"]["max"] < 0.1, result  # type: ignore[operator]
+    assert result["seconds_to_balance"]["max"] < 0.1, result  # type: ignore[index]
 
 
 class CyclesOnly:

@@ -20,7 +20,7 @@ from django.db.models import F
 from balancer.errors import OwnershipLost
 from balancer.lease import Coordinator
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
-from balancer.notices import LocalChannel, Released
+from balancer.notices import OPERATOR, LocalChannel, Released
 from balancer.strategies import get_strategy
 from dashboard.control import actions
 from dashboard.control.actions import Refused, Request
@@ -337,9 +337,9 @@ async def test_an_action_that_wakes_the_workers_also_tells_them_on_the_stores_ch
     try:
         await until(lambda: len(channel._queues) == 1, "the listener to subscribe")
         await actions.apply(ref, Request("drain", "w2", reason="maintenance"), "alice", stores=told)
-        await until(lambda: heard == [Released(ref, (), actions.OPERATOR)], "the workers to be told")
+        await until(lambda: heard == [Released(ref, (), OPERATOR)], "the workers to be told")
         assert await actions.tell_workers(ref, stores) is False  # SQLite: no channel, nothing sent
     finally:
         listener.cancel()
         await asyncio.gather(listener, return_exceptions=True)
-    assert heard == [Released(ref, (), actions.OPERATOR)]
+    assert heard == [Released(ref, (), OPERATOR)]
