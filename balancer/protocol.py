@@ -129,6 +129,9 @@ class CycleReport:
     waiting: tuple[str, ...] = ()  # partitions assigned to this worker that another still holds
     rows: int = 0  # ownership records read from the store (what changed, on a store with a change feed)
     planned: bool = True  # False: a steady cycle, which skipped its plan (``Coordinator.steady_cycles``)
+    # On the coordinator's monotonic clock: when a partition this worker wants but left free (released by a
+    # worker that left: ``cooperative.vacated_for``) may be claimed; the next read comes no later.
+    recheck_at: float | None = None
 
 
 def soon(report: CycleReport, interval: float, *, poll_waiting: bool = True) -> float | None:

@@ -21,6 +21,8 @@ The rules, in order:
   workers an idle fleet's CPU was mostly its steady cycles; at a 2 s interval and a 10 s expiry this
   reads every 3.5 s;
 - else one interval; every wait but the quiet one is spread by ``interval * (1 ± jitter)``;
+- no later than the last cycle's ``recheck_at``: a partition it wants but left free (released by a
+  worker that left, ``cooperative.vacated_for``) may be claimed then;
 - a renewal step comes first when the coordinator has a lease due (``next_renewal``) before the read;
 - during a quiet wait the driver looks at the hub's partitions (``Balancer.partitions_changed``: the
   partition source, no store request) every interval: no store's channel tells of partitions added,
@@ -51,6 +53,8 @@ class Reported(Protocol):
     def gained(self) -> tuple[object, ...]: ...
     @property
     def lost(self) -> tuple[object, ...]: ...
+    @property
+    def recheck_at(self) -> float | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +64,14 @@ class Last:
     announced: bool = False  # the worker's first cycle, which only announced it
     waiting: bool = False  # a handoff to this worker is pending
     steady: bool = False  # it skipped its plan and changed nothing (no gain, no loss, no wait)
+    recheck_at: float | None = None  # a partition it left free may be claimed then: read no later
 
     @classmethod
     def of(cls, report: Reported) -> Last:
         changed = report.planned or bool(report.gained or report.lost or report.waiting)
-        return cls(announced=report.announced, waiting=bool(report.waiting), steady=not changed)
+        steady = not changed and report.recheck_at is None
+        recheck = report.recheck_at
+        return cls(announced=report.announced, waiting=bool(report.waiting), steady=steady, recheck_at=recheck)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +174,9 @@ def next_due(given: Inputs) -> Due:
     if read_at is None:
         delay, quiet = read_delay(given)
         read_at = given.now + delay
+        recheck = None if given.last is None else given.last.recheck_at
+        if recheck is not None and recheck < read_at:  # a partition left free may be claimed then
+            read_at, quiet = max(given.now, recheck), False
     renew_at = given.next_renewal
     if renew_at is not None and renew_at >= read_at:
         renew_at = None  # the cycle renews it (or the step after it)

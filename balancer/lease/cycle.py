@@ -35,7 +35,7 @@ class Coordinator(Handoffs):
         self._requests = self._rows = 0
         pids = self._partition_ids = tuple(await self.partitions())
         view = await self._view(pids)
-        listed, now = view.ownership, view.now
+        listed, now, planned_at = view.ownership, view.now, self.monotonic()
         plan = self._plan(view)
         first, self._announced = not self._announced, True
         # The handoff timeout runs per holder: a partition that changed hands meanwhile (its holder's
@@ -82,6 +82,7 @@ class Coordinator(Handoffs):
             waiting=tuple(p for p in plan.waiting if p not in self._leases),
             rows=self._rows,
             planned=not self._steady,
+            recheck_at=None if plan.recheck_in is None else planned_at + plan.recheck_in,
         )
         self._tell(report, [e.partition_id for e in released], first)
         return report

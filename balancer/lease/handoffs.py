@@ -101,19 +101,40 @@ class Handoffs(Reading):
             self._announce(list(won))
         return events
 
+    async def _leave(self, raising: bool = False) -> bool:
+        """Remove this worker's member record (none kept: True); False if the store is down, unless
+        ``raising`` (StoreUnavailable then)."""
+        if self.controls is None:
+            return True
+        try:
+            await self._call(self.controls.remove_member(self.ref, self.owner_id))
+        except StoreUnavailable:
+            if raising:
+                raise
+            return False
+        return True
+
     async def release_all(self, reason: str = "shutting down") -> list[BalancerEvent]:
         """Give every held partition up at once, so others take them now rather than after expiry."""
         async with self._lock:
             return await self._release_all(reason)
 
     async def _release_all(self, reason: str) -> list[BalancerEvent]:
+        # Its member record goes first: a worker that reads the releases then knows their holder left,
+        # and leaves them free a while for a newcomer joining as this one stops
+        # (``cooperative.vacated_for``). Gone after them, a reader between the two took them as any free
+        # partition, and a newcomer's share then moved to it a cycle later (10 moves in a simulated
+        # stop-and-join). A record it could not remove now is tried again after the releases.
+        left = await self._leave()
         if not self._leases:
+            if not left:
+                await self._leave(raising=True)
             return []
         won, events = await self._write_releases(self._leases, reason, handoff=False)
         self._leases.clear()
         self._handing_off.clear()
-        if self.controls is not None:
-            await self._call(self.controls.remove_member(self.ref, self.owner_id))
+        if not left:
+            await self._leave(raising=True)
         for event in events:
             self._emit(event)
         self._announce(list(won))

@@ -160,6 +160,7 @@ class Plan:
     claims: tuple[Claim, ...] = ()
     releases: tuple[str, ...] = ()  # partitions to hand off on purpose this cycle
     waiting: tuple[str, ...] = ()  # partitions this worker wants but waits for their owner to release
+    recheck_in: float | None = None  # seconds until a partition it wants but leaves free now may be claimed
 
 
 PlanFunction = Callable[[View, random.Random], Plan]

@@ -52,6 +52,17 @@ def test_a_steady_worker_hearing_notices_waits_until_quiet_until_less_up_to_the_
         assert (due.read_at, due.quiet) == (2.0, False), changed
 
 
+def test_a_partition_left_free_for_now_is_read_for_when_its_hold_ends_quiet_wait_or_not() -> None:
+    # A partition released by a worker that left is left free a while (``cooperative.vacated_for``); the
+    # cycle's report says until when, and the next read comes then, not at the next interval or quiet read.
+    held = Last.of(CycleReport(owned=frozenset({"0"}), planned=False, recheck_at=1.2))
+    assert held == Last(recheck_at=1.2) and not held.steady  # a hold to see to is no steady cycle
+    due = next_due(Inputs(0.0, 2.0, last=held, poll_waiting=False, quiet_until=3.5))
+    assert (due.read_at, due.quiet) == (1.2, False)
+    assert next_due(Inputs(0.0, 2.0, last=Last(recheck_at=2.5))).read_at == 2.0  # the read comes first anyway
+    assert next_due(Inputs(5.0, 2.0, last=Last(recheck_at=4.0))).read_at == 5.0  # already over: now
+
+
 def test_a_renewal_step_due_before_the_read_comes_first() -> None:
     due = next_due(Inputs(now=0.0, interval=8.0, last=Last(), next_renewal=6.5))
     assert (due.renews, due.wake_at, due.read_at) == (True, 6.5, 8.0)
