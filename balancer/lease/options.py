@@ -15,6 +15,12 @@ from __future__ import annotations
 # renewal also takes every lease at least GATHER as old as a due one, so leases claimed a cycle or two
 # apart are renewed by one write from then on (one round trip on SQL and Redis).
 RENEW_SHARE, RETRY_SHARE, GATHER = 0.65, 0.05, 0.5
+# A strategy that judges expiry by the worker's own clock (``Strategy.store_clock`` False: ``balanced``,
+# ``greedy``, ``eph``) takes a record for expired when its age by that clock passes the expiry, so a
+# worker whose clock runs S seconds ahead sees every lease S seconds older: renewed at 65 % of the
+# expiry they tolerated 63 s of skew at 30 s / 180 s and churned at +100 s. Renewed at a quarter of the
+# expiry, they tolerate three quarters of it (135 s at 180 s), about what renewing every cycle gave.
+CLOCK_RENEW_SHARE = 0.25
 EARLY = 1e-3  # seconds: a renewal step woken this much early (timer resolution) still finds its lease due
 # Renewal without renewal steps (cycles alone renew): a lease is renewed once half the expiry has
 # passed since its last renewal, or sooner if waiting one more cycle and then failing once

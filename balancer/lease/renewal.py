@@ -84,7 +84,7 @@ class Renewal(Writes):
         return report
 
     def _due_at(self, lease: Lease) -> float:
-        return lease.renewed_at + self.renew_share * self.expiry
+        return lease.renewed_at + self.share * self.expiry
 
     def _renewing(self, at: float, steps: bool) -> set[str]:
         """The held partitions to renew in a request sent at ``at`` (local monotonic time)."""
@@ -93,7 +93,7 @@ class Renewal(Writes):
         due = {p for p, lease in self._leases.items() if at + EARLY >= self._due_at(lease)}
         if not due:
             return due
-        gather = GATHER * self.renew_share * self.expiry
+        gather = GATHER * self.share * self.expiry
         return due | {p for p, lease in self._leases.items() if at - lease.renewed_at >= gather}
 
     def _renewal_due(self, lease: Lease, at: float) -> bool:

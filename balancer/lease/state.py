@@ -21,7 +21,7 @@ from balancer.notices import Released
 from balancer.protocol import CheckpointStore, ControlStore, EventSink, HandoffHook, OwnershipStore, PartitionSource
 from balancer.strategies import Plan, Strategy
 
-from .options import RENEW_SHARE, STALE_MAX, STALE_SHARE
+from .options import CLOCK_RENEW_SHARE, RENEW_SHARE, STALE_MAX, STALE_SHARE
 
 
 @dataclass
@@ -81,7 +81,8 @@ class LeaseState:
     # finds one due. False: as the driver says with each call (``Driver.renewal_steps``); a driver that
     # says nothing has cycles alone renew, each lease in the last cycle that is safely early.
     renewal_steps: bool = False
-    renew_share: float = RENEW_SHARE
+    # None: RENEW_SHARE, or CLOCK_RENEW_SHARE for a strategy that judges expiry by the worker's own clock.
+    renew_share: float | None = None
     # A steady cycle skips the plan: with a strategy whose plan ``settles``, when the last plan was
     # empty with every partition held, and this cycle's read (a quiet delta: ``STALE_SHARE``) listed
     # no ownership record and the same members, controls and partitions, while this worker holds
@@ -142,6 +143,8 @@ class LeaseState:
     _avoid_said: frozenset[str] = field(default=frozenset(), init=False)
 
     def __post_init__(self) -> None:
+        if self.renew_share is None:
+            self.renew_share = RENEW_SHARE if self.strategy.store_clock else CLOCK_RENEW_SHARE
         if not 0 < self.renew_share < 1:  # also refuses NaN
             raise ValueError(
                 f"renew_share is the share of the lease expiry after which a lease is renewed: more than 0 "
@@ -156,6 +159,12 @@ class LeaseState:
             self._meter.window = max(3 * self.interval, self._meter.window)
 
     # queries -------------------------------------------------------------------------------
+
+    @property
+    def share(self) -> float:
+        """The share of the expiry after which a lease is renewed (``renew_share``, as decided)."""
+        assert self.renew_share is not None  # decided in __post_init__
+        return self.renew_share
 
     @property
     def owned(self) -> frozenset[str]:
@@ -203,4 +212,4 @@ class LeaseState:
 
     def _stale_after(self) -> float:
         """Seconds without a write after which the change feed lists a record (see STALE_SHARE)."""
-        return self.expiry * min(STALE_MAX, max(STALE_SHARE, self.renew_share + 0.1))
+        return self.expiry * min(STALE_MAX, max(STALE_SHARE, self.share + 0.1))

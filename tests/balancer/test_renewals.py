@@ -15,6 +15,7 @@ import pytest
 
 from balancer.errors import StoreUnavailable
 from balancer.lease import RENEW_SHARE, Coordinator
+from balancer.lease.options import CLOCK_RENEW_SHARE
 from balancer.model import EventKind, Member, OwnershipRecord, alive_workers, partition_ids, signs_of_life
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy
@@ -212,8 +213,9 @@ async def test_a_release_after_a_renewal_step_carries_the_fresh_etag_and_wins() 
 
 
 async def test_renewal_steps_gather_leases_claimed_cycles_apart_into_one_write() -> None:
-    # balanced claims one partition a cycle: three leases 2 s apart. The first renewal (at 6.5 s) takes
-    # every lease at least half as old, and from then on they are renewed together.
+    # balanced claims one partition a cycle: three leases 2 s apart. A renewal takes every lease at least
+    # half as old as a due one, and from then on they are renewed together (balanced judges by its own
+    # clock: a renewal period is a quarter of the expiry, CLOCK_RENEW_SHARE).
     cluster = Cluster(3, strategy="balanced", interval=2.0, expiry=10.0, renewal_steps=True)
     a = cluster.add("a")
     await cluster.settle()
@@ -221,7 +223,8 @@ async def test_renewal_steps_gather_leases_claimed_cycles_apart_into_one_write()
     steps = [(round(t - cluster.renewed[0][0], 3), spent) for t, _, spent in cluster.renewed]
     assert all(spent == 1 for _, spent in steps)
     assert len(a.owned) == 3 and len({a.deadline(p) for p in a.owned}) == 1  # one group now
-    assert len(steps) <= 2 + 30 / 6.5  # a step or two to gather them, then one a renewal period
+    assert a.share == CLOCK_RENEW_SHARE
+    assert len(steps) <= 2 + 30 / (a.share * 10.0)  # a step or two to gather them, then one a renewal period
 
 
 async def test_with_renewal_steps_a_crashed_holder_is_replaced_within_the_expiry_and_one_interval() -> None:

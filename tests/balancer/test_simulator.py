@@ -189,6 +189,16 @@ def test_crashed_workers_partitions_are_taken_only_after_expiry() -> None:
         assert result["seconds_to_balance"]["max"] <= s.expiry + s.interval * (1 + s.jitter)  # type: ignore[index]
 
 
+@pytest.mark.parametrize("name", [n for n, s in STRATEGIES.items() if not s.store_clock])
+def test_a_strategy_judging_by_its_own_clock_tolerates_100_s_of_skew_at_30_s_and_180_s(name: str) -> None:
+    # Issue 36, item 4: its leases are renewed at a quarter of the expiry (CLOCK_RENEW_SHARE), so a worker
+    # 100 s ahead still finds every live lease unexpired. Renewed at 65 % (the store-clock strategies'
+    # share) they churned: balanced 30, greedy 124 and eph 126 moves in 40 intervals.
+    settings = Settings(interval=30.0, expiry=180.0, skew_seconds=100.0, skew_cycles=40)
+    result = simulate(name, "clock-skew", 32, 4, seeds=2, settings=settings)
+    assert result["moves"]["max"] == 0 and result["overlap_seconds"]["max"] == 0, result  # type: ignore[index]
+
+
 def test_clock_skew_makes_balanced_churn_but_not_a_store_clock_strategy() -> None:
     # 000's "Clock skews": a worker 3 minutes ahead sees every other lease expired and takes it.
     churn = simulate("balanced", "clock-skew", 12, 3, seeds=2, settings=QUICK)
