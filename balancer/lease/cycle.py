@@ -37,7 +37,9 @@ class Coordinator(Handoffs):
         view = await self._view(pids)
         listed, now, planned_at = view.ownership, view.now, self.monotonic()
         plan = self._plan(view)
-        first, self._announced = not self._announced, True
+        first, announcing, self._announced = not self._announced, view.first_cycle, True
+        if first and self.interval is not None:
+            self._settle = (started + self.interval, view.members)
         # The handoff timeout runs per holder: a partition that changed hands meanwhile (its holder's
         # lease ran out and a third worker took it) is waited for afresh, not taken from the new
         # holder at once on the old holder's account.
@@ -78,7 +80,7 @@ class Coordinator(Handoffs):
             requests=self._requests,
             seconds=self.monotonic() - started,
             rebalance=self._rebalance,
-            announced=first,
+            announced=announcing,
             waiting=tuple(p for p in plan.waiting if p not in self._leases),
             rows=self._rows,
             planned=not self._steady,

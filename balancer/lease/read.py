@@ -8,6 +8,7 @@ every other change at once may wait before reading again.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -15,6 +16,7 @@ from balancer import avoid, changes, load
 from balancer.changes import ChangeFeed
 from balancer.model import Control, ControlKind, Controls, Member, OwnershipRecord
 from balancer.protocol import ControlStore, Snapshot, by_partition, snapshot
+from balancer.schedule import Last, soon_after
 from balancer.strategies import Plan, View
 from balancer.strategies.base import age, modified
 
@@ -37,6 +39,16 @@ class Read:
     pins: dict[str, str] = field(default_factory=dict)
     loads: Mapping[str, float] = field(default_factory=dict)
     avoided: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    joined: Mapping[str, float] = field(default_factory=dict)  # member -> when it announced itself (store clock)
+
+
+def joined_at(member: Member) -> float | None:
+    """When ``member`` announced itself by the store's clock, as its heartbeat says; None if it does not."""
+    try:
+        at = float(member.info.get("joined", ""))
+    except ValueError:
+        return None
+    return at if math.isfinite(at) else None
 
 
 class Reading(Renewal):
@@ -72,6 +84,30 @@ class Reading(Renewal):
             return False
         return tuple(await self.partitions()) != self._partition_ids
 
+    def _announcing(self, read: Read) -> bool:
+        """Whether this cycle only announces the worker (``View.first_cycle``): its first; or, for up to
+        an interval after it while the worker holds nothing, one that finds a worker joined since its
+        last read that announced itself less than half the "soon" wait ago (``schedule.soon_after``; by
+        its heartbeat's "joined"), so that more may be coming. Workers starting a second apart then
+        claim once the last of them has announced itself, each its final share, instead of the first
+        ones claiming shares of fewer workers and handing part over a cycle later (staggered cold
+        starts moved partitions: 3 of 32 on 4 workers, 24 of 256 on 16, starts spread over 1 s at
+        2 s / 10 s); workers starting together
+        have all announced themselves well before the wait ends, and claim at once as before."""
+        if not self._announced:
+            return True
+        if self._settle is None:
+            return False
+        until, seen = self._settle
+        self._settle = (until, read.members)
+        interval = self.interval or 0.0
+        recent = soon_after(Last(announced=True), interval) or 0.0
+        joined = [read.joined[w] for w in read.members - seen - {self.owner_id} if w in read.joined]
+        if self._leases or self.monotonic() > until or all(read.now - at >= recent / 2 for at in joined):
+            self._settle = None
+            return False
+        return True
+
     async def _view(self, pids: tuple[str, ...]) -> View:
         """The strategy's view; with heartbeats and controls when the strategy uses them."""
         self._steady, self._read = False, None
@@ -91,7 +127,7 @@ class Reading(Renewal):
             pins=read.pins,
             waiting={p: since for p, since in self._waiting.items() if self._still_held_by(p, listed)},
             handoff_timeout=self.handoff_timeout,
-            first_cycle=not self._announced,
+            first_cycle=self._announcing(read),
             dark=read.dark,
             clock_is_store=self.strategy.store_clock,
             heartbeats=read.heartbeats,
@@ -145,7 +181,8 @@ class Reading(Renewal):
         if mine := self.avoiding():
             avoided[self.owner_id] = mine
         pins = dict(standing.pins)
-        return Read(listed, now, dark, members, heartbeats, standing.drained, pins, loads, avoided)
+        joined = {m.owner_id: at for m in snap.members if m.owner_id in members and (at := joined_at(m)) is not None}
+        return Read(listed, now, dark, members, heartbeats, standing.drained, pins, loads, avoided, joined)
 
     async def _read_ownership(self) -> Read:
         """The read of a strategy that uses no members: the ownership records and a clock (the store's,

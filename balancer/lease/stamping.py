@@ -46,7 +46,10 @@ class Stamping(LeaseState):
     def _member(self, now: float) -> Member:
         """This worker's heartbeat; its info names the strategy, so the dashboard previews with it,
         and the expiry, so a reader judges the heartbeat by the fleet's expiry, not its own setting."""
-        info = {"strategy": self.strategy.name, "expiry": f"{self.expiry:g}"}
+        if self._joined is None:
+            self._joined = now
+        # "joined": when it announced itself, by the store's clock (``Reading._announcing`` of the others)
+        info = {"strategy": self.strategy.name, "expiry": f"{self.expiry:g}", "joined": f"{self._joined:.3f}"}
         if self._published:
             info[load.INFO_KEY] = load.format_rates(self._published)
         if avoided := self.avoiding():

@@ -98,6 +98,10 @@ class LeaseState:
     _leases: dict[str, Lease] = field(default_factory=dict, init=False)
     _requests: int = field(default=0, init=False)
     _announced: bool = field(default=False, init=False)
+    # After the first cycle, while this worker holds nothing: (local monotonic time it stops looking,
+    # the members its last read found). A cycle that finds workers joined since only announces again.
+    _settle: tuple[float, frozenset[str]] | None = field(default=None, init=False)
+    _joined: float | None = field(default=None, init=False)  # the store's clock at its first heartbeat
     _waiting: dict[str, float] = field(default_factory=dict, init=False)
     _waiting_on: dict[str, str] = field(default_factory=dict, init=False)  # partition -> the holder waited for
     # Local monotonic send time of the last write that showed this worker alive to the others (a

@@ -43,4 +43,8 @@ async def test_a_coordinators_heartbeat_names_its_strategy_and_expiry() -> None:
     )
     await coordinator.cycle()
     (member,) = await store.list_members(REF)
-    assert member.info == {"strategy": "cooperative", "expiry": "7.5"}
+    # and when it announced itself, by the store's clock (the others' cold start waits on late joiners)
+    assert member.info == {"strategy": "cooperative", "expiry": "7.5", "joined": f"{member.last_seen:.3f}"}
+    await coordinator.cycle()
+    (again,) = await store.list_members(REF)
+    assert again.info["joined"] == member.info["joined"]  # the first heartbeat's, for the worker's life

@@ -230,6 +230,16 @@ def test_a_planned_move_leaves_no_gap_where_the_store_sends_release_notices(scen
     assert told["moves"] == untold["moves"]  # a notice wakes a cycle; it moves nothing more
 
 
+def test_workers_starting_over_a_second_claim_once_the_last_has_announced_itself_and_move_nothing() -> None:
+    # Issue 36, item 3: a worker whose read after announcing finds one joined less than half the
+    # "soon" wait ago announces again (for up to an interval) instead of claiming a share of fewer
+    # workers that it would hand part of over a cycle later: 24 moves on 256/16 before, 3 on 32/4.
+    settings = Settings(interval=2.0, expiry=10.0, start_spread=1.0)
+    result = simulate(None, "cold-start", 256, 16, seeds=3, settings=settings)
+    assert result["balanced_runs"] == 3 and result["moves"]["max"] == 0, result  # type: ignore[index]
+    assert result["seconds_to_balance"]["max"] <= 1.0 + 2.0, result  # type: ignore[index]
+
+
 def test_simultaneous_starters_claim_a_quarter_interval_after_announcing_with_no_wasted_move() -> None:
     # The cold-start bar: two cycles (announce, claim), no move; the claim comes a quarter interval
     # (at most a second) after the announcement, not a whole interval: within the first interval.

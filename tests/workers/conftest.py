@@ -76,6 +76,7 @@ class Rig:
         sleep: Callable[[float], Awaitable[None]] = quick_sleep,
         strategy: str = "balanced",
         source: Any = None,
+        renew_share: float | None = None,
         **config: Any,
     ) -> EventProcessor:
         hub = self.hub
@@ -95,6 +96,7 @@ class Rig:
             rng=random.Random(7),
             clock=self.clock,
             monotonic=monotonic or self.clock,
+            renew_share=renew_share,
         )
         options: dict[str, Any] = {"checkpoint_events": 5, "checkpoint_seconds": 1e9, "retries": 2}
         options.update(config)

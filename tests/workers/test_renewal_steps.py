@@ -13,7 +13,7 @@ import logging
 
 import pytest
 
-from balancer.lease import Coordinator
+from balancer.lease import RENEW_SHARE, Coordinator
 from balancer.protocol import CYCLES_ONLY, CycleReport, Driver
 from tests.support.waiting import until
 from workers.runtime.processor import EventProcessor
@@ -35,7 +35,10 @@ def ticking(rig: Rig, asked: list[float]) -> object:
 async def holding(rig: Rig, asked: list[float]) -> EventProcessor:
     """A worker (interval 2 s, expiry 10 s) holding all four partitions, its loop renewing between
     cycles; no pump started (its coordinator cycled directly)."""
-    a = rig.worker("a", Recorder(), interval=2.0, expiry=10.0, strategy="greedy", sleep=ticking(rig, asked))  # type: ignore[arg-type]
+    # greedy renews at a quarter of the expiry by default (it judges by its own clock): told the
+    # default strategy's 65 % here, which these tests follow
+    sleep = ticking(rig, asked)
+    a = rig.worker("a", Recorder(), interval=2.0, expiry=10.0, strategy="greedy", sleep=sleep, renew_share=RENEW_SHARE)  # type: ignore[arg-type]
     await a.coordinator.cycle()
     assert a.coordinator.owned == frozenset("0123")
     a.renewal_steps = True  # as run() sets it
