@@ -37,9 +37,7 @@ class Coordinator(Handoffs):
         view = await self._view(pids)
         listed, now, planned_at = view.ownership, view.now, self.monotonic()
         plan = self._plan(view)
-        first, announcing, self._announced = not self._announced, view.first_cycle, True
-        if first and self.interval is not None:
-            self._settle = (started + self.interval, view.members)
+        proving = self._joining(view, started)
         # The handoff timeout runs per holder: a partition that changed hands meanwhile (its holder's
         # lease ran out and a third worker took it) is waited for afresh, not taken from the new
         # holder at once on the old holder's account.
@@ -80,14 +78,26 @@ class Coordinator(Handoffs):
             requests=self._requests,
             seconds=self.monotonic() - started,
             rebalance=self._rebalance,
-            announced=announcing,
+            announced=view.first_cycle,
             waiting=tuple(p for p in plan.waiting if p not in self._leases),
             rows=self._rows,
             planned=not self._steady,
             recheck_at=None if plan.recheck_in is None else planned_at + plan.recheck_in,
         )
-        self._tell(report, [e.partition_id for e in released], first)
+        self._tell(report, [e.partition_id for e in released], proving)
         return report
+
+    def _joining(self, view: View, started: float) -> bool:
+        """Note that this worker has announced itself (and, after its first cycle, look for others joining
+        for up to an interval: ``_announcing``); True for its first cycle after the announcing one, which
+        shows it alive and ready (a second heartbeat): the news of its joining comes then, when the
+        holders will hand it partitions (``cooperative.unproven``). Told after the first, it woke them to
+        find it not ready, and their next wait was no quiet one."""
+        first, self._announced = not self._announced, True
+        if first and self.interval is not None:
+            self._settle = (started + self.interval, view.members)
+        proving, self._proven = not first and not self._proven, self._proven or not first
+        return proving
 
     def _plan(self, view: View) -> Plan:
         """This cycle's plan: the strategy's, or none on a steady cycle (``steady_cycles``)."""
@@ -99,15 +109,16 @@ class Coordinator(Handoffs):
         self._settled = self._settles(view, plan, active)
         return plan
 
-    def _tell(self, report: CycleReport, released: list[str], first: bool) -> None:
+    def _tell(self, report: CycleReport, released: list[str], joining: bool) -> None:
         """Tell the event sink what the cycle did, the waiting workers what it released, and, after the
-        first cycle, the quiet ones that this worker joined (``announce_joining``)."""
+        cycle after its announcing one (``joining``), the quiet ones that this worker joined and is
+        ready (``announce_joining``): holders hand it partitions from then on (``cooperative.unproven``)."""
         # Losses first: in a take-back (a corrupt record over its own partition: lost to the phantom,
         # claimed again) the loss happened first, and the console's tenures follow the log's order.
         for event in report.lost + report.gained:
             self._emit(event)
         self._announce(released)
-        if first and self.announce_joining and self.on_released is not None:
+        if joining and self.announce_joining and self.on_released is not None:
             self.on_released(Released(self.ref, (), self.owner_id))  # joined: news for the quiet
 
 

@@ -40,6 +40,7 @@ class Read:
     loads: Mapping[str, float] = field(default_factory=dict)
     avoided: Mapping[str, frozenset[str]] = field(default_factory=dict)
     joined: Mapping[str, float] = field(default_factory=dict)  # member -> when it announced itself (store clock)
+    unready: frozenset[str] = frozenset()  # members whose heartbeat is their announcing cycle's only
 
 
 def joined_at(member: Member) -> float | None:
@@ -131,6 +132,7 @@ class Reading(Renewal):
             dark=read.dark,
             clock_is_store=self.strategy.store_clock,
             heartbeats=read.heartbeats,
+            unready=read.unready,
             interval=self.interval,
             previous=self._previous,
             loads=read.loads,
@@ -182,7 +184,8 @@ class Reading(Renewal):
             avoided[self.owner_id] = mine
         pins = dict(standing.pins)
         joined = {m.owner_id: at for m in snap.members if m.owner_id in members and (at := joined_at(m)) is not None}
-        return Read(listed, now, dark, members, heartbeats, standing.drained, pins, loads, avoided, joined)
+        unready = frozenset(m.owner_id for m in snap.members if m.owner_id in joined and m.info.get("ready") != "1")
+        return Read(listed, now, dark, members, heartbeats, standing.drained, pins, loads, avoided, joined, unready)
 
     async def _read_ownership(self) -> Read:
         """The read of a strategy that uses no members: the ownership records and a clock (the store's,

@@ -50,6 +50,8 @@ class Stamping(LeaseState):
             self._joined = now
         # "joined": when it announced itself, by the store's clock (``Reading._announcing`` of the others)
         info = {"strategy": self.strategy.name, "expiry": f"{self.expiry:g}", "joined": f"{self._joined:.3f}"}
+        if self._announced:  # a cycle after its announcing one: alive beyond its start (``cooperative.unproven``)
+            info["ready"] = "1"
         if self._published:
             info[load.INFO_KEY] = load.format_rates(self._published)
         if avoided := self.avoiding():

@@ -98,6 +98,7 @@ class LeaseState:
     _leases: dict[str, Lease] = field(default_factory=dict, init=False)
     _requests: int = field(default=0, init=False)
     _announced: bool = field(default=False, init=False)
+    _proven: bool = field(default=False, init=False)  # it has run a cycle after its announcing one
     # After the first cycle, while this worker holds nothing: (local monotonic time it stops looking,
     # the members its last read found). A cycle that finds workers joined since only announces again.
     _settle: tuple[float, frozenset[str]] | None = field(default=None, init=False)

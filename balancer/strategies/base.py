@@ -41,6 +41,8 @@ class View:
     # cannot lie ahead of it by more than the expiry, so one that does is corrupt, not early.
     clock_is_store: bool = False
     heartbeats: Mapping[str, float] = field(default_factory=dict)  # owner id -> last heartbeat (members')
+    # Members that have announced themselves and not yet run a cycle after it (``cooperative.unproven``)
+    unready: frozenset[str] = frozenset()
     interval: float | None = None  # seconds between this fleet's cycles, when the coordinator knows it
     # partition id -> its active owner in this worker's previous view: who released a free partition
     previous: Mapping[str, str] = field(default_factory=dict)

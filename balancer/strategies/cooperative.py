@@ -191,6 +191,19 @@ def vacated_for(view: View, partition_id: str) -> float | None:
     return rest if left and rest > 0 else None
 
 
+def unproven(view: View, active: Mapping[str, OwnershipRecord]) -> frozenset[str]:
+    """Members that hold nothing and have heartbeated only in their announcing cycle (``View.unready``:
+    a heartbeat of a later cycle says "ready"; one that holds a live lease has shown itself alive, and
+    sends no heartbeat): no partition is handed to one yet. A newcomer that crashed right after announcing
+    itself then costs nothing: its share stays with the holders, nothing is left unowned and nothing
+    moves when it is judged unresponsive (``unresponsive``). Handed over at once, its share went
+    unowned for about three intervals and then mostly to other workers (5-8 moves on 32/4). A live
+    newcomer heartbeats again in its next cycle, a quarter interval (at most a second) later, and tells
+    the quiet holders so (``Coordinator.announce_joining``)."""
+    holders = {r.owner_id for r in active.values()}
+    return frozenset(w for w in view.unready if w not in holders)
+
+
 Assigner = Callable[[View, Mapping[str, OwnershipRecord]], dict[str, str]]
 
 
@@ -208,7 +221,8 @@ def plan_with(assigner: Assigner, view: View) -> Plan:
         others = view.members - {view.owner_id} - view.drained
         return Plan(releases=tuple(p for p in mine if view.pins.get(p) in others))
     assignment = assigner(view, active)
-    releases = tuple(p for p in mine if assignment.get(p) != view.owner_id)
+    waiting_for = unproven(view, active)
+    releases = tuple(p for p in mine if assignment.get(p) not in (view.owner_id, *waiting_for))
     timeout = view.expiry if view.handoff_timeout is None else view.handoff_timeout
     claims: list[Claim] = []
     waiting: list[str] = []

@@ -161,22 +161,34 @@ async def test_events_carry_the_stores_clock_whatever_the_workers_clock_says() -
     assert all(at == now for at, now in stamped), stamped
 
 
-async def test_partitions_released_to_a_newcomer_that_crashes_are_taken_back_soon() -> None:
+async def test_a_newcomer_that_crashes_right_after_announcing_itself_is_handed_nothing() -> None:
+    # Issue 36, item 2: the holders hand a newcomer its share once its heartbeat of a later cycle says
+    # it is ready (``cooperative.unproven``). Handed over after its announcement, its share (3 of 12)
+    # went unowned for about three intervals and then mostly to other workers.
     cluster = fleet(partitions=12, interval=30.0, expiry=180.0)
     await cluster.settle()
+    before = await cluster.owners()
     cluster.add("n")
     await cluster.cycle()  # n announces itself
     cluster.crash("n")  # ... and crashes
     cluster.events.clear()
-    await cluster.cycle()  # the others see its heartbeat and release its share
-    released = {e.partition_id for e in cluster.events if e.kind is EventKind.RELEASE}
-    assert len(released) == 3
-    freed_at = cluster.now - cluster.interval
-    while set(await cluster.owners()) != {str(p) for p in range(12)}:
-        await cluster.cycle()
-        assert cluster.now - freed_at <= cluster.interval + cluster.expiry  # the target
-    assert cluster.now - freed_at <= 3 * cluster.interval  # and what it does: two missed heartbeats
-    assert sorted(len(c.owned) for c in cluster.workers.values()) == [4, 4, 4]
+    await cluster.cycle(4)  # past its two missed heartbeats: no share for it any more
+    assert cluster.events == [] and await cluster.owners() == before
+
+
+async def test_a_newcomer_is_handed_its_share_once_it_has_cycled_again() -> None:
+    cluster = fleet(partitions=12, interval=30.0, expiry=180.0)
+    await cluster.settle()
+    n = cluster.add("n")
+    await n.cycle()  # announces itself
+    for name in "abc":
+        await cluster.workers[name].cycle()
+    assert not [e for e in cluster.events if e.kind is EventKind.RELEASE]  # not ready: nothing for it yet
+    await n.cycle()  # ready, waiting for its share
+    for name in "abc":
+        await cluster.workers[name].cycle()
+    await n.cycle()
+    assert sorted(len(c.owned) for c in cluster.workers.values()) == [3, 3, 3, 3]
 
 
 async def test_a_stop_and_a_join_at_once_move_the_minimum() -> None:

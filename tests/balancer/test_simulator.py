@@ -325,14 +325,16 @@ def test_simulate_refuses_bad_arguments_in_one_line(args: list[str], message: st
 # the runtime's schedule -------------------------------------------------------------------------
 
 
-def test_a_steady_fleet_hears_a_join_as_news_and_balances_within_a_second_where_notices_cross() -> None:
+def test_a_steady_fleet_hears_a_join_as_news_and_balances_within_two_seconds_where_notices_cross() -> None:
     # The simulator drives its workers by the runtime's schedule (``balancer.schedule``): a steady fleet
     # waits quietly (until ``quiet_until``), and the newcomer's join notice ends the wait, as in
     # production on PostgreSQL or Redis. Without notices (Blob) the others read at their next cycle.
+    # The notice comes from its second cycle, "soon" (a second at most) after its first: the one that
+    # shows it ready for partitions (``cooperative.unproven``).
     told = simulate(None, "scale-out", 32, 4, seeds=5)
     untold = simulate(None, "scale-out", 32, 4, seeds=5, settings=Settings(notice_latency=None))
     assert told["balanced_runs"] == untold["balanced_runs"] == 5
-    assert told["seconds_to_balance"]["max"] < 1.0 < untold["seconds_to_balance"]["median"]  # type: ignore[index]
+    assert told["seconds_to_balance"]["max"] < 2.0 < untold["seconds_to_balance"]["median"]  # type: ignore[index]
     interval = Settings().interval
     for result in (told, untold):  # balancing intervals: the seconds over the interval, rounded up
         seconds = result["seconds_to_balance"]["median"]  # type: ignore[index]
@@ -449,7 +451,7 @@ class StopAndJoin(TableRun):
         self.held_at_stop = self.ledger.held[self.names[-1]]
 
 
-@pytest.mark.parametrize("lead", [0.0, 0.5])
+@pytest.mark.parametrize("lead", [0.0, 1.0])
 def test_a_stop_and_join_stops_its_victim_the_join_lead_after_the_newcomer_starts(lead: float) -> None:
     # bench_sim_vs_real's real newcomer reaches its first cycle before the other worker gets SIGTERM
     # (the simulator is told how long before, as measured); the run is timed from the stop.
@@ -459,5 +461,5 @@ def test_a_stop_and_join_stops_its_victim_the_join_lead_after_the_newcomer_start
     outcome = sim_loop.run(run.main())
     assert outcome.balanced
     assert run.disturbed_at - run.launched_at == pytest.approx(lead)
-    if lead:  # it joined, and the quiet holders handed it partitions, before the stop
+    if lead:  # it joined, showed itself ready half a second later, and was handed partitions before the stop
         assert run.held_at_stop >= 1

@@ -310,7 +310,9 @@ async def test_handoffs_that_finish_together_are_released_in_one_request(tmp_pat
         await own_all(a, 16, steps=3)
         others = [rig.worker(w, Recorder(), strategy="cooperative") for w in "bcd"]
         for worker in others:
-            await worker.step()  # announced: a's next plan hands 12 partitions over
+            await worker.step()  # announced
+        for worker in others:
+            await worker.step()  # ready (a second heartbeat): a's next plan hands 12 partitions over
         gate, in_flight, requests = asyncio.Event(), [0], []
         claim = store.claim_ownership
 
