@@ -31,7 +31,8 @@ named holder while that holder still runs (a stopped or killed worker's partitio
 
 The event is the drain's control write (with the operator's news on the store's channel, as the
 dashboard's action sends it), the SIGTERM, the SIGKILL, the hub's growth, and for a join the new
-worker's first cycle, heard as its join notice on the store's channel (``announce_joining``): the
+worker's first cycle, read from its member record (its "joined", the store's clock at its first
+heartbeat, placed on the monotonic clock by the sample that finds it; ``Watch.announced``): the
 simulator starts a joining worker at its disturbance, while a real process first spends seconds
 importing Python and Django (``startup`` keeps those seconds, reported apart).
 """
@@ -47,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from balancer.lease.read import joined_at
 from balancer.model import Control, ControlKind
 from balancer.notices import OPERATOR, Released, release_channel
 from tests.chaos.evidence import Lease, OwnershipSample
@@ -110,6 +112,10 @@ class Watch:
     samples: list[OwnershipSample] = field(default_factory=list)
     trips: list[float] = field(default_factory=list)  # seconds each listing of the records took
     joined: dict[str, float] = field(default_factory=dict)  # owner -> when its join notice came
+    # owner -> its first cycle: its member record's "joined" (the store's clock at its first heartbeat),
+    # on the monotonic clock by the sample that found it. The join notice comes a cycle later, once the
+    # worker is ready for partitions (``cooperative.unproven``); the simulator times a join from the first.
+    announced: dict[str, float] = field(default_factory=dict)
     releases: list[tuple[str, float]] = field(default_factory=list)  # (owner, when) of each release notice
     _news: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -121,9 +127,13 @@ class Watch:
                 records = await fleet.store.list_ownership(fleet.ref)
                 self.trips.append(time.monotonic() - sent)
                 now = await fleet.store.now()
+                members = await fleet.store.list_members(fleet.ref)
             except Exception:  # a sample lost is only a sample
                 await asyncio.sleep(0.1)
                 continue
+            for member in members:
+                if member.owner_id not in self.announced and (at := joined_at(member)) is not None:
+                    self.announced[member.owner_id] = time.monotonic() - max(0.0, now - at)
             leases = {r.partition_id: Lease(r.owner_id, r.last_modified) for r in records}
             self.samples.append(OwnershipSample(time.monotonic(), now, fleet.hub.partition_ids(), leases))
             await asyncio.sleep(SAMPLE)
@@ -142,17 +152,15 @@ class Watch:
             await channel.aclose()
 
     async def join_of(self, worker: Worker) -> float:
-        """When ``worker`` announced itself (its first cycle)."""
+        """When ``worker`` announced itself (its first cycle: ``announced``)."""
         deadline = time.monotonic() + PHASE_TIMEOUT
-        while worker.owner not in self.joined:
+        while worker.owner not in self.announced:
             if not worker.running:
                 raise AssertionError(f"{worker.owner} exited before its first cycle\n{self.fleet.log_tail()}")
-            self._news.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._news.wait(), max(0.01, min(1.0, deadline - time.monotonic())))
+            await asyncio.sleep(SAMPLE)
             if time.monotonic() > deadline:
-                raise AssertionError(f"no join notice from {worker.owner} in {PHASE_TIMEOUT:g}s")
-        return self.joined[worker.owner]
+                raise AssertionError(f"no member record of {worker.owner} in {PHASE_TIMEOUT:g}s")
+        return self.announced[worker.owner]
 
     async def release_of(self, worker: Worker, after: float) -> float:
         """When ``worker`` released its partitions after ``after`` (its graceful stop's release notice);
@@ -282,7 +290,7 @@ class Round:
 
     async def scale_out(self) -> Phase:
         worker = await self.join()
-        return await self.watch.settle(Phase("scale-out", self.watch.joined[worker.owner], self.eligible()))
+        return await self.watch.settle(Phase("scale-out", self.watch.announced[worker.owner], self.eligible()))
 
     async def stop_and_join(self) -> Phase:
         """The simulator's event: one worker releases everything as it stops while another has just
@@ -292,7 +300,7 @@ class Round:
         newcomer = await self.join()
         sent = self.end(victim, signal.SIGTERM)
         at = await self.watch.release_of(victim, sent)
-        self.join_leads.append(at - self.watch.joined[newcomer.owner])
+        self.join_leads.append(at - self.watch.announced[newcomer.owner])
         return await self.watch.settle(Phase("stop-and-join", at, self.eligible(), {victim.owner}))
 
     async def add_partitions(self, partitions: int) -> Phase:
