@@ -145,19 +145,26 @@ class Pumps:
             self._reader_back(pid)
         self._give_up_stuck_readers()
         if start:
-            # Past its deadline a partition is not started: its pump would only pause.
-            held = {p for p in owned if coordinator.holds(p) and not coordinator.handing_off(p)}
-            for pid in sorted(held - self.running.keys()):
-                if self._lost_at.get(pid, -1) >= cycles:
-                    continue  # the store said someone else owns it: wait for a cycle to settle that
-                self._lost_at.pop(pid, None)
-                if pid in self._giving_up:
-                    continue
-                if self.readers.failing(pid):
-                    metrics.STUCK_HEALS.labels("reader", "restart").inc()
-                self._start(pid)
+            self._start_held(owned, cycles)
         self.watch_deadlines()
         self._safety_reads()
+
+    def _start_held(self, owned: frozenset[str], cycles: int) -> None:
+        """Start a pump for each partition held and not being handed off that has none (a failing
+        reader's is a restart, counted), unless the store said someone else owns it since the last
+        cycle or it is being given up. Past its deadline a partition is not started: its pump would
+        only pause."""
+        coordinator = self._coordinator
+        held = {p for p in owned if coordinator.holds(p) and not coordinator.handing_off(p)}
+        for pid in sorted(held - self.running.keys()):
+            if self._lost_at.get(pid, -1) >= cycles:
+                continue  # the store said someone else owns it: wait for a cycle to settle that
+            self._lost_at.pop(pid, None)
+            if pid in self._giving_up:
+                continue
+            if self.readers.failing(pid):
+                metrics.STUCK_HEALS.labels("reader", "restart").inc()
+            self._start(pid)
 
     def _handler_stuck(self, pid: str, seconds: float) -> None:
         """``pid``'s handler call has had the same event (or batch) in hand for the timeout or more
