@@ -183,7 +183,12 @@ class Reading(Renewal):
         if mine := self.avoiding():
             avoided[self.owner_id] = mine
         pins = dict(standing.pins)
-        joined = {m.owner_id: at for m in snap.members if m.owner_id in members and (at := joined_at(m)) is not None}
+        # Parsed only where used: by the looks for late joiners (``_announcing``) and by a plan, which a
+        # steady cycle skips (an idle fleet's every cycle would parse every member's heartbeat again).
+        used = self._settle is not None or not self._steady
+        joined = {
+            m.owner_id: at for m in snap.members if used and m.owner_id in members and (at := joined_at(m)) is not None
+        }
         unready = frozenset(m.owner_id for m in snap.members if m.owner_id in joined and m.info.get("ready") != "1")
         return Read(listed, now, dark, members, heartbeats, standing.drained, pins, loads, avoided, joined, unready)
 
