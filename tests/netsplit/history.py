@@ -25,11 +25,9 @@ records to it: every event a worker handled must fall inside one of its tenures 
 from when it began, on the store's clock. What that proves: per partition, no two workers handled
 events at once, to within the resolution of the history's stamps and the drift between the
 store's clock and the workers' monotonic clocks over one expiry (one machine here: the same
-oscillator). ``checkpoint_regressions`` fails when a checkpoint written is
-below one written before it; ``foreign_writers`` and ``foreign_checkpoints`` when a write comes
-from another host than that of the worker it names, or a checkpoint from another host than that
-of the partition's owner then (the owner fence, seen from the store). Each prints the slice of
-history that shows the violation.
+oscillator). The other rules over the history (checkpoints that go back, writes from another host
+than the worker they name) are ``rules.py``'s. Each prints the slice of history that shows the
+violation.
 """
 
 from __future__ import annotations
@@ -55,6 +53,10 @@ class Write:
     at: float  # store clock: no later than the writer can have heard it succeed
     etag: str = ""
     client: str = ""  # the writer's network address, as the store saw the connection ("" unknown)
+    # The writer's own clock as it made the request, where the store's log carries it (Azurite: the
+    # SDK's request id is a version-1 UUID, the time it was made): the write took effect no earlier,
+    # however late the store stamped it (-inf: unknown).
+    sent: float = -math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,15 +104,19 @@ class Tenure:
     # Won by a steal (``took_a_live_lease``): the store-clock time the previous owner's lease ended (its
     # last write's ``since`` + expiry), before which the stealer handles nothing (-inf: no steal).
     fenced_until: float = -math.inf
-    after: float = -math.inf  # the end of the partition's tenure before this one (-inf: the first)
+    # The earliest the partition's tenure before this one can have ended (-inf: the first): its end,
+    # or with late stamps (``late_ends``) the moment its release was made, where its writer's clock
+    # is known (``Write.sent``): the release's stamps may come as late as the claim's.
+    after: float = -math.inf
+    made: float = -math.inf  # the first write's ``Write.sent``: its claim took effect no earlier
 
     def began(self, history: History) -> float:
         """When the owner can have begun acting on this tenure at the earliest: its claim's end, or with
-        late stamps (``late_ends``) the end of the tenure before it (its claim's own stamps may come
-        after the owner heard it succeed); after a steal, not before the previous owner's lease ended
-        (the stealer's fence)."""
+        late stamps (``late_ends``) the end of the tenure before it, and not before its claim was made
+        (the claim's own stamps, and the release's before it, may come after the owner heard it
+        succeed); after a steal, not before the previous owner's lease ended (the stealer's fence)."""
         if history.late_ends:
-            return max(self.after if math.isfinite(self.after) else self.sent, self.fenced_until)
+            return max(self.after if math.isfinite(self.after) else self.sent, self.made, self.fenced_until)
         return max(self.start, self.fenced_until)
 
 
@@ -150,9 +156,12 @@ def tenures(writes: list[Write], expiry: float, late_ends: bool = False) -> list
 
     def tenure(first: int, last: int, end: float, released: bool) -> Tenure:
         fence = writes[first - 1].since + expiry if took_a_live_lease(writes, first, expiry) else -math.inf
-        won = writes[first]
-        after = out[-1].end if out else -math.inf
-        return Tenure(won.partition, won.owner, won.at, end, first, last, released, won.since, fence, after)
+        won, after = writes[first], -math.inf
+        if out:
+            before, release = out[-1], writes[out[-1].last]
+            made = late_ends and before.released and math.isfinite(release.sent)
+            after = release.sent if made else before.end
+        return Tenure(won.partition, won.owner, won.at, end, first, last, released, won.since, fence, after, won.sent)
 
     for i, write in enumerate(writes):
         lapsed = (
@@ -177,8 +186,9 @@ def tenures(writes: list[Write], expiry: float, late_ends: bool = False) -> list
 def describe(write: Write, base: float) -> str:
     who = write.owner or "(released)"
     where = f" from {write.client}" if write.client else ""
+    made = f" (made {clock(write.sent)})" if math.isfinite(write.sent) else ""
     return (
-        f"{clock(write.at)} (+{write.at - base:.3f}s) {who:<16} sent by {clock(write.since)}{where}"
+        f"{clock(write.at)} (+{write.at - base:.3f}s) {who:<16} sent by {clock(write.since)}{made}{where}"
         f"{f' etag {write.etag}' if write.etag else ''}"
     )
 
@@ -187,76 +197,6 @@ def history_slice(writes: list[Write], low: int, high: int, mark: int, base: flo
     """Lines for ``writes[low..high]`` (clipped, widened by ``SHOWN``), ``mark`` flagged."""
     start, stop = max(0, low - SHOWN), min(len(writes), high + SHOWN + 1)
     return [f"    {'>>' if i == mark else '  '} {describe(writes[i], base)}" for i in range(start, stop)]
-
-
-def checkpoint_regressions(history: History) -> list[str]:
-    """Per partition, every checkpoint written below one written before it, with the writes around it."""
-    problems = []
-    per: dict[str, list[CheckpointWrite]] = {}
-    for write in history.checkpoints:
-        per.setdefault(write.partition, []).append(write)
-    for pid, writes in sorted(per.items(), key=lambda kv: _key(kv[0])):
-        writes.sort(key=lambda w: w.at)
-        highest = 0
-        for i, write in enumerate(writes):
-            if write.sequence < writes[highest].sequence:
-                low = max(0, highest - SHOWN)
-                lines = [
-                    f"    {'>>' if j == i else '  '} {clock(w.at)} sequence {w.sequence}"
-                    f"{f' from {w.client}' if w.client else ''}"
-                    for j, w in enumerate(writes[low : i + SHOWN + 1], start=low)
-                ]
-                problems.append(
-                    f"partition {pid}: checkpoint went back from {writes[highest].sequence} (at "
-                    f"{clock(writes[highest].at)}) to {write.sequence} (at {clock(write.at)}). The store's history:\n"
-                    + "\n".join(lines)
-                )
-            else:
-                highest = i
-    return problems
-
-
-def foreign_writers(history: History, addresses: Mapping[str, str]) -> list[str]:
-    """Ownership writes naming an owner whose host (``addresses``: owner id -> its host's address) is
-    not where the store saw the write come from: a worker writing in another's name, or a record
-    written by something else than the fleet. Releases and writes of unknown origin are not judged."""
-    problems = []
-    for write in history.writes:
-        if not write.owner or not write.client:
-            continue
-        expected = addresses.get(write.owner)
-        if expected is None:
-            problems.append(
-                f"partition {write.partition}: a write naming {write.owner}, no worker of the fleet, "
-                f"came from {write.client} at {clock(write.at)}"
-            )
-        elif expected != write.client:
-            problems.append(
-                f"partition {write.partition}: a write naming {write.owner} (host {expected}) came "
-                f"from {write.client} at {clock(write.at)}"
-            )
-    return problems
-
-
-def judge(
-    history: History,
-    expiry: float,
-    addresses: Mapping[str, str] | None = None,
-    final: Mapping[str, tuple[str, str]] | None = None,
-) -> list[str]:
-    """Every rule over ``history``, each problem one (multi-line) string; the gaps, if any, are problems
-    too (a history with holes proves nothing), and so is an end that is not the store's ``final``
-    state (partition -> (owner, ETag), read after the last write)."""
-    problems = [f"store history incomplete: {gap}" for gap in history.gaps]
-    if final is not None:
-        problems += [f"store history incomplete: {p}" for p in unmatched_ends(history, final)[:5]]
-    if not history.writes:
-        problems.append(f"store history: no ownership write recorded ({history.source})")
-    problems += [f"store history: {p}" for p in checkpoint_regressions(history)]
-    if addresses is not None:
-        problems += [f"store history: {p}" for p in foreign_writers(history, addresses)[:5]]
-        problems += [f"store history: {p}" for p in foreign_checkpoints(history, addresses)[:5]]
-    return problems
 
 
 def margins(history: History, expiry: float) -> dict[bool, list[float]]:
@@ -287,7 +227,7 @@ def summary(history: History, expiry: float) -> str:
     )
 
 
-def _key(pid: str) -> tuple[int, str]:
+def partition_key(pid: str) -> tuple[int, str]:
     return (int(pid), pid) if pid.isdigit() else (1 << 30, pid)
 
 
@@ -314,7 +254,7 @@ def handled_outside(
         if not any(t.began(history) - allowed <= at <= t.end + allowed for t in own):
             outside.setdefault((h.partition, h.owner), []).append((h.sequence, at))
     problems = []
-    for (pid, owner), found in sorted(outside.items(), key=lambda kv: (_key(kv[0][0]), kv[0][1])):
+    for (pid, owner), found in sorted(outside.items(), key=lambda kv: (partition_key(kv[0][0]), kv[0][1])):
         found.sort()
         runs: list[list[tuple[int, float]]] = []
         for item in found:
@@ -342,7 +282,7 @@ def unmatched_ends(history: History, final: Mapping[str, tuple[str, str]]) -> li
     no write either."""
     per = by_partition(history.writes)
     problems = []
-    for pid in sorted(set(per) | set(final), key=_key):
+    for pid in sorted(set(per) | set(final), key=partition_key):
         last = per[pid][-1] if pid in per else None
         kept = final.get(pid)
         ended = (last.owner, last.etag) if last is not None else None
@@ -351,49 +291,3 @@ def unmatched_ends(history: History, final: Mapping[str, tuple[str, str]]) -> li
                 f"partition {pid}: the history ends with {ended or 'no write'}, the store holds {kept or 'no record'}"
             )
     return problems
-
-
-def foreign_checkpoints(history: History, addresses: Mapping[str, str]) -> list[str]:
-    """Checkpoints written from another host than that of the partition's owner at the time, by the
-    store's history (its last ownership write before the checkpoint): the owner fence
-    (``update_checkpoint``) seen from the store. Checkpoints of unknown origin are not judged."""
-    per = by_partition(history.writes)
-    problems = []
-    written: list[CheckpointWrite] = []
-    for point in sorted(history.checkpoints, key=lambda c: c.at):
-        written.append(point)
-        if not point.client:
-            continue
-        before = [w for w in per.get(point.partition, []) if w.at <= point.at]
-        owner = before[-1].owner if before else ""
-        if history.two_request_fence and _previous_owners_late(point, before, written, addresses):
-            continue
-        if addresses.get(owner) != point.client:
-            holder = f"{owner} (host {addresses.get(owner, '?')})" if owner else "nobody"
-            problems.append(
-                f"partition {point.partition}: checkpoint {point.sequence} written from {point.client} at "
-                f"{clock(point.at)} while {holder} owned it; the ownership history before it:\n"
-                + "\n".join(history_slice(before, len(before) - 1, len(before) - 1, -1, before[0].at) if before else [])
-            )
-    return problems
-
-
-def _previous_owners_late(
-    point: CheckpointWrite, before: list[Write], written: list[CheckpointWrite], addresses: Mapping[str, str]
-) -> bool:
-    """Whether ``point`` is the previous owner's checkpoint landing after the current owner's claim and
-    before the current owner's first checkpoint, or after the previous owner's own release while nobody
-    owns the partition (``History.two_request_fence``: its ownership read came before either)."""
-    if not before:
-        return False
-    if not before[-1].owner:  # released: by the owner before the release
-        releaser = next((w.owner for w in reversed(before[:-1]) if w.owner), "")
-        return bool(releaser) and addresses.get(releaser) == point.client
-    owner = before[-1].owner
-    claimed = next(i for i in range(len(before) - 1, -1, -1) if i == 0 or before[i - 1].owner != owner)
-    previous = next((w.owner for w in reversed(before[:claimed]) if w.owner), "")  # past a release between
-    if not previous or addresses.get(previous) != point.client:
-        return False
-    since = before[claimed].at
-    mine = addresses.get(owner)
-    return not any(c.partition == point.partition and c.client == mine and since <= c.at for c in written[:-1])

@@ -19,8 +19,11 @@ What each store really offers, and the bound each gives (``History.resolution``)
   bound is a millisecond. But under load both stamps come late: a worker handled 0.28 s before its
   claim's logged end, then (CI) 0.18 s before its claim's logged arrival, and after a 3.5 s stall of
   the server every request waiting was stamped at the same millisecond, renewals sent in time
-  included. So (``History.late_ends``) an owner's tenure is judged from the end of the one before it
-  (the server serves writes in order) and its renewals in a row stay one tenure. The service
+  included; and the release before a claim as late as the claim (CI: a new owner handled 0.08 s
+  before the release it claimed after was stamped). So (``History.late_ends``) an owner's tenure is
+  judged from the end of the one before it (the server serves writes in order), a release's end from
+  when its writer made it (``made_at``: the SDK's request id holds the writer's clock), no tenure
+  from before its claim was made, and an owner's renewals in a row stay one tenure. The service
   judges leases by ``Last-Modified``, whole seconds truncated, and the Blob store's ``now()`` is
   truncated too, so a claim needs ``now - Last-Modified > expiry`` in whole seconds: with an integer
   expiry it lands at least the expiry after the previous owner's write arrived, and the history
@@ -32,10 +35,12 @@ What each store really offers, and the bound each gives (``History.resolution``)
 from __future__ import annotations
 
 import json
+import math
 import re
 import socket
 import threading
-from collections.abc import Iterable, Iterator
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -45,6 +50,8 @@ from tests.netsplit.history import CheckpointWrite, History, Write
 
 if TYPE_CHECKING:
     import psycopg
+
+UUID1_EPOCH = 0x01B21DD213814000  # 1970-01-01 in a version-1 UUID's time: 100 ns since 1582-10-15
 
 # PostgreSQL ------------------------------------------------------------------------------------
 
@@ -319,6 +326,17 @@ def azurite_requests(lines: Iterable[str]) -> Iterator[dict[str, object]]:
             yield found
 
 
+def made_at(headers: Mapping[str, str]) -> float:
+    """When the client made the request, by its own clock (the machine's): the Azure SDK names each
+    request with a version-1 UUID (``x-ms-client-request-id``), which holds the time it was made, to
+    100 ns; the same for its retries. -inf when the header is no such UUID."""
+    try:
+        made = uuid.UUID(headers.get("x-ms-client-request-id", ""))
+    except ValueError:
+        return -math.inf
+    return (made.time - UUID1_EPOCH) / 1e7 if made.version == 1 else -math.inf
+
+
 def azurite_history(lines: Iterable[str], container: str, prefix: str) -> History:
     """A History from an Azurite ``--debug`` log: successful writes of the ownership and checkpoint
     blobs under ``prefix`` (``scope_prefix(ref)``) in ``container``."""
@@ -341,9 +359,10 @@ def azurite_history(lines: Iterable[str], container: str, prefix: str) -> Histor
         operation = request.get("operation")
         if kind == "ownership" and operation in WRITES:
             etag = str(response.get("etag", "")).strip('"')
-            found.writes.append(Write(pid, headers.get("x-ms-meta-ownerid", ""), arrived, ended, etag, client))
+            owner = headers.get("x-ms-meta-ownerid", "")
+            found.writes.append(Write(pid, owner, arrived, ended, etag, client, made_at(headers)))
         elif kind == "ownership" and operation == "Blob_Delete":
-            found.writes.append(Write(pid, "", arrived, ended, "", client))
+            found.writes.append(Write(pid, "", arrived, ended, "", client, made_at(headers)))
         elif kind == "checkpoint" and operation in WRITES and "x-ms-meta-sequencenumber" in headers:
             found.checkpoints.append(CheckpointWrite(pid, int(headers["x-ms-meta-sequencenumber"]), ended, client))
     return found

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,11 +21,7 @@ from tests.netsplit.history import (
     History,
     Write,
     by_partition,
-    checkpoint_regressions,
-    foreign_checkpoints,
-    foreign_writers,
     handled_outside,
-    judge,
     margins,
     summary,
     tenures,
@@ -32,7 +29,8 @@ from tests.netsplit.history import (
 )
 from tests.netsplit.landed import duplicates, landed_outside, lost, per_nemesis, stale_pumps, unsigned
 from tests.netsplit.landing import LandedFile, read_landing
-from tests.netsplit.store_history import azurite_history, monitor_arguments, monitor_history
+from tests.netsplit.rules import checkpoint_regressions, foreign_checkpoints, foreign_writers, judge
+from tests.netsplit.store_history import UUID1_EPOCH, azurite_history, made_at, monitor_arguments, monitor_history
 from workers.handlers import PartitionContext
 from workers.landing import LandingHandler
 from workers.runtime.deadletters import DeadLetters
@@ -280,6 +278,33 @@ def test_where_the_store_stamps_a_write_s_end_late_an_owner_is_judged_from_its_c
         azurite_history([], "chaos", "ns/hub/$default/").late_ends
         and azurite_history([], "chaos", "ns/hub/$default/").two_request_fence
     )
+
+
+def test_a_late_stamped_release_ends_when_its_writer_made_it_and_no_tenure_begins_before_its_claim_was_made() -> None:
+    # As in CI (blob, CHAOS_SEED=906800): w0 made its release at 104.9, w1 its claim at 105.0 and handled
+    # at 105.17; Azurite stamped the release 105.25 and the claim 105.89 (both late). The request ids
+    # (version-1 UUIDs, the writers' clocks) bound each write from below; the stamps, from above.
+    found = history(("0", "w0", 98.0, 98.001))
+    found.writes += [Write("0", "", 105.252, 105.293, sent=104.9), Write("0", "w1", 105.888, 105.888, sent=105.0)]
+    handled = [Handling("0", 2120, "w1", 105.17)]
+    found.late_ends = True
+    (_, w1) = tenures(by_partition(found.writes)["0"], EXPIRY, late_ends=True)
+    assert (w1.after, w1.made, w1.began(found)) == (104.9, 105.0, 105.0)
+    assert handled_outside(found, handled, offset=0.0, expiry=EXPIRY) == []
+    # a handling before the claim was even made is a lease the store never gave, however late its stamps
+    (problem,) = handled_outside(found, [Handling("0", 2119, "w1", 104.95)], offset=0.0, expiry=EXPIRY)
+    assert problem.startswith("partition 0: w1 handled 2119..2119 from 00:01:44.950000")
+    # without the writers' clocks, the release's stamp is the bound, as before
+    found.writes[1:] = [Write("0", "", 105.252, 105.293), Write("0", "w1", 105.888, 105.888)]
+    assert len(handled_outside(found, handled, offset=0.0, expiry=EXPIRY)) == 1
+
+
+def test_azurite_s_history_takes_each_write_s_making_from_the_sdk_s_version_1_request_id() -> None:
+    made = uuid.uuid1()
+    assert made_at({"x-ms-client-request-id": str(made)}) == (made.time - UUID1_EPOCH) / 1e7
+    assert abs(made_at({"x-ms-client-request-id": str(made)}) - time.time()) < 5.0
+    for other in ({}, {"x-ms-client-request-id": str(uuid.uuid4())}, {"x-ms-client-request-id": "not a uuid"}):
+        assert made_at(other) == -math.inf
 
 
 def test_where_the_server_itself_stalls_a_late_stamped_renewal_continues_its_tenure() -> None:

@@ -69,10 +69,11 @@ from tests.netsplit.checks import (
 from tests.netsplit.cluster import HOSTS, HostedConsole, NetFleet, make_kit, start_hub, start_store
 from tests.netsplit.deadlines import within
 from tests.netsplit.eventlog import unlogged
-from tests.netsplit.history import History, handled_outside, judge, summary
+from tests.netsplit.history import History, handled_outside, summary
 from tests.netsplit.landed import duplicates, landed_outside, lost, per_nemesis, stale_pumps, unsigned
 from tests.netsplit.landing import read_landing
 from tests.netsplit.nemeses import NEMESES
+from tests.netsplit.rules import judge
 from tests.netsplit.store_history import recorder_for
 from tests.support.databases import remove_django_database
 from tests.support.netns import Network, available
