@@ -203,6 +203,7 @@ class EventKind(StrEnum):
     STEAL = "steal"  # took a partition from a live, over-loaded owner
     RELEASE = "release"  # gave a partition up on purpose
     LOST = "lost"  # found that another worker holds a partition this one thought it owned
+    HEAL = "heal"  # restarted the reader or handler of a partition stuck on it (the reason says which, why); no move
     # Operators' actions, one kind each way (partition "*" for a worker's drain):
     DRAIN = "drain"  # ``previous_owner`` is drained: it gives up everything
     UNDRAIN = "undrain"  # ``owner_id`` claims partitions again

@@ -252,6 +252,10 @@ class Balancer(Protocol):
     async def can_read(self) -> None:
         """This worker reads the hub again: a ``cannot_read`` ends now, before its time is up."""
 
+    def healed(self, partition_id: str, reason: str) -> None:
+        """Tell the event sink of a healing step on a partition this worker holds (its reader or handler
+        restarted: ``reason`` says which and why), as a ``heal`` event; no change of owner."""
+
 
 class CyclesAlone:
     """The calls of ``Balancer`` that a coordinator doing all its work in its cycles answers with

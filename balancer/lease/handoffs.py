@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from balancer import avoid
 from balancer.errors import StoreUnavailable
-from balancer.model import BalancerEvent
+from balancer.model import BalancerEvent, EventKind
 from balancer.notices import Released
 from balancer.protocol import HandoffHook
 
@@ -35,6 +35,10 @@ class Handoffs(Reading):
                 self._handing_off.add(pid)
                 on_handoff(pid)
         return []
+
+    def healed(self, partition_id: str, reason: str) -> None:
+        """A healing step on held ``partition_id`` (``Balancer.healed``): a HEAL event, stamped as any other."""
+        self._emit(self._event(EventKind.HEAL, partition_id, self.owner_id, reason, self._stamp()))
 
     async def release(self, partition_id: str, reason: str = "handed off") -> BalancerEvent | None:
         """Give one held partition up now (the end of a handoff: the event's ``handoff`` is True); None

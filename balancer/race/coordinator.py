@@ -339,6 +339,11 @@ class RaceCoordinator(CyclesAlone):
             task.cancel()
         return tasks
 
+    def healed(self, partition_id: str, reason: str) -> None:
+        """A healing step on held ``partition_id`` (``Balancer.healed``): a HEAL event."""
+        owner = self.owner_id
+        self._emit(BalancerEvent(EventKind.HEAL, self.ref, partition_id, owner, owner, owner, reason, self.clock()))
+
     def _emit(self, event: BalancerEvent) -> None:
         self._events.append(event)
         if self.on_event is not None:

@@ -22,7 +22,7 @@ EVENTS_DEFAULT = 100
 EVENTS_MAX = 500
 HISTORY_EVENTS_MAX = 50_000
 ID_MAX = 2**63 - 1  # the largest id a database column holds: a greater ``after`` or ``before`` is a 400
-CATEGORIES = ("claim", "steal", "expire", "release", "handoff", "drain", "undrain", "pin", "unpin", "lost")
+CATEGORIES = ("claim", "steal", "expire", "release", "handoff", "drain", "undrain", "pin", "unpin", "lost", "heal")
 
 
 _PARTITION_ID = re.compile(r"0|[1-9][0-9]{0,5}")

@@ -82,6 +82,8 @@ async def test_a_handler_call_over_the_timeout_is_abandoned_and_its_partition_re
     rig.clock.advance(0.1)
     await a.step()  # 5 s with the same event in hand: abandoned
     assert metric("leaseboard_stuck_heals_total", cause="handler", step="restart") == restarts + 1
+    heals = [(e.partition_id, e.reason) for e in rig.sinks["a"].seen if e.kind is EventKind.HEAL]
+    assert heals == [("0", "restarted: handler running 5 s")]  # said to the console, with why
     await step_until(a, lambda: sorted(handler.handled).count(("0", 2)) == 1, "partition 0 handled on a new thread")
     assert sorted(s for p, s in handler.handled if p == "0") == [0, 1, 2]  # from the start: no checkpoint yet
     assert handler.calls_on_0 == 4 and a.failure is None and "0" in a.coordinator.owned

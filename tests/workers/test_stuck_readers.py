@@ -95,6 +95,9 @@ async def test_a_partition_whose_reader_keeps_failing_is_restarted_then_released
         await until(lambda: a._pumpset.running[stuck][1].done(), what="the pump on the broken link to fail")
         rig.clock.advance(9.0)
     assert metric("leaseboard_stuck_heals_total", cause="reader", step="restart") >= restarts + 2
+    heals = [e for e in rig.sinks["a"].seen if e.kind is EventKind.HEAL]  # said to the console, with why
+    assert [(e.partition_id, e.owner_id, e.previous_owner) for e in heals] == [(stuck, "a", "a")] * len(heals)
+    assert [e.reason for e in heals][:2] == ["restarted: reader failing 0 s", "restarted: reader failing 9 s"]
     assert metric("leaseboard_partition_stuck", partition=stuck, cause="reader") == 1
     assert stuck in a.coordinator.owned, "given up before reader_stuck"
     await a.step()  # 18 s since the first failure: restarted once more

@@ -17,7 +17,7 @@ from workers.runtime.handlerwatch import HandlerWatch
 from workers.runtime.hubwatch import HubGuard, HubWatch
 from workers.runtime.pump import PartitionPump, Sleep
 from workers.runtime.sink import OutageLog
-from workers.runtime.stuck import GIVE_UP_FOR, ReaderWatch
+from workers.runtime.stuck import GIVE_UP_FOR, ReaderWatch, heal
 from workers.runtime.wedged import WedgeWatch
 from workers.sources.base import PartitionProperties
 
@@ -163,7 +163,7 @@ class Pumps:
             if pid in self._giving_up:
                 continue
             if self.readers.failing(pid):
-                metrics.STUCK_HEALS.labels("reader", "restart").inc()
+                self.readers.restarted(coordinator, pid)
             self._start(pid)
 
     def _handler_stuck(self, pid: str, seconds: float) -> None:
@@ -215,7 +215,7 @@ class Pumps:
             self._handler_timeout,
             self.abandoned,
         )
-        metrics.STUCK_HEALS.labels("handler", "restart").inc()
+        heal(self._coordinator, pid, "handler", "restart", f"restarted: handler running {seconds:.0f} s")
         pump.abandon()
         task.cancel()
 

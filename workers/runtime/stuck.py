@@ -1,7 +1,8 @@
 """Partitions whose reader keeps failing (issue 35): the heal in steps.
 
 A pump whose reader (or store) fails ends "failed" and is started again at the worker's next cycle:
-that is the first step, the restart (``leaseboard_stuck_heals_total{cause="reader",step="restart"}``).
+that is the first step, the restart (``leaseboard_stuck_heals_total{cause="reader",step="restart"}``,
+and a ``heal`` event the console shows: ``heal``).
 ``ReaderWatch`` remembers when each partition's failures in a row began, and forgets it once a pump
 of that partition has read again. A partition still failing ``reader_stuck`` seconds after its first
 failure is given up (``Balancer.give_up``): released with its reason ("stuck: reader failing 31 s")
@@ -12,6 +13,9 @@ one does not take it back (``balancer.avoid``); step ``release``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import workers.metrics as metrics
+from balancer.protocol import Balancer
 
 GIVE_UP_FOR = 300.0  # seconds a worker takes no partition it gave up
 
@@ -43,3 +47,16 @@ class ReaderWatch:
 
     def reason(self, seconds: float) -> str:
         return f"stuck: reader failing {seconds:.0f} s"
+
+    def restarted(self, coordinator: Balancer, partition_id: str) -> None:
+        """``partition_id``'s failing reader is started again: the restart step, said (``heal``)."""
+        failing = coordinator.monotonic() - self.since.get(partition_id, coordinator.monotonic())
+        heal(coordinator, partition_id, "reader", "restart", f"restarted: reader failing {failing:.0f} s")
+
+
+def heal(coordinator: Balancer, partition_id: str, cause: str, step: str, reason: str) -> None:
+    """A healing step on a partition ``coordinator``'s worker holds: counted by cause and step
+    (``leaseboard_stuck_heals_total``) and told to the console as a ``heal`` event with ``reason``
+    (its feed, the partition page: ``Balancer.healed``)."""
+    metrics.STUCK_HEALS.labels(cause, step).inc()
+    coordinator.healed(partition_id, reason)
