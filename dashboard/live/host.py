@@ -187,6 +187,11 @@ class Host:
             theirs = 0
         return here + theirs
 
+    def watching(self) -> list[HubRef]:
+        """The hubs and consumer groups a monitor runs for now."""
+        with self._lock:
+            return list(self._monitors)
+
     def running(self, ref: HubRef) -> Monitor | None:
         """The monitor of ``ref`` if one is running (nothing is started)."""
         return self._monitors.get(ref)

@@ -20,14 +20,14 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from django.conf import settings
-from django.db.models import Max
+from django.db.models import Max, Q, Subquery
 
 from balancer.errors import StoreUnavailable
-from balancer.model import HubRef, pid_key
+from balancer.model import Checkpoint, Control, HubRef, Member, OwnershipRecord, pid_key
 from workers.sources.base import EventSource, PartitionProperties
 from workers.wiring import Stores, build_source, build_stores, close_stores, hub_ref
 
@@ -131,6 +131,13 @@ def _read_source_locked(
     return ids, properties, error
 
 
+def read_source(hub: str) -> tuple[str, list[str] | None, dict[str, PartitionProperties], str | None]:
+    """The configured source's name, and the partition ids and properties of ``hub`` as ``read`` reads
+    them (None, {} and why not where it cannot say). Blocking: call it on a thread."""
+    key = _source_key(hub)
+    return (key[0], *_read_source(key))
+
+
 def with_source(hub: str, work: Callable[[EventSource], T]) -> T | None:
     """``work(source)`` on the configured source of ``hub`` (None when it does not exist or cannot
     be opened), serialised with every other read of it. Blocking: call it on a thread."""
@@ -185,6 +192,15 @@ def last_served(ref: HubRef) -> Json | None:
     return _served.get((settings.LEASEBOARD_STORE, ref))
 
 
+# What readers of the stores keep open beside them (the groups page's Blob listing client), closed with them.
+_closers: list[Callable[[], Awaitable[None]]] = []
+
+
+def close_with_stores(close: Callable[[], Awaitable[None]]) -> None:
+    """Have ``forget_stores`` call ``close()`` when it closes the stores."""
+    _closers.append(close)
+
+
 async def forget_stores() -> None:
     """Close and drop the cached stores and sources, and the states kept (tests switching settings; shutdown)."""
     stores = list(_stores.values())
@@ -192,6 +208,10 @@ async def forget_stores() -> None:
     _served.clear()
     for each in stores:
         await close_stores(each)
+    closers = list(_closers)
+    _closers.clear()
+    for close in closers:
+        await close()
     with _sources_lock:
         sources = list(_sources.values())
         _sources.clear()
@@ -231,13 +251,34 @@ def _broken_connection(exc: BaseException) -> bool:
     return isinstance(exc.__cause__, DATABASE_ERRORS)
 
 
-async def _store_call(call: Callable[[], Awaitable[T]]) -> T:
+async def store_call(call: Callable[[], Awaitable[T]]) -> T:
+    """``call()``, run once more when it failed on a connection the database had dropped (the SQL
+    store reconnects on the next call); any other failure is raised."""
     try:
         return await call()
     except Exception as exc:
         if not _broken_connection(exc):
             raise
     return await call()  # once more, on the connection the store opens now
+
+
+async def store_read(call: Callable[[], Awaitable[T]]) -> T:
+    """``call()``, the console's read of the store, within ``STORE_READ_SECONDS``: raises the store's
+    error (StoreUnavailable when it took longer), reported to ``health`` as the outcome is."""
+    started = time.monotonic()
+    try:
+        try:
+            async with asyncio.timeout(STORE_READ_SECONDS):
+                found = await call()
+        except TimeoutError:
+            raise StoreUnavailable(
+                f"{store_backend()} did not answer within {STORE_READ_SECONDS:g} s (cut off or overloaded)"
+            ) from None
+    except Exception as exc:
+        report(exc, started)
+        raise
+    health.ok(store_backend())
+    return found
 
 
 async def read(ref: HubRef, *, db: DatabaseThread, stores: Stores | None = None) -> ConsoleState:
@@ -250,23 +291,17 @@ async def read(ref: HubRef, *, db: DatabaseThread, stores: Stores | None = None)
     """
     watermark = await _watermark(ref, db)  # first: see the module docstring
     used = stores or configured_stores()
-    started = time.monotonic()
-    try:
-        try:
-            async with asyncio.timeout(STORE_READ_SECONDS):
-                now = await _store_call(used.ownership.now)
-                ownership = await _store_call(lambda: used.ownership.list_ownership(ref))
-                checkpoints = await _store_call(lambda: used.checkpoints.list_checkpoints(ref))
-                members = await _store_call(lambda: used.controls.list_members(ref))
-                controls = await _store_call(lambda: used.controls.list_controls(ref))
-        except TimeoutError:
-            raise StoreUnavailable(
-                f"{store_backend()} did not answer within {STORE_READ_SECONDS:g} s (cut off or overloaded)"
-            ) from None
-    except Exception as exc:
-        report(exc, started)
-        raise
-    health.ok(store_backend())
+
+    async def listings() -> tuple[float, list[OwnershipRecord], list[Checkpoint], list[Member], list[Control]]:
+        return (
+            await store_call(used.ownership.now),
+            await store_call(lambda: used.ownership.list_ownership(ref)),
+            await store_call(lambda: used.checkpoints.list_checkpoints(ref)),
+            await store_call(lambda: used.controls.list_members(ref)),
+            await store_call(lambda: used.controls.list_controls(ref)),
+        )
+
+    now, ownership, checkpoints, members, controls = await store_read(listings)
     key = _source_key(ref.hub)
     ids, properties, source_error = await asyncio.to_thread(_read_source, key)
     return assemble(
@@ -291,14 +326,32 @@ _STATUS_OF = {status.value: status for status in Status}  # "" (no status) and a
 def stored_figures(ref: HubRef) -> Figures:
     """The figures of the newest stored sampling round of ``ref`` (no rates: a round has none).
     Blocking ORM code: run it on a DatabaseThread."""
-    rows = LagSample.objects.filter(**LagSample.scope(ref))
-    newest = rows.aggregate(top=Max("at"))["top"]
-    if newest is None:
-        return Figures(lag_rules())
-    found = list(rows.filter(at=newest).values_list("partition_id", "lag_seconds", "status"))
-    return Figures(
-        lag_rules(),
-        lag_seconds={pid: seconds for pid, seconds, _ in found},
-        statuses={pid: _STATUS_OF.get(status) for pid, _, status in found},
-        sampled_at=newest,
-    )
+    return stored_figures_of([ref])[ref]
+
+
+FIGURES_CHUNK = 100  # hubs per query of ``stored_figures_of`` (each a term of one OR)
+
+
+def stored_figures_of(refs: Sequence[HubRef]) -> dict[HubRef, Figures]:
+    """``stored_figures`` of each of ``refs``: one query per ``FIGURES_CHUNK`` of them, each finding
+    every hub's newest round through the index on (hub, at). Blocking ORM code."""
+    rules = lag_rules()
+    rounds: dict[HubRef, list[tuple[str, float | None, str, float]]] = {}
+    for start in range(0, len(refs), FIGURES_CHUNK):
+        newest = Q()
+        for ref in refs[start : start + FIGURES_CHUNK]:
+            scope = LagSample.scope(ref)
+            top = LagSample.objects.filter(**scope).order_by("-at").values("at")[:1]
+            newest |= Q(**scope, at=Subquery(top))
+        fields = ("namespace", "hub", "consumer_group", "partition_id", "lag_seconds", "status", "at")
+        for namespace, hub, group, *row in LagSample.objects.filter(newest).values_list(*fields):
+            rounds.setdefault(HubRef(namespace, hub, group), []).append(tuple(row))
+    found = {ref: Figures(rules) for ref in refs}
+    for ref, rows in rounds.items():
+        found[ref] = Figures(
+            rules,
+            lag_seconds={pid: seconds for pid, seconds, _, _ in rows},
+            statuses={pid: _STATUS_OF.get(status) for pid, _, status, _ in rows},
+            sampled_at=rows[0][3],
+        )
+    return found

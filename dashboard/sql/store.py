@@ -42,6 +42,7 @@ from . import rows as sqlrows
 from .claims import Claims
 from .clock import StoreClock, read_clock
 from .lanes import CHECKPOINT, LEASE, by_partition
+from .namespace import NamespaceReads
 from .reads import Reads
 from .rows import CHECKPOINTS
 
@@ -54,7 +55,7 @@ def _notify(connection: BaseDatabaseWrapper, channel: str, payload: str) -> None
         cursor.execute("SELECT pg_notify(%s, %s)", [channel, payload])
 
 
-class SqlStore(Reads, Claims):
+class SqlStore(Reads, Claims, NamespaceReads):
     """Every store protocol on the Django database ``using`` (an alias of ``settings.DATABASES``).
 
     ``requests`` counts calls and ``statements`` the SQL statements they sent (SQLite's

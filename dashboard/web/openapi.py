@@ -90,6 +90,7 @@ def action(summary: str, body: str, ok: Schema) -> Schema:
 OPERATION_IDS = {
     "/api/schema": "schema",
     "/api/state": "state",
+    "/api/groups": "groups",
     "/api/events": "events",
     "/api/partitions/{partition_id}": "partition",
     "/api/history": "history",
@@ -110,9 +111,9 @@ def document() -> Schema:
             "title": "Leaseboard console API",
             "version": "1",
             "description": (
-                "The console's JSON API: the state of a hub and consumer group, its balancer events, "
-                "partitions, rebalances, audit log and pipeline, and the admin actions (staff, CSRF). "
-                "Reading is open to everyone unless LEASEBOARD_ANONYMOUS_READ is off (then a session "
+                "The console's JSON API: the state of a hub and consumer group (and of every one at a glance), "
+                "its balancer events, partitions, rebalances, audit log and pipeline, and the admin actions "
+                "(staff, CSRF). Reading is open to everyone unless LEASEBOARD_ANONYMOUS_READ is off (then a session "
                 "is needed: 401). Objects may gain keys; none is renamed or removed."
             ),
         },
@@ -150,6 +151,16 @@ def _reads() -> Schema:
             },
             hub_params,
             *READ,
+        ),
+        "/api/groups": get(
+            "Every hub and consumer group of the configured namespace the store knows (an ownership record or "
+            "a heartbeat), at a glance: one read of the store, whatever their number.",
+            json_body(ref("Groups"), "The groups, by hub then consumer group, each with its fleet page's URL."),
+            [],
+            "400",
+            "401",
+            "405",
+            "503",
         ),
         "/api/events": get(
             "Balancer events in id order: the first `limit` after `after`, else the newest (before `before`).",

@@ -61,3 +61,13 @@ def events_page(request: HttpRequest) -> HttpResponse:
 def history_page(request: HttpRequest) -> HttpResponse:
     """Rebalances over time, derived from the event log."""
     return _page(request, "dashboard/history.html", "history")
+
+
+# Seconds between two refreshes of the groups page: each is one read of the store for every group.
+GROUPS_POLL_SECONDS = 5
+
+
+@require_GET
+def groups_page(request: HttpRequest) -> HttpResponse:
+    """Every hub and consumer group at a glance (its script polls ``/api/groups``)."""
+    return _page(request, "dashboard/groups.html", "groups", poll_seconds=GROUPS_POLL_SECONDS)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..live.console import Lease
 from ..live.lag import STATUSES
 from .action_schemas import PREVIEW, action_body
+from .group_schemas import SCHEMAS as GROUP_SCHEMAS
 from .schema_parts import (
     BOOLEAN,
     INTEGER,
@@ -341,6 +342,7 @@ SCHEMAS: dict[str, Schema] = {
     "Error": ERROR,
     "LoginRequired": LOGIN_REQUIRED,
     "ActionError": ACTION_ERROR,
+    **GROUP_SCHEMAS,
 }
 
 

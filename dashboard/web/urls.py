@@ -2,16 +2,18 @@ from django.contrib import admin
 from django.contrib.auth import views as auth
 from django.urls import path
 
-from . import actions, api, openapi, pages, pipeline, scrape
+from . import actions, api, groups, openapi, pages, pipeline, scrape
 
 urlpatterns = [
     path("", pages.index, name="index"),
     path("partitions/<str:partition_id>/", pages.partition_page, name="partition"),
     path("events/", pages.events_page, name="events"),
     path("history/", pages.history_page, name="history"),
+    path("groups/", pages.groups_page, name="groups"),
     path("pipeline/", pipeline.page, name="pipeline"),
     path("api/pipeline", pipeline.api, name="api-pipeline"),
     path("api/state", api.api_state, name="api-state"),
+    path("api/groups", groups.api_groups, name="api-groups"),
     path("api/events", api.api_events, name="api-events"),
     path("api/partitions/<str:partition_id>", api.api_partition, name="api-partition"),
     path("api/history", api.api_history, name="api-history"),

@@ -375,3 +375,51 @@ def test_an_anonymous_visitor_sees_the_console_but_cannot_act(busy_site: Site, p
     assert status == 403 and refusal == "read_only"
     state = json.loads(urllib.request.urlopen(f"{busy_site.url}/api/state", timeout=5).read())
     assert [w["draining"] for w in state["workers"]] == [False, False]
+
+
+# --- every group at a glance -------------------------------------------------------------------------
+
+GROUP_HUBS = ("orders", "sensors")  # two hubs the store knows (seed_fleet: w1 and w2 own each one's partitions)
+
+
+@pytest.fixture(scope="module")
+def groups_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    served = Site(tmp_path_factory.mktemp("groups"))
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=served.env, check=True, timeout=120)
+    for name in GROUP_HUBS:
+        with EmbeddedHub(served.var / "hub", name, partitions=4) as hub:
+            hub.send_batch([b'{"sensor": "door"}'] * 7, partition_id="2")
+    seed = [sys.executable, "-m", "tests.dashboard.seed_fleet", *GROUP_HUBS]
+    subprocess.run(seed, cwd=ROOT, env=served.env, check=True, timeout=120, capture_output=True)
+    served.start()
+    try:
+        yield served
+    finally:
+        served.stop()
+
+
+def test_every_group_is_listed_at_a_glance_and_links_into_its_fleet_page(groups_site: Site, page: Page) -> None:
+    console_errors: list[str] = []
+    page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+    response = page.goto(groups_site.url + "/groups/")
+    assert response is not None and response.status == 200
+    policy = response.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "style-src 'self'" in policy and "unsafe-inline" not in policy
+
+    expect(page.locator("#groups-connection")).to_have_attribute("data-state", "live", timeout=15_000)
+    rows = page.locator("#groups tbody tr")
+    expect(rows).to_have_count(len(GROUP_HUBS))
+    assert [r.get_attribute("data-hub") for r in rows.all()] == list(GROUP_HUBS)
+    orders = page.locator('#groups tr[data-hub="orders"]')
+    expect(orders).to_have_attribute("data-consumer-group", "$Default")
+    expect(orders.locator(".owned")).to_have_text("4 / 4")
+    expect(orders.locator(".alive")).to_have_text("2")
+    expect(orders.locator(".behind")).to_have_text("7")  # partition 2's events, never checkpointed
+    expect(page.locator("#groups-note")).to_contain_text("2 groups at")
+    expect(page.locator('nav.pages a[aria-current="page"]')).to_have_text("Groups")
+
+    orders.locator("a.fleet").click()
+    page.wait_for_url(groups_site.url + "/?hub=orders&consumer_group=%24Default")
+    expect(page.locator("#hub")).to_have_text("orders")
+    expect(page.locator("#connection")).to_have_attribute("data-state", "live", timeout=15_000)
+    assert console_errors == [], console_errors
