@@ -99,6 +99,10 @@ class Evidence:
     # Steals after the handoff timeout, found in the console's event log (``taken_over``): they explain
     # duplicates (rule 4) and nothing else.
     taken_over: list[Fault] = field(default_factory=list)
+    # The store fences a checkpoint with a read of the ownership before its write, two requests (Blob:
+    # ``balancer/stores/blob/checkpoints.py``): the previous owner's last checkpoint can land after a
+    # claim, so after the new owner read where to start (rule 5).
+    late_checkpoints: bool = False
 
 
 TAKEN_OVER = "handoff-timeout"

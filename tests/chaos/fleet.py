@@ -334,4 +334,5 @@ class Fleet:
             workers=frozenset(w.owner for w in self.workers.values()),
             store_tick=float(getattr(self.store, "clock_resolution", None) or 0.0),
             interval=self.interval,
+            late_checkpoints=self.kit.name == "blob",
         )

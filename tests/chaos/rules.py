@@ -31,6 +31,7 @@
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
@@ -226,14 +227,34 @@ def _nearest(faults: list[Fault], first: Handling, history: CheckpointHistory) -
 
 
 def resumes(evidence: Evidence, runs: list[Run]) -> Iterator[str]:
+    """Runs that started below a checkpoint already stored. Where the previous owner's last checkpoint
+    can land after a claim (``Evidence.late_checkpoints``), only one stored before the claim counts:
+    before the last ownership sample showing another holder (CI, Blob: w5-0 claimed partition 2 by
+    expiry and read checkpoint 744, then the previous owner's 768, fenced by a read before the claim,
+    landed before w5-0's first event; 745..768 were handled twice, as rule 4 allows)."""
     history = CheckpointHistory(evidence.checkpoint_samples)
     for run in runs:
         latest = history.before(run.partition, run.started)
+        if run.first - 1 < latest and evidence.late_checkpoints:
+            latest = history.before(run.partition, _held_by_another(evidence, run))
         if run.first - 1 < latest:
             yield (
                 f"partition {run.partition}: {run.owner} started at event {run.first} although checkpoint "
                 f"{latest} was already stored"
             )
+
+
+def _held_by_another(evidence: Evidence, run: Run) -> float:
+    """When an ownership sample last showed ``run``'s partition held by another worker than its owner
+    (or by nobody) before ``run`` started: its owner's claim came after that (-inf: no such sample)."""
+    found = -math.inf
+    for sample in evidence.ownership_samples:
+        if sample.at >= run.started:
+            break
+        lease = sample.leases.get(run.partition)
+        if lease is None or lease.owner != run.owner:
+            found = sample.at
+    return found
 
 
 # 6. moves, and store outages -------------------------------------------------------------------

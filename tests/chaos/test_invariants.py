@@ -99,6 +99,24 @@ def test_a_duplicate_from_before_the_checkpoint_taken_before_the_failure_is_repo
     assert "resume: partition 0: b started at event 5 although checkpoint 9 was already stored" in report.violations
 
 
+def test_where_the_previous_owner_s_checkpoint_can_land_after_a_claim_only_one_stored_before_it_counts() -> None:
+    # As in CI (blob): b claimed by expiry after 4.0 (the last sample naming a), read checkpoint 4 and
+    # handled 5.. from 5.2; a's 9, fenced by a read before the claim, was sampled at 5.0.
+    owners = [OwnershipSample(at, 1000.0 + at, ("0",), {"0": Lease(o, 1000.0)}) for at, o in [(4.0, "a"), (4.8, "b")]]
+    run = handled("a", range(10), 1.0, step=0.1) + handled("b", range(5, 20), 5.2)
+    samples = [(2.0, 4), (5.0, 9), (6.0, 19)]
+    faults = [Fault("flapping", 2.0, 3.0, frozenset("a"))]
+    strict = check(evidence(run, samples, faults, ownership_samples=owners))
+    assert "resume: partition 0: b started at event 5 although checkpoint 9 was already stored" in strict.violations
+    late = check(evidence(run, samples, faults, ownership_samples=owners, late_checkpoints=True))
+    assert not [v for v in late.violations if v.startswith("resume")], late.violations
+    # stored before the claim, it counts still: b should have read it
+    early = check(
+        evidence(run, [(2.0, 4), (3.5, 9), (6.0, 19)], faults, ownership_samples=owners, late_checkpoints=True)
+    )
+    assert "resume: partition 0: b started at event 5 although checkpoint 9 was already stored" in early.violations
+
+
 def test_two_owners_at_the_same_moment_are_reported_unless_inside_an_expiry_after_a_failure() -> None:
     run = handled("a", range(10), 1.0, step=0.1) + handled("b", range(10, 20), 1.5, step=0.1)
     planned = check(evidence(run, [(0.5, -1)], [Fault("sigterm", 1.2, 1.2, frozenset("a"), planned=True)]))

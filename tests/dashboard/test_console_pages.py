@@ -22,7 +22,7 @@ page = test_browser.page
 
 pytestmark = pytest.mark.slow
 
-NAVIGATION = ["Fleet", "Events", "History", "Pipeline"]
+NAVIGATION = ["Fleet", "Events", "History", "Pipeline", "Groups"]
 
 
 @pytest.fixture(scope="module")
