@@ -8,7 +8,6 @@ each other's events. Waiting is always polling with a deadline (``tests.support.
 from __future__ import annotations
 
 import itertools
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -71,8 +70,8 @@ def serve(root: Path, limits: Limits | None = None, key: SasKey | None = None) -
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[Served]:
-    root = Path(tempfile.mkdtemp(prefix="leaseboard-amqp-"))
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    root = tmp_path_factory.mktemp("amqp")
     EmbeddedHub(root, "sensors", partitions=4).close()
     running = serve(root)
     yield running

@@ -9,9 +9,7 @@ from __future__ import annotations
 import logging
 import socket
 import struct
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from azure.eventhub import EventData
@@ -31,8 +29,8 @@ STORED = [b"first", b"second", b"third"]
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[Served]:
-    root = Path(tempfile.mkdtemp(prefix="leaseboard-amqp-bad-"))
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    root = tmp_path_factory.mktemp("amqp-bad")
     with EmbeddedHub(root, "sensors", partitions=2) as hub:
         hub.send_batch(STORED, partition_id="1")
     running = serve(root, Limits(idle_timeout=1.0, handshake_timeout=0.5, max_frame_size=64 * 1024))

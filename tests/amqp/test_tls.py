@@ -11,7 +11,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,14 +43,14 @@ RECEIVE_TIMEOUT = 30.0
 
 
 @pytest.fixture(scope="module")
-def certs() -> Certificates:
-    return make_certificates(Path(tempfile.mkdtemp(prefix="leaseboard-tls-")))
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    return make_certificates(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture(scope="module")
-def tls_hub(certs: Certificates) -> Iterator[ServerThread]:
+def tls_hub(certs: Certificates, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     """A server with TLS on a free port and the plain port beside it; hub ``homes`` (2 partitions)."""
-    root = Path(tempfile.mkdtemp(prefix="leaseboard-amqps-"))
+    root = tmp_path_factory.mktemp("amqps")
     EmbeddedHub(root, "homes", partitions=2).close()
     server = HubServer(
         root, SasKey.generate(), tls=server_context(TlsFiles(certs.cert, certs.key)), tls_port=0, poll_interval=0.01

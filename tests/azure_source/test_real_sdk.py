@@ -10,7 +10,6 @@ adapter closes it, and read without the SDK's event processor.
 from __future__ import annotations
 
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -153,8 +152,8 @@ def test_the_installed_sdk_has_the_private_consumer_the_readers_drive(caplog: py
 
 
 @pytest.fixture
-def amqp_hub() -> Iterator[Served]:
-    root = Path(tempfile.mkdtemp(prefix="leaseboard-azure-source-"))
+def amqp_hub(tmp_path: Path) -> Iterator[Served]:
+    root = tmp_path
     with EmbeddedHub(root, "sensors", partitions=2) as hub:
         hub.send_batch([f"e{i}".encode() for i in range(5)], partition_id="1")
     running = serve(root)
