@@ -17,7 +17,7 @@ FAST_WORKERS ?= 2
 # Not more than four: six kept the cores busier on a quiet machine (81 % against 68 %, 12 min 49 s), but
 # under ci-under-load's busy core the suite took 16 min 40 s and three timing bounds broke.
 TEST_WORKERS ?= 4
-# pytest-xdist workers of `make check`'s fast suite (it mostly waits too: 4 take 2 min 43 s here, 2 about 4 min).
+# pytest-xdist workers of `make check`'s fast suite (4 take 2 min 50 s here; 6 no less: the 2 cores are busy).
 CHECK_WORKERS ?= 4
 # Bytecode is cached even where the environment says not to (this machine sets PYTHONDONTWRITEBYTECODE):
 # the suite starts hundreds of Python processes (workers, consoles, benches), and without the cache

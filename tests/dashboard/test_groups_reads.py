@@ -29,7 +29,8 @@ from tests.support.azurite import Azurite, start_azurite
 from tests.support.redis_server import RedisServer, start_redis
 from workers.wiring import Stores
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Each starts a store's server (PostgreSQL, Redis, Azurite): `make test` runs them, `make check` leaves them out.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 NAMESPACE = "dash.example"
 HUBS, GROUPS_PER_HUB, PARTITIONS = 10, 10, 4  # 100 groups of 4 partitions

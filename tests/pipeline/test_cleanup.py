@@ -14,7 +14,8 @@ from pyspark.sql import SparkSession
 from .conftest import HUB, Landing, fleet_events
 from .helpers import batches, expected_minutes, minutes_in_db, run_once
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# The slowest Spark test outside the cluster suite (40 s under load): `make check` leaves it to `make test`.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def names(folder: Path) -> list[str]:
