@@ -106,19 +106,24 @@ class Evidence:
 
 
 TAKEN_OVER = "handoff-timeout"
+BUSY = "handed off while busy"  # workers.runtime.handoffs.BUSY: the tests read the event log as a user would
 
 
 def taken_over(events: Iterable[Mapping[str, object]], offset: float, tick: float = 0.0) -> list[Fault]:
     """Each steal in the console's event log whose reason says its owner did not hand the partition over
-    in time (``did not hand over within``: the cooperative strategy's handoff timeout), as an unplanned
-    fault of that owner at the steal, on the monotonic clock (the event's ``at``, the store's clock,
-    minus ``offset``; ``tick``: the store clock's resolution, added to the end). The owner was too slow
-    (a loaded machine, a long handler call), not gone: what it handled after its last checkpoint is
-    handled again by the new owner, at least once by design. The new owner waits out the owner's lease
-    first, so a steal never excuses an overlap."""
+    in time (``did not hand over within``: the cooperative strategy's handoff timeout), and each release
+    its owner made while its pump was still busy (``handed off while busy``: the handoff's wait ran
+    out, ``workers.runtime.handoffs.BUSY``), as an unplanned fault of that owner at the event, on the
+    monotonic clock (the event's ``at``, the store's clock, minus ``offset``; ``tick``: the store clock's
+    resolution, added to the end). The owner was too slow (a loaded machine, a long handler call), not
+    gone: what it handled after its last checkpoint is handled again by the new owner, at least once by
+    design. The new owner waits out the owner's lease first (or its release), so neither excuses an
+    overlap."""
     found = []
     for event in events:
-        if event.get("kind") != "steal" or "did not hand over within" not in str(event.get("reason") or ""):
+        kind, reason = event.get("kind"), str(event.get("reason") or "")
+        stolen = kind == "steal" and "did not hand over within" in reason
+        if not (stolen or (kind == "release" and reason.startswith(BUSY))):
             continue
         try:
             at = float(event.get("at") or 0.0)  # type: ignore[arg-type]

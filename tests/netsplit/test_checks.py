@@ -803,6 +803,13 @@ def test_a_steal_after_the_handoff_timeout_explains_what_its_slow_owner_handled_
     assert len(list(unexplained(found_in, again))) == 1
     found_in.taken_over = found
     assert list(unexplained(found_in, again)) == []
+    # As in ci-under-load (postgresql, CHAOS_SEED=618817): w2's pump was still busy when its handoff's
+    # wait ran out; it released anyway, saying so, and w1 handled events 0..19 again.
+    busy = [dict(events[0], kind="release", owner_id=None, reason="handed off while busy: 1.9 s")]
+    assert taken_over(busy, offset=1000.0) == [
+        Fault(TAKEN_OVER, 48.25, 48.25, frozenset({"w2"}), partitions=frozenset({"6"}))
+    ]
+    assert taken_over([dict(busy[0], reason="handed off")], offset=1000.0) == []  # a handoff on time explains nothing
     # and nothing else: an overlap beside it is still one
     overlapping = evidence(("6", 0, "w2", 48.5), ("6", 1, "w2", 48.6), ("6", 1, "w1", 48.55), ("6", 2, "w1", 48.65))
     overlapping.taken_over = found

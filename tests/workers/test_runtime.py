@@ -383,6 +383,29 @@ async def test_stop_gives_up_on_a_handler_that_never_returns_and_releases_anyway
     release.set()
 
 
+async def test_a_handoff_past_its_wait_says_so_in_the_release_reason(rig: Rig) -> None:
+    # A pump still busy when the handoff's wait runs out is released anyway: the next owner handles the
+    # event in hand again, and the release's reason says why (the chaos checkers count it as the cause).
+    rig.send("0", 1)
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck(event: ReceivedEvent, ctx: PartitionContext) -> None:
+        entered.set()
+        release.wait(30)
+
+    a = rig.worker("a", stuck)
+    a.shutdown_timeout = 0.2  # the handoff's wait
+    await own_all(a, 4)
+    await until(entered.is_set, what="the handler to hang")
+    busy = next(p for p, (pump, _) in a._pumpset.running.items() if pump.calling() is not None)
+    a._handoffs.start(busy)
+    await until(lambda: busy not in a.coordinator.owned, what="the busy partition released")
+    (released,) = [e for e in rig.sinks["a"].seen if e.kind is EventKind.RELEASE]
+    assert (released.partition_id, released.reason, released.handoff) == (busy, "handed off while busy: 0.2 s", True)
+    release.set()
+    await a.shutdown()
+
+
 def test_a_handoff_waits_for_the_event_in_hand_no_longer_than_the_receivers_patience(rig: Rig) -> None:
     # The receiver takes over after the handoff timeout (the expiry), counted from its own first cycle
     # waiting, up to two late cycles before the holder saw the move: the holder releases before that.

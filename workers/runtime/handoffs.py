@@ -1,7 +1,9 @@
 """Planned moves away from one worker: its pump stops after the event in hand and its final
 checkpoint, then the partition is released, in one store request with every other handoff ready by
 then. The lease is renewed meanwhile, so the next owner cannot start before that checkpoint and a
-planned move handles no event twice."""
+planned move handles no event twice. A pump still busy when the wait runs out (a loaded machine, a
+long handler call) is handed off anyway, released with ``BUSY`` as its reason: what it handled
+since its last checkpoint is handled again by the next owner, and the event log says why."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from balancer.protocol import Balancer
 from workers.runtime.pumps import Pumps
 
 log = logging.getLogger("leaseboard.worker")
+
+BUSY = "handed off while busy"  # the release's reason when the pump outlasted the wait (then ": N s")
 
 
 class Handoffs:
@@ -30,6 +34,7 @@ class Handoffs:
         self._wait = wait
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.to_release: set[str] = set()  # handoffs whose pumps have stopped, not released yet
+        self.busy: dict[str, float] = {}  # of those, the ones handed off still busy -> the wait they outlasted
 
     @property
     def _owner_id(self) -> str:
@@ -62,6 +67,7 @@ class Handoffs:
                     pid,
                     wait,
                 )
+                self.busy[pid] = wait
         self.to_release.add(pid)
         async with self._lock:
             # Every handoff ready by now goes in one request: under load, a hundred releases one after
@@ -72,8 +78,13 @@ class Handoffs:
                 await self._release(batch)
 
     async def _release(self, batch: list[str]) -> None:
+        by_reason: dict[str, list[str]] = {}  # one request per reason: those handed off busy say so
+        for pid in batch:
+            reason = f"{BUSY}: {self.busy.pop(pid):g} s" if pid in self.busy else "handed off"
+            by_reason.setdefault(reason, []).append(pid)
         try:
-            await self._coordinator.release_many(batch, "handed off")
+            for reason, pids in by_reason.items():
+                await self._coordinator.release_many(pids, reason)
         except Exception as exc:
             metrics.STORE_ERRORS.labels(operation="release").inc()
             log.warning(
