@@ -18,7 +18,7 @@ from balancer.model import BalancerEvent, EventKind
 from balancer.strategies import RACE, get_strategy
 from workers.wiring import Stores
 
-from .fleet import Fleet, FleetStrategy, check_partition, check_worker
+from .fleet import Fleet, FleetStrategy, check_partition, check_selection, check_worker
 from .forecast import describe, plan_moves, race_moves
 from .request import Preview, Refused, Request
 
@@ -29,6 +29,7 @@ class Kind(StrEnum):
     WORKER = "worker"  # a worker the fleet knows (heartbeat, lease or drain record)
     PARTITION = "partition"  # a partition of the hub
     POSITION = "position"  # where to reset a checkpoint: earliest, latest, a sequence number, a time
+    SELECTION = "selection"  # which dead letters: "all", or sequence numbers separated by commas
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class Argument:
             return check_worker(fleet, raw)
         if self.kind is Kind.PARTITION:
             return check_partition(fleet, raw)
+        if self.kind is Kind.SELECTION:
+            return check_selection(raw)
         if not raw:
             raise Refused("bad_request", f"say {self.help}")
         return raw

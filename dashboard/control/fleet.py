@@ -147,3 +147,18 @@ def check_worker(fleet: Fleet, worker: str) -> str:
         known = ", ".join(sorted(fleet.known_workers())) or "none"
         raise Refused("unknown_worker", f"unknown worker {worker!r}; known workers: {known}")
     return worker
+
+
+ALL = "all"
+
+
+def check_selection(raw: str) -> str:
+    """``raw`` as a selection of dead letters: "all", or distinct sequence numbers in increasing order
+    separated by commas ("7,3, 7" is "3,7"); Refused ("bad_request") otherwise."""
+    text = raw.strip().lower()
+    if text == ALL:
+        return ALL
+    numbers = [part.strip() for part in text.split(",")]
+    if not text or not all(n.isdigit() and n.isascii() and len(n) <= 18 for n in numbers):
+        raise Refused("bad_request", f"say all, or sequence numbers separated by commas, not {raw!r}")
+    return ",".join(str(n) for n in sorted({int(n) for n in numbers}))

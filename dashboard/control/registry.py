@@ -16,11 +16,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from .action import Action
+from .deadletters import PURGEDEADLETTERS, REPLAY
 from .records import DRAIN, PIN, PURGE, REBALANCE, UNDRAIN, UNPIN
 from .request import Refused, Request, storable
 from .resets import RESETCHECKPOINT
 
-REGISTRY: dict[str, Action] = {a.name: a for a in (DRAIN, UNDRAIN, PIN, UNPIN, REBALANCE, RESETCHECKPOINT, PURGE)}
+REGISTRY: dict[str, Action] = {
+    a.name: a for a in (DRAIN, UNDRAIN, PIN, UNPIN, REBALANCE, RESETCHECKPOINT, PURGE, REPLAY, PURGEDEADLETTERS)
+}
 NAMES: tuple[str, ...] = tuple(REGISTRY)
 MAX_FIELD = 1000  # characters of a reason
 MAX_NAME = 255  # characters of a target or value (a worker id, a partition id: their columns' length)

@@ -9,8 +9,8 @@ doors open to everyone are listed in ``OPEN`` with the reason each is open.
 
 Acting: only an active staff user, over HTTP POST with Django's CSRF token, never over the
 websocket (``can_act``). What a reader who is not staff sees is trimmed here too: user names in the
-audit log (``audit_for``) and dead letters' error texts, which may repeat an event's body
-(``dead_letters_for``).
+audit log (``audit_for``), and dead letters' bodies and error texts, which may repeat an event's
+body (``dead_letters_for``).
 """
 
 from __future__ import annotations
@@ -152,12 +152,16 @@ def events_for(user: Any, events: Iterable[dict[str, Any]]) -> list[dict[str, An
     return [{**e, "reporter": reporter_for(False, str(e.get("reporter") or ""))} for e in events]
 
 
+RAW = frozenset({"body_base64", "amqp_base64"})  # a dead letter's body and sections as the files keep them
+
+
 def dead_letters_for(user: Any, entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Dead-letter entries as ``user`` may see them: error texts (and any body) for staff only."""
+    """Dead-letter entries as ``user`` may see them: error texts and bodies for staff only (a decoded
+    ``body`` is null for others; the raw ones are left out)."""
     if can_act(user):
         return list(entries)
     return [
-        {k: (_error_kind(v) if k == "error" else v) for k, v in entry.items() if k != "body_base64"}
+        {k: (_error_kind(v) if k == "error" else None if k == "body" else v) for k, v in entry.items() if k not in RAW}
         for entry in entries
     ]
 

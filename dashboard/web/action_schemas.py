@@ -26,14 +26,14 @@ COMMON_FIELDS: dict[str, Schema] = {
     "reason": {"maxLength": MAX_FIELD, "description": f"why (kept in the audit log), {TEXT}"},
     "hub": nullable(PARAMETERS["hub"]["schema"]),  # null or empty: the configured one
     "consumer_group": nullable(PARAMETERS["consumer_group"]["schema"]),
-    "force": {"description": f"reset a partition a worker owns: {FLAG}"},
+    "force": {"description": f"reset a partition a worker owns, or replay a dead letter again: {FLAG}"},
     "confirm_last": {"description": f"drain the last live worker: {FLAG}"},
 }
 APPLY_FIELDS: dict[str, Schema] = {
     "reason": {**NAMED, "description": f"why (required: kept in the audit log), {TEXT}"},
     "confirmed": {"enum": [True, "true", "on", "1"], "description": "the action was previewed"},
 }
-EXAMPLE_ARGUMENT = {Kind.WORKER: "w1", Kind.PARTITION: "0", Kind.POSITION: "earliest"}
+EXAMPLE_ARGUMENT = {Kind.WORKER: "w1", Kind.PARTITION: "0", Kind.POSITION: "earliest", Kind.SELECTION: "all"}
 
 
 def _argument(argument: Argument, role: str) -> Schema:

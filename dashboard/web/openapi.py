@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
 
+from .deadletter_schemas import PARAMETERS as DEAD_LETTER_PARAMETERS
 from .methods import read_only
 from .schema_parts import (
     HUB_PARAMETERS,
@@ -97,6 +98,7 @@ OPERATION_IDS = {
     "/api/audit": "audit",
     "/api/refusals": "refusals",
     "/api/pipeline": "pipeline",
+    "/api/deadletters": "deadLetters",
     "/api/actions/preview": "previewAction",
     "/api/actions/apply": "applyAction",
     "/metrics": "metrics",
@@ -112,12 +114,12 @@ def document() -> Schema:
             "version": "1",
             "description": (
                 "The console's JSON API: the state of a hub and consumer group (and of every one at a glance), "
-                "its balancer events, partitions, rebalances, audit log and pipeline, and the admin actions "
-                "(staff, CSRF). Reading is open to everyone unless LEASEBOARD_ANONYMOUS_READ is off (then a session "
-                "is needed: 401). Objects may gain keys; none is renamed or removed."
+                "its balancer events, partitions, rebalances, audit log, pipeline and dead letters, and the admin "
+                "actions (staff, CSRF). Reading is open to everyone unless LEASEBOARD_ANONYMOUS_READ is off (then a "
+                "session is needed: 401). Objects may gain keys; none is renamed or removed."
             ),
         },
-        "paths": {**_reads(), **_details(), **_logs(), **_actions()},
+        "paths": {**_reads(), **_details(), **_dead_letters(), **_logs(), **_actions()},
         "components": _components(),
     }
     for path, operations in found["paths"].items():
@@ -227,6 +229,22 @@ def _details() -> Schema:
             "405",
             "503",
         ),
+    }
+
+
+def _dead_letters() -> Schema:
+    """The path of the dead letters."""
+    return {
+        "/api/deadletters": get(
+            "Dead letters of a hub and consumer group (events a handler gave up on), partition by partition, "
+            "oldest first, a page at a time (at most limit entries and about 4 MiB of files read); replay and "
+            "purge them with the actions replay and purgedeadletters.",
+            json_body(ref("DeadLetters"), "A page (bodies and error texts for staff only); none when there are none."),
+            [*HUB_PARAMETERS, *DEAD_LETTER_PARAMETERS],
+            "400",
+            "401",
+            "405",
+        )
     }
 
 

@@ -71,6 +71,7 @@ def dead_letters(hub: str, latest: int = LATEST) -> dict[str, Any]:
             if size <= DEAD_LETTER_READ_LIMIT:
                 keys.add((str(entry.get("partition_id")), int(entry.get("sequence_number", -1))))
             entry.pop("body_base64", None)
+            entry.pop("amqp_base64", None)
             entries.append(entry)
     entries.sort(key=lambda e: e.get("set_aside_at") or 0.0)
     return {"count": len(keys) + unparsed, "latest": entries[-latest:][::-1]}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..live.console import Lease
 from ..live.lag import STATUSES
 from .action_schemas import PREVIEW, action_body
+from .deadletter_schemas import SCHEMAS as DEAD_LETTER_SCHEMAS
 from .group_schemas import SCHEMAS as GROUP_SCHEMAS
 from .schema_parts import (
     BOOLEAN,
@@ -343,6 +344,7 @@ SCHEMAS: dict[str, Schema] = {
     "LoginRequired": LOGIN_REQUIRED,
     "ActionError": ACTION_ERROR,
     **GROUP_SCHEMAS,
+    **DEAD_LETTER_SCHEMAS,
 }
 
 

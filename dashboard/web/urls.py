@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth
 from django.urls import path
 
-from . import actions, api, groups, openapi, pages, pipeline, scrape
+from . import actions, api, deadletters, groups, openapi, pages, pipeline, scrape
 
 urlpatterns = [
     path("", pages.index, name="index"),
@@ -12,6 +12,8 @@ urlpatterns = [
     path("groups/", pages.groups_page, name="groups"),
     path("pipeline/", pipeline.page, name="pipeline"),
     path("api/pipeline", pipeline.api, name="api-pipeline"),
+    path("deadletters/", deadletters.page, name="deadletters"),
+    path("api/deadletters", deadletters.api_deadletters, name="api-deadletters"),
     path("api/state", api.api_state, name="api-state"),
     path("api/groups", groups.api_groups, name="api-groups"),
     path("api/events", api.api_events, name="api-events"),

@@ -14,6 +14,7 @@
   const reason = $("action-reason");
   const worker = $("action-worker");
   const to = $("action-to");
+  const selection = $("action-selection");
   const force = $("action-force");
   const confirmLast = $("action-confirm-last");
   const previewBox = $("action-preview");
@@ -32,12 +33,13 @@
     const wanted = { action: current.action, target: current.target, reason: reason.value.trim() };
     if (asks(spec, "worker")) wanted.value = worker.value;
     if (asks(spec, "position")) wanted.value = to.value.trim();
+    if (asks(spec, "selection")) wanted.value = selection.value.trim();
     if (spec.force) wanted.force = force.checked;
     return wanted;
   }
   const same = (a, b) => a && b && JSON.stringify({ ...a, reason: "" }) === JSON.stringify({ ...b, reason: "" });
 
-  function open(action, target) {
+  function open(action, target, value) {
     const spec = CATALOGUE.get(action);
     if (!spec) { live.toast(`Unknown action ${action}`); return; }
     current = { action, target: target || spec.fixed_target, spec };
@@ -47,6 +49,8 @@
     dialog.dataset.action = action;
     $("field-worker").hidden = !asks(spec, "worker");
     $("field-to").hidden = !asks(spec, "position");
+    $("field-selection").hidden = !asks(spec, "selection");
+    selection.value = value || "";
     if (asks(spec, "worker")) {
       worker.replaceChildren();
       for (const id of live.workerOrder) {
@@ -60,7 +64,8 @@
     to.value = "";
     force.checked = false;
     const p = live.view.get(target);
-    $("field-force").hidden = !(spec.force && p && p.owner); // only a partition a worker owns needs forcing
+    // Only a partition a worker owns needs forcing a reset; a replay may always be forced (replayed already).
+    $("field-force").hidden = !(spec.force && ((p && p.owner) || asks(spec, "selection")));
     setText($("action-force-help"), spec.force);
     reason.value = "";
     confirmLast.checked = false;
@@ -151,12 +156,12 @@
     const button = e.target.closest("[data-action]");
     if (!button || button.closest("dialog")) return;
     e.preventDefault();
-    open(button.dataset.action, button.dataset.target || "");
+    open(button.dataset.action, button.dataset.target || "", button.dataset.value || "");
   });
   previewButton.addEventListener("click", preview);
   confirmButton.addEventListener("click", confirm);
   $("action-cancel").addEventListener("click", () => dialog.close());
-  for (const input of [reason, worker, to, force, confirmLast]) {
+  for (const input of [reason, worker, to, selection, force, confirmLast]) {
     input.addEventListener("input", () => updateConfirm(needsLast));
     input.addEventListener("change", () => updateConfirm(needsLast));
   }

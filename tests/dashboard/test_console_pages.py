@@ -22,7 +22,7 @@ page = test_browser.page
 
 pytestmark = pytest.mark.slow
 
-NAVIGATION = ["Fleet", "Events", "History", "Pipeline", "Groups"]
+NAVIGATION = ["Fleet", "Events", "History", "Pipeline", "Groups", "Dead letters"]
 
 
 @pytest.fixture(scope="module")

@@ -73,6 +73,8 @@ def test_the_walk_finds_every_console_door() -> None:
         "/groups/",
         "/pipeline/",
         "/api/pipeline",
+        "/deadletters/",
+        "/api/deadletters",
         "/api/state",
         "/api/groups",
         "/api/events",

@@ -1,9 +1,10 @@
 """Events a pump set aside after its handler failed on them, kept for an operator to look at.
 
 Each goes to ``<dead_letter_dir>/<hub>/<partition>.jsonl``, one JSON object per line with
-partition, sequence number, offset, error and the body in base64 (and the latest ones in memory,
-for tests and status output). Setting an event aside moves the checkpoint past it: the pump's
-retry policy (``workers.runtime.pump``) decides when.
+partition, sequence number, offset, error, the body in base64 and, when the event had any, its
+other AMQP sections (its properties) in base64 (and the latest ones in memory, for tests and status
+output). ``workers.deadletter`` reads, replays and purges them. Setting an event aside moves the
+checkpoint past it: the pump's retry policy (``workers.runtime.pump``) decides when.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from balancer.model import HubRef
+from workers.deadletter.files import append_line
 from workers.sources.base import ReceivedEvent
 
 
@@ -50,12 +52,12 @@ class DeadLetters:
             "set_aside_at": time.time(),
             "body_base64": base64.b64encode(event.body).decode("ascii"),
         }
+        if event.amqp:
+            entry["amqp_base64"] = base64.b64encode(event.amqp).decode("ascii")
         path = self.path(ref, event.partition_id)
         with self._lock:
             if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                # One write of one line in append mode: lines of several processes do not interleave.
-                with path.open("a", encoding="utf-8") as f:
-                    f.write(json.dumps(entry, sort_keys=True) + "\n")
+                # One write of one line, under the file's lock: a purge (workers.deadletter) loses none.
+                append_line(path, json.dumps(entry, sort_keys=True) + "\n")
             self.entries.append(entry)
             del self.entries[: -self.keep]
