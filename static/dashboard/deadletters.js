@@ -12,23 +12,13 @@
   const $ = (id) => document.getElementById(id);
   const body = document.body;
   const canAct = body.dataset.canAct === "true";
-  const pill = $("deadletters-connection");
   const partitionSelect = $("deadletters-partition");
   const limitSelect = $("deadletters-limit");
   let partition = body.dataset.deadlettersPartition || ""; // "" for every partition
   let current = ""; // the cursor of the page shown ("" for the first)
   let next = null;
 
-  function showError(text) {
-    const box = $("deadletters-alert");
-    box.hidden = !text;
-    setText(box, text || "");
-  }
-
-  function setState(state, text) {
-    pill.dataset.state = state;
-    setText(pill, text);
-  }
+  const { showError, setState } = live.pollStatus("deadletters-connection", "deadletters-alert");
 
   function bodyCell(view) {
     const td = el("td", "body");

@@ -10,18 +10,8 @@
   const $ = (id) => document.getElementById(id);
   const body = document.body;
   const pollMs = Math.max(1, Number(body.dataset.pollSeconds) || 5) * 1000;
-  const pill = $("groups-connection");
 
-  function showError(text) {
-    const box = $("groups-alert");
-    box.hidden = !text;
-    setText(box, text || "");
-  }
-
-  function setState(state, text) {
-    pill.dataset.state = state;
-    setText(pill, text);
-  }
+  const { showError, setState } = live.pollStatus("groups-connection", "groups-alert");
 
   function statusCell(group) {
     const td = el("td", "lag-status");

@@ -385,6 +385,20 @@
   live.showAlert = showAlert;
   live.toast = toast;
 
+  /** A polling page's status: its pill (``setState``) and its alert box (``showError``; "" hides it). */
+  live.pollStatus = (pillId, alertId) => ({
+    showError(text) {
+      const box = $(alertId);
+      box.hidden = !text;
+      setText(box, text || "");
+    },
+    setState(state, text) {
+      const pill = $(pillId);
+      pill.dataset.state = state;
+      setText(pill, text);
+    },
+  });
+
   // --- connection -----------------------------------------------------------------------------
 
   const conn = $("connection");
