@@ -215,7 +215,10 @@
     error: null,
 
     /** `handlers`: {state(changed: Set|null = everything), events(events, fresh), audit(entries, fresh), connection(state)} */
-    listen(handlers) { this.listeners.push(handlers); },
+    listen(handlers) {
+      this.listeners.push(handlers);
+      if (this.top && handlers.state) handlers.state(null); // a state came first: it gets all of it now
+    },
     /** Resolved after the first state: colours go to workers in id order first, whatever renders first. */
     ready: null,
     emit(name, ...args) {
@@ -527,6 +530,10 @@
   };
 
   window.Leaseboard = live;
-  // The page's own script registers its listeners first (it runs right after this one).
-  setTimeout(connect, 0);
+  // The page's own scripts register their listeners first. They run after this one, but a classic
+  // script's fetch lets timers run meanwhile: on a busy machine a socket opened from setTimeout(0)
+  // delivered its snapshot before fleet.js was loaded, and the grid never got its tiles (the deltas
+  // after it name only what changed). DOMContentLoaded comes after every script of the page ran.
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", connect, { once: true });
+  else setTimeout(connect, 0);
 })();

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Route, WebSocket, expect, sync_playwright
 
 from tests.support.servers import free_port
 from workers.hub.embedded import EmbeddedHub
@@ -130,6 +130,26 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
+FRAMES: dict[Page, list[str]] = {}  # what each page's websockets received, in short (for failures)
+
+
+def frame_summary(payload: str | bytes) -> str:
+    """One websocket frame in a few words: its type, and for states the partitions and their order."""
+    try:
+        message = json.loads(payload)
+    except ValueError:
+        return f"unreadable {len(payload)} bytes"
+    kind = message.get("type")
+    state = message.get("state") if kind == "snapshot" else message
+    if kind in ("snapshot", "delta") and isinstance(state, dict):
+        owners = {p.get("id"): p.get("owner", "-") for p in state.get("partitions", [])}
+        mark, order = state.get("last_event_id"), state.get("order")
+        return f"{kind} v{state.get('version')} last_event_id={mark} {owners} order={order}"
+    if kind in ("events", "history"):
+        return f"{kind} {[(e.get('id'), e.get('kind'), e.get('partition_id')) for e in message.get('events', [])][:8]}"
+    return f"{kind} {str(message)[:120]}"
+
+
 @pytest.fixture
 def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1440, "height": 900})
@@ -138,7 +158,10 @@ def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
     opened.on("pageerror", lambda exc: errors.append(str(exc)))
     # The Content-Security-Policy refuses what a page should not do; a refusal is a bug of the page.
     opened.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
+    frames = FRAMES.setdefault(opened, [])
+    opened.on("websocket", lambda ws: ws.on("framereceived", lambda payload: frames.append(frame_summary(payload))))
     yield opened
+    FRAMES.pop(opened, None)
     report = getattr(request.node, "rep_call", None)
     if report is None or report.failed:
         ARTIFACTS.mkdir(exist_ok=True)
@@ -301,7 +324,10 @@ def balanced(page: Page) -> None:
         served = sorted((p["id"], p["owner"]) for p in state["partitions"])
         raise AssertionError(
             f"{failed}\nthe page's tiles: {sorted(tiles)}\n/api/state now: {served}, workers "
-            f"{[(w['id'], w['owned'], w['alive']) for w in state['workers']]}, last_event_id {state['last_event_id']}"
+            f"{[(w['id'], w['owned'], w['alive']) for w in state['workers']]}, last_event_id {state['last_event_id']}\n"
+            f"the page's order {page.evaluate('window.Leaseboard.order')}, connection "
+            f"{page.evaluate('window.Leaseboard.connection')}; its websocket frames:\n"
+            + "\n".join(FRAMES.get(page, [])[-40:])
         ) from failed
 
 
@@ -346,6 +372,28 @@ def test_staff_drains_a_worker_by_clicking_and_watches_its_partitions_move(busy_
     page.click("#action-confirm")
     expect(page.locator('#workers tr[data-worker="bw-0"]')).to_have_attribute("data-draining", "false")
     expect(page.locator('#feed li[data-kind="undrain"]')).to_have_count(1)
+    balanced(page)
+
+
+def test_the_grid_is_laid_out_when_the_pages_script_loads_after_the_snapshot(busy_site: Site, page: Page) -> None:
+    """On a busy machine the websocket's snapshot came before fleet.js had loaded, and the grid stayed
+    empty for good (the deltas after a snapshot name only what changed). Here fleet.js is held back
+    until the socket has delivered its snapshot (as it did before the page waited for its scripts) or
+    for 3 s."""
+    snapshot_seen: list[bool] = []
+
+    def on_socket(ws: WebSocket) -> None:
+        ws.on("framereceived", lambda payload: snapshot_seen.append('"snapshot"' in str(payload)[:40]))
+
+    def hold_back(route: Route) -> None:
+        deadline = time.monotonic() + 3
+        while not any(snapshot_seen) and time.monotonic() < deadline:
+            page.wait_for_timeout(20)  # lets Playwright deliver the socket's frames meanwhile
+        route.continue_()
+
+    page.on("websocket", on_socket)
+    page.route("**/fleet*.js", hold_back)
+    page.goto(busy_site.url + "/")
     balanced(page)
 
 

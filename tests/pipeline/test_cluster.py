@@ -28,7 +28,10 @@ from workers.pipeline import cluster as spark_view
 from .helpers import alert_kind, assert_newest_alerts_kept, expected_aggregates, expected_minutes
 from .test_end_to_end import PARTITIONS, REF, Producer, Site, read_aggregates, read_alerts, read_summary
 
-pytestmark = pytest.mark.slow
+# Five JVMs (master, two workers, driver, executor) beside the rest of the suite on two cores: 100 s on
+# a quiet machine, and CI once cut it at pytest-timeout's 300 s in mid-run (which phase is now printed
+# by ``site.until``). Each phase has its own deadline; the whole gets twice the usual bound.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 @pytest.fixture

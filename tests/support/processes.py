@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
@@ -141,7 +142,12 @@ class Processes:
         def logs() -> str:
             return "\n".join(f"--- {name}\n{self.log(name)[-3000:]}" for name in self.processes)
 
-        return await waiting.until(condition, what, timeout, step=self.poll, check=self.check_exits, detail=logs)
+        started = time.monotonic()
+        found = await waiting.until(condition, what, timeout, step=self.poll, check=self.check_exits, detail=logs)
+        # Each wait's length, in the test's captured output: a run cut short by pytest-timeout says which
+        # phase took the time (the Spark cluster test was cut at 300 s once in CI with no other clue).
+        print(f"{time.strftime('%H:%M:%S')} waited {time.monotonic() - started:.1f} s for {what}", flush=True)
+        return found
 
 
 @dataclass
