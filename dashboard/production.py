@@ -29,11 +29,14 @@ if (_weak := weak_secret(_key)) is not None:
     )
 SECRET_KEY = _key
 
+# Redirect plain HTTP to HTTPS (turn off when a proxy already redirects).
 SECURE_SSL_REDIRECT = envbool("LEASEBOARD_SSL_REDIRECT", True)
 # Prometheus usually scrapes over the internal network without TLS.
 SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
+# TLS ends at a reverse proxy: trust its X-Forwarded-Proto (name it in LEASEBOARD_TRUSTED_PROXIES too).
 if envbool("LEASEBOARD_BEHIND_TLS_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Strict-Transport-Security's max-age, in seconds (0: no HSTS header).
 SECURE_HSTS_SECONDS = envint("LEASEBOARD_HSTS_SECONDS", 31_536_000, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = True
 SECURE_HSTS_PRELOAD = True
@@ -43,5 +46,7 @@ SESSION_COOKIE_SECURE = True
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_SECURE = True
 X_FRAME_OPTIONS = "DENY"
+# Comma-separated https://host origins trusted for forms and the websocket (the admin behind a proxy).
 CSRF_TRUSTED_ORIGINS = [o for o in envstr("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+# Daphne serves the few static files itself (turn off when a proxy serves STATIC_ROOT after collectstatic).
 LEASEBOARD_SERVE_STATIC = envbool("LEASEBOARD_SERVE_STATIC", True)

@@ -16,10 +16,14 @@ from .clients import trusted_proxies
 from .env import create_private, envbool, envfloat, envint, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# Where the SQLite database, the embedded hub, dead letters, landing and pipeline files go by default.
 VAR_DIR = Path(envstr("LEASEBOARD_VAR_DIR", str(BASE_DIR / "var")))
 
+# Django's secret key: the development default is refused by dashboard.production, which needs 50+ random characters.
 SECRET_KEY = envstr("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me-in-production")
+# Django's debug mode (and its query log); off under dashboard.production, and for the benches' workers.
 DEBUG = envbool("DJANGO_DEBUG", True)
+# Host names the console answers to, comma-separated.
 ALLOWED_HOSTS = [h for h in envstr("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",") if h]
 
 INSTALLED_APPS = [
@@ -75,6 +79,8 @@ TEMPLATES = [
     },
 ]
 
+# The console's database, which the SQL store shares: a URL as dj-database-url reads it (sqlite:///PATH,
+# postgres://USER:PASSWORD@HOST/NAME).
 DATABASES = {
     "default": dj_database_url.parse(
         envstr("DATABASE_URL", f"sqlite:///{VAR_DIR / 'leaseboard.sqlite3'}"),
@@ -133,11 +139,14 @@ STATIC_ROOT = VAR_DIR / "staticfiles"
 # password resets the count. Before that, at most LEASEBOARD_LOGIN_RATE logins a minute per client
 # address are tried at all (each costs a password hash; logins.LoginThrottle).
 AUTHENTICATION_BACKENDS = ["dashboard.control.logins.LoginThrottle", "django.contrib.auth.backends.ModelBackend"]
+# Wrong passwords for one user name from one address before that pair is refused.
 AXES_FAILURE_LIMIT = envint("LEASEBOARD_LOGIN_FAILURES", 5, minimum=1)
+# Logins a minute tried at all from one client, whatever names they give.
 LEASEBOARD_LOGIN_RATE = envint("LEASEBOARD_LOGIN_RATE", 20, minimum=1)
 # Wrong passwords for one user name from all addresses together within the cool-off past which a new
 # address waits a doubling delay between tries (an address it logged in from is never held up).
 LEASEBOARD_LOGIN_USER_FAILURES = envint("LEASEBOARD_LOGIN_USER_FAILURES", 10, minimum=1)
+# Minutes a locked-out user name and address stay refused, and over which wrong passwords are counted.
 AXES_COOLOFF_TIME = timedelta(minutes=envfloat("LEASEBOARD_LOGIN_COOLOFF_MINUTES", 15.0))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
@@ -170,6 +179,8 @@ LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/"
 
+# Redis: the channel layer across processes (release notices, the console's live feed) and the redis store
+# (--store redis). Empty: the in-process channel layer.
 REDIS_URL = envstr("REDIS_URL", "")
 if REDIS_URL:
     CHANNEL_LAYERS = {
@@ -189,6 +200,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # The log level of every process (DEBUG, INFO, WARNING, ...).
     "root": {"handlers": ["console"], "level": envstr("LEASEBOARD_LOG_LEVEL", "INFO")},
     # The Azure SDK logs every HTTP request at INFO (a blob store cycle is a dozen of them).
     "loggers": {"django.channels.server": {"level": "WARNING"}, "azure": {"level": "WARNING"}},
@@ -206,7 +218,9 @@ LEASEBOARD_HUB_DIR = Path(envstr("LEASEBOARD_HUB_DIR", str(VAR_DIR / "hub")))
 # Stores and sources, by the names of --store and --source.
 LEASEBOARD_STORE = envstr("LEASEBOARD_STORE", "sql")
 LEASEBOARD_SOURCE = envstr("LEASEBOARD_SOURCE", "embedded")
-LEASEBOARD_STRATEGY = envstr("LEASEBOARD_STRATEGY", "")  # empty: the project's default
+# The strategy of runworkers without --strategy, and of the action previews when no live worker names
+# its own; empty: the project's default.
+LEASEBOARD_STRATEGY = envstr("LEASEBOARD_STRATEGY", "")
 # runworkers --load-weighted: the default strategy shares partitions by measured events per second.
 LEASEBOARD_LOAD_WEIGHTED = envbool("LEASEBOARD_LOAD_WEIGHTED", False)
 # What each --store name builds, resolved by workers.wiring as Channels resolves CHANNEL_LAYERS:
@@ -255,17 +269,27 @@ LEASEBOARD_LANDING_DIR = Path(envstr("LEASEBOARD_LANDING_DIR", str(VAR_DIR / "la
 LEASEBOARD_LANDING_LINGER = envfloat("LEASEBOARD_LANDING_LINGER", 1.0)
 LEASEBOARD_PIPELINE_DIR = Path(envstr("LEASEBOARD_PIPELINE_DIR", str(VAR_DIR / "pipeline")))
 LEASEBOARD_SPARK_MASTER = envstr("LEASEBOARD_SPARK_MASTER", "local[*]")
-# Optional external services.
+# Optional external services: the Blob store's storage account and container (--store blob), and the event hub
+# of --source eventhubs (a connection string with Listen rights).
 AZURE_STORAGE_CONNECTION_STRING = envstr("AZURE_STORAGE_CONNECTION_STRING", "")
 LEASEBOARD_BLOB_CONTAINER = envstr("LEASEBOARD_BLOB_CONTAINER", "leaseboard")
 EVENTHUB_CONNECTION_STRING = envstr("EVENTHUB_CONNECTION_STRING", "")
-# Events per read of --source eventhubs (the link credit; README, "Event Hubs": latency by prefetch).
+# Events per read of --source eventhubs (the link credit; docs/azure.md: latency by prefetch).
 EVENTHUB_PREFETCH = envint("EVENTHUB_PREFETCH", 20, minimum=1)
 
 # --- the operator console ---------------------------------------------------------------------
 # Anonymous visitors see the read-only console (True) or are sent to the login page (False).
 # Actions always need a staff login, whatever this says; /metrics stays open for Prometheus.
 LEASEBOARD_ANONYMOUS_READ = envbool("LEASEBOARD_ANONYMOUS_READ", True)
+# Who sees event bodies in the partition page's event browser (/api/partitions/<id>/events): "staff" (as
+# dead letters' bodies: a reader, anonymous by default, may not see what homes send) or "readers" (all
+# who may read the console). Properties, keys, sequence numbers, offsets and times: every reader.
+LEASEBOARD_EVENT_BODIES = envstr("LEASEBOARD_EVENT_BODIES", "staff")
+if LEASEBOARD_EVENT_BODIES not in ("staff", "readers"):
+    raise ImproperlyConfigured(f"LEASEBOARD_EVENT_BODIES must be staff or readers, got {LEASEBOARD_EVENT_BODIES!r}")
+# The consumer group the event browser reads Event Hubs as ("": LEASEBOARD_CONSUMER_GROUP). Event Hubs
+# refuses it a partition a worker's exclusive receiver reads in the same group: give it a group of its own.
+LEASEBOARD_BROWSE_CONSUMER_GROUP = envstr("LEASEBOARD_BROWSE_CONSUMER_GROUP", "")
 # Work a visitor can cause is bounded: at most this many hubs are watched at once (the least recently
 # used unwatched one makes room; only hubs the store knows are watched at all), and at most this
 # many websockets are served (more are closed with 4503, try again later).
@@ -274,7 +298,7 @@ LEASEBOARD_SOCKETS_MAX = envint("LEASEBOARD_SOCKETS_MAX", 500, minimum=1)
 # Of those, at most this many per client (a signed-in user, else an address); anonymous readers together
 # leave a tenth to signed-in users (dashboard/web/sockets.py).
 LEASEBOARD_SOCKETS_PER_CLIENT = envint("LEASEBOARD_SOCKETS_PER_CLIENT", 20, minimum=1)
-# Lag status (README "Lag and partition status"): a sample of every partition's checkpoint and lag
+# Lag status (docs/monitoring.md, "Lag and partition status"): a sample of every partition's checkpoint and lag
 # every LAG_SAMPLE_SECONDS; the status is judged over the last LAG_WINDOW samples; STOP after no
 # checkpoint for LAG_STOP_SECONDS; samples are kept LAG_RETENTION_SECONDS for the lag charts.
 LEASEBOARD_LAG_SAMPLE_SECONDS = envfloat("LEASEBOARD_LAG_SAMPLE_SECONDS", 5.0)

@@ -2,7 +2,7 @@
 
 The monitor samples every partition every ``LEASEBOARD_LAG_SAMPLE_SECONDS``; ``Window`` keeps the
 last ``size`` samples of one partition and ``status()`` judges them. The first rule that matches
-wins (README, "Lag and partition status"):
+wins (docs/monitoring.md, "Lag and partition status"):
 
 1. no lag figure (the event source could not be read): no status (None);
 2. REWIND: the checkpointed sequence number went down between two samples of the window;

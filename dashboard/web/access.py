@@ -9,8 +9,9 @@ doors open to everyone are listed in ``OPEN`` with the reason each is open.
 
 Acting: only an active staff user, over HTTP POST with Django's CSRF token, never over the
 websocket (``can_act``). What a reader who is not staff sees is trimmed here too: user names in the
-audit log (``audit_for``), and dead letters' bodies and error texts, which may repeat an event's
-body (``dead_letters_for``).
+audit log (``audit_for``), dead letters' bodies and error texts, which may repeat an event's
+body (``dead_letters_for``), and the event browser's bodies unless ``LEASEBOARD_EVENT_BODIES`` is
+``readers`` (``sees_event_bodies``).
 """
 
 from __future__ import annotations
@@ -170,3 +171,9 @@ def _error_kind(error: Any) -> str:
     """``"ValueError: <text>"`` → ``"ValueError (the text is shown to staff only: …)"``."""
     kind = str(error).partition(":")[0].strip()
     return f"{kind} {HIDDEN_ERROR}" if kind.isidentifier() else HIDDEN_ERROR
+
+
+def sees_event_bodies(user: Any) -> bool:
+    """Whether ``user`` sees the bodies of a hub's events (the event browser): staff always, every
+    reader when ``LEASEBOARD_EVENT_BODIES`` is ``readers``."""
+    return settings.LEASEBOARD_EVENT_BODIES == "readers" or can_act(user)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from django.http import HttpRequest, JsonResponse
 
 from .deadletter_schemas import PARAMETERS as DEAD_LETTER_PARAMETERS
+from .eventbrowser_schemas import PARAMETERS as EVENT_BROWSER_PARAMETERS
 from .methods import read_only
 from .schema_parts import (
     HUB_PARAMETERS,
@@ -94,6 +95,7 @@ OPERATION_IDS = {
     "/api/groups": "groups",
     "/api/events": "events",
     "/api/partitions/{partition_id}": "partition",
+    "/api/partitions/{partition_id}/events": "partitionEvents",
     "/api/history": "history",
     "/api/audit": "audit",
     "/api/refusals": "refusals",
@@ -119,7 +121,7 @@ def document() -> Schema:
                 "session is needed: 401). Objects may gain keys; none is renamed or removed."
             ),
         },
-        "paths": {**_reads(), **_details(), **_dead_letters(), **_logs(), **_actions()},
+        "paths": {**_reads(), **_details(), **_event_browser(), **_dead_letters(), **_logs(), **_actions()},
         "components": _components(),
     }
     for path, operations in found["paths"].items():
@@ -181,16 +183,19 @@ def _reads() -> Schema:
     }
 
 
+PARTITION_ID: Schema = {
+    "name": "partition_id",
+    "in": "path",
+    "required": True,
+    "description": "A partition id: '0', '1', ...",
+    "schema": {"type": "string", "pattern": PARTITION_PATTERN},
+    "example": "0",
+}
+
+
 def _details() -> Schema:
     """The paths of one partition, the rebalances and the pipeline."""
-    partition_id = {
-        "name": "partition_id",
-        "in": "path",
-        "required": True,
-        "description": "A partition id: '0', '1', ...",
-        "schema": {"type": "string", "pattern": PARTITION_PATTERN},
-        "example": "0",
-    }
+    partition_id = PARTITION_ID
     hub_params = list(HUB_PARAMETERS)
     return {
         "/api/partitions/{partition_id}": {
@@ -229,6 +234,45 @@ def _details() -> Schema:
             "405",
             "503",
         ),
+    }
+
+
+def _event_browser() -> Schema:
+    """The path of a partition's events (the event browser)."""
+    summary = (
+        "A partition's events as the hub holds them (embedded hub or Event Hubs), read without a lease or a "
+        "checkpoint: a page of at most count events and about 4 MiB, at a position or before or after a cursor, "
+        "newest first by default; bodies decoded as JSON, text or hex (staff only unless LEASEBOARD_EVENT_BODIES "
+        "is readers)."
+    )
+    return {
+        "/api/partitions/{partition_id}/events": {
+            "get": {
+                "summary": summary,
+                "parameters": [PARTITION_ID, *HUB_PARAMETERS, *EVENT_BROWSER_PARAMETERS],
+                "responses": {
+                    **responses(
+                        json_body(ref("HubEvents"), "A page of events; none past the end."),
+                        "401",
+                        "405",
+                    ),
+                    "400": json_body(
+                        ref("Error"),
+                        "A malformed parameter, a partition the hub does not have, or a position naming no event "
+                        "(an offset where none starts, a sequence number past the end).",
+                    ),
+                    "404": {
+                        "description": "An unknown hub or consumer group (JSON); a path that is no partition "
+                        "URL at all (Django's HTML page).",
+                        "content": {"application/json": {"schema": ref("Error")}, **HTML},
+                    },
+                    "503": {
+                        **json_body(ref("Error"), "The hub cannot be read (or the store or the database is down)."),
+                        "headers": RETRY_AFTER,
+                    },
+                },
+            }
+        }
     }
 
 

@@ -9,6 +9,7 @@ from ..live.console import Lease
 from ..live.lag import STATUSES
 from .action_schemas import PREVIEW, action_body
 from .deadletter_schemas import SCHEMAS as DEAD_LETTER_SCHEMAS
+from .eventbrowser_schemas import SCHEMAS as EVENT_BROWSER_SCHEMAS
 from .group_schemas import SCHEMAS as GROUP_SCHEMAS
 from .schema_parts import (
     BOOLEAN,
@@ -345,6 +346,7 @@ SCHEMAS: dict[str, Schema] = {
     "ActionError": ACTION_ERROR,
     **GROUP_SCHEMAS,
     **DEAD_LETTER_SCHEMAS,
+    **EVENT_BROWSER_SCHEMAS,
 }
 
 

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth
 from django.urls import path
 
-from . import actions, api, deadletters, groups, openapi, pages, pipeline, scrape
+from . import actions, api, deadletters, eventbrowser, groups, openapi, pages, pipeline, scrape
 
 urlpatterns = [
     path("", pages.index, name="index"),
@@ -18,6 +18,11 @@ urlpatterns = [
     path("api/groups", groups.api_groups, name="api-groups"),
     path("api/events", api.api_events, name="api-events"),
     path("api/partitions/<str:partition_id>", api.api_partition, name="api-partition"),
+    path(
+        "api/partitions/<str:partition_id>/events",
+        eventbrowser.api_partition_events,
+        name="api-partition-events",
+    ),
     path("api/history", api.api_history, name="api-history"),
     path("api/audit", api.api_audit, name="api-audit"),
     path("api/refusals", api.api_refusals, name="api-refusals"),

@@ -184,8 +184,11 @@ async def finish(fleet: Fleet) -> list[str]:
     for worker in stopping:
         fleet.fault("sigterm", stopped_at, {worker.owner}, planned=True)
     durations = await asyncio.gather(*(asyncio.to_thread(fleet.terminate, w) for w in stopping))
-    if durations and max(durations) > 15:
-        problems.append(f"SIGTERM took {max(durations):.1f}s to drain (bound: 15s)")
+    for worker, took in zip(stopping, durations, strict=True):
+        if took > 15:  # with its own account of the stop: which step took the time
+            told = [line for line in worker.log.read_text(errors="replace").splitlines() if "SIGTERM" in line]
+            after = worker.log.read_text(errors="replace").split(told[-1], 1)[-1] if told else ""
+            problems.append(f"SIGTERM took {took:.1f}s to drain {worker.owner} (bound: 15s); its log then:{after}")
     return problems
 
 

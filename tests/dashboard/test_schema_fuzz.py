@@ -177,7 +177,7 @@ def test_no_anonymous_input_reaches_a_500_on_postgresql_with_the_production_sett
     production_console: Console,
 ) -> None:
     """The same run, as an anonymous reader (the actions refused before their code: 403, counted) of a
-    console deployed as the README says."""
+    console deployed as the manual says (docs/monitoring.md, "Deployment")."""
     url = production_console.url
     run = run_schemathesis(url, {"sessionid": "", "csrftoken": ""}, behind_proxy(url), PRODUCTION_EXAMPLES)
     assert_clean_run(run, production_console, "schemathesis-production.txt")

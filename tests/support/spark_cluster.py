@@ -1,7 +1,7 @@
 """A real Spark standalone cluster on loopback: a master and workers as separate JVM processes.
 
 Started with nothing but the ``pyspark`` package (its ``bin/spark-class``, ``SPARK_HOME`` = the
-package folder), as ``/work/shared/ENVIRONMENT.md`` and the README's pipeline section say: each
+package folder), as ``/work/shared/ENVIRONMENT.md`` and the manual's pipeline page (docs/pipeline.md) say: each
 process on free ports, in its own process group (one id stops the JVM and the executors a worker
 forked), each worker's application folders in ``SPARK_WORKER_DIR`` under the cluster's temporary
 home (not inside the virtual environment), ``PYSPARK_PYTHON`` = this Python.

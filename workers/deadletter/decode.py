@@ -69,6 +69,11 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+def json_safe(properties: dict[Any, Any]) -> dict[str, Any]:
+    """Application properties as a source gives them (keys and values may be bytes), JSON-safe."""
+    return {str(_plain(k)): _plain(v) for k, v in properties.items()}
+
+
 def properties_of(amqp: bytes) -> dict[str, Any]:
     """The application properties in ``amqp`` (an event's sections), JSON-safe; {} when none or unreadable."""
     if not amqp:
@@ -79,7 +84,7 @@ def properties_of(amqp: bytes) -> dict[str, Any]:
         return {}
     for code, value in found:
         if code == APPLICATION_PROPERTIES and isinstance(value, dict):
-            return {str(_plain(k)): _plain(v) for k, v in value.items()}
+            return json_safe(value)
     return {}
 
 

@@ -39,8 +39,8 @@ from pathlib import Path
 
 from workers.hub import placement
 from workers.hub.log import EMPTY, MAX_AMQP, MAX_BODY, MAX_KEY, CorruptLog, LogFile, Tail, encode
-from workers.hub.reader import Drills, HubReader, start_of
-from workers.sources.base import PartitionProperties, Position, ReceivedEvent
+from workers.hub.reader import Drills, HubReader, browse, start_of
+from workers.sources.base import Browsed, PartitionProperties, Position, ReceivedEvent, Start
 
 __all__ = ["MAX_BODY", "MAX_KEY", "CorruptLog", "EmbeddedHub"]
 
@@ -135,6 +135,23 @@ class EmbeddedHub:
             raise
         drills = Drills(str(self._wedge_path(partition_id)), str(self._refuse_path(partition_id)))
         return HubReader(log_file, pos, next_sequence, drills)
+
+    def browse(
+        self,
+        partition_id: str,
+        start: Start,
+        max_events: int,
+        max_bytes: int,
+        *,
+        until: int | None = None,
+        consumer_group: str | None = None,
+    ) -> list[Browsed]:
+        """A bounded read that takes nothing (``workers.sources.base.Browsing``); no consumer groups here."""
+        self._check_partition(partition_id)
+        log_file = LogFile(str(self._log_path(partition_id)), self.name, partition_id)
+        hint = self._tails.get(partition_id, EMPTY)
+        drills = Drills(str(self._wedge_path(partition_id)), str(self._refuse_path(partition_id)))
+        return browse(log_file, start, hint, drills, max_events, max_bytes, until)
 
     def wedge(self, partition_id: str) -> None:
         """A fault drill: every reader of ``partition_id`` open now stops answering (it gives nothing and

@@ -1,6 +1,7 @@
 """Reading an embedded hub's partition: where a reader starts (``start_of``) and the reader itself
 (``HubReader``). Readers never lock; what they see past the last complete record is "not yet
-written" (``workers.hub.log``)."""
+written" (``workers.hub.log``). ``browse`` is ``EmbeddedHub.browse``: a bounded read from a position
+given by sequence number, offset or time, for the console's event browser."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import os
 import time
 from dataclasses import dataclass
 
-from workers.hub.log import CorruptLog, Cursor, LogFile, Tail
+from workers.hub.log import MAX_RECORD, MIN_RECORD, TRAILER, CorruptLog, Cursor, LogFile, Tail
 from workers.sources.arrivals import WatchedReader
-from workers.sources.base import Position, ReceivedEvent
+from workers.sources.base import Browsed, Position, ReceivedEvent, Start
 
 log = logging.getLogger("workers.hub.embedded")  # the hub's logger: its lines keep the name they had
 
@@ -122,3 +123,72 @@ def start_of(log_file: LogFile, position: Position, hint: Tail) -> tuple[int, in
             f"{where}: cannot start after sequence number {sequence}, the last event is {cursor.next_sequence - 1}"
         )
     return cursor.pos, cursor.next_sequence
+
+
+def browse(
+    log_file: LogFile, start: Start, hint: Tail, drills: Drills, max_events: int, max_bytes: int, until: int | None
+) -> list[Browsed]:
+    """``EmbeddedHub.browse`` on ``log_file`` (closed when done): see ``workers.sources.base.Browsing``."""
+    try:
+        pos, next_sequence = _browse_start(log_file, start, hint)
+    except BaseException:
+        log_file.close()
+        raise
+    reader = HubReader(log_file, pos, next_sequence, drills)
+    out: list[Browsed] = []
+    read = 0
+    try:
+        while len(out) < max_events and read < max_bytes:
+            if until is not None and reader.next_sequence_number > until:
+                break
+            events = reader.receive(1)  # one at a time: the byte bound stops the read, not a batch
+            if not events:
+                break
+            read += len(events[0].body) + len(events[0].amqp)
+            out.append(Browsed(events[0]))
+    finally:
+        reader.close()
+    return out
+
+
+def _browse_start(log_file: LogFile, start: Start, hint: Tail) -> tuple[int, int]:
+    """(byte position, next sequence number) of the first event ``start`` names (inclusive)."""
+    if start.offset is not None:
+        if not start.offset.isdigit():
+            raise ValueError(f"offset must be a string of digits, got {start.offset!r}")
+        found = log_file.record_at(int(start.offset))
+        if found is None:
+            raise ValueError(f"partition {log_file.partition_id}: no event starts at offset {start.offset}")
+        return int(start.offset), found[0]
+    if start.enqueued_time is not None:
+        # Enqueued times never go back within a partition: the first at or after the time is found
+        # by a forward walk over the records' headers (a scan of the log, as a sequence number is).
+        cursor = Cursor(log_file, 0, 0)
+        while True:
+            pos, sequence = cursor.pos, cursor.next_sequence
+            if cursor.read(1, None) == 0 or (cursor.last_time or 0.0) >= start.enqueued_time:
+                return pos, sequence
+    sequence = start.sequence_number or 0
+    if sequence <= 0:
+        return 0, 0
+    return _back_from_tail(log_file, sequence, hint) or start_of(log_file, Position.after(sequence - 1), hint)
+
+
+BACK_WALK = 10_000  # records walked back from the tail at most before a scan from the start is cheaper
+
+
+def _back_from_tail(log_file: LogFile, sequence: int, hint: Tail) -> tuple[int, int] | None:
+    """Where event ``sequence`` starts, found by walking back from the tail through the records'
+    trailing lengths (a browser's newest pages: a few reads, not a scan of the log); None when it is
+    not within BACK_WALK of the tail or a record on the way is not intact."""
+    tail = log_file.find_tail(hint)
+    if not tail.next_sequence - BACK_WALK <= sequence < tail.next_sequence:
+        return None
+    pos, at = tail.end, tail.next_sequence
+    while at > sequence:  # trailers only on the way: the record arrived at is checked whole
+        (length,) = TRAILER.unpack(log_file.pread(TRAILER.size, pos - TRAILER.size))
+        if not MIN_RECORD <= length <= min(pos, MAX_RECORD):
+            return None
+        pos, at = pos - length, at - 1
+    found = log_file.record_at(pos)
+    return (pos, at) if found is not None and found[0] == at else None

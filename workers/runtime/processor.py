@@ -46,6 +46,7 @@ from workers.runtime.outages import WorkerLogs
 from workers.runtime.pump import PartitionPump, Sleep
 from workers.runtime.pumps import Pumps
 from workers.runtime.slowcycles import CycleWatch
+from workers.runtime.stopping import stop_worker
 from workers.runtime.waiting import Waits
 from workers.sources.base import EventSource
 
@@ -380,21 +381,19 @@ class EventProcessor:
         self._pumps.clear()
 
     async def shutdown(self) -> None:
-        """Stop pumps (final checkpoints), then release every partition. Bounded in time."""
+        """Stop pumps (final checkpoints), then release every partition. Bounded in time (``stopping``)."""
         self.stop()
-        self._pumpset.unwatch_deadlines()
-        await self._pumpset.stop_all(self.shutdown_timeout, self.cycles)
-        await self._handoffs.finish(self.shutdown_timeout)
-        try:
+
+        async def release() -> None:
             async with self._lock:
-                await asyncio.wait_for(self.coordinator.release_all(), timeout=self.shutdown_timeout)
-        except Exception as exc:
-            metrics.STORE_ERRORS.labels(operation="release").inc()
-            log.warning(
-                "worker %s: could not release its partitions (%s: %s); others take them after expiry (%gs)",
-                self.owner_id,
-                type(exc).__name__,
-                exc,
-                self.coordinator.expiry,
-            )
-        log.info("worker %s stopped", self.owner_id)
+                await self.coordinator.release_all()
+
+        await stop_worker(
+            self.owner_id,
+            self._pumpset,
+            self._handoffs,
+            release(),
+            coordinator=self.coordinator,
+            timeout=self.shutdown_timeout,
+            cycles=self.cycles,
+        )

@@ -7,12 +7,15 @@ also offer ``notify(wake)`` to wake its pump when new events come instead of bei
 (``workers.sources.arrivals``), and ``gate(may_open)``: a reader whose link can take the partition
 from another reader (Event Hubs' owner level) opens it only while ``may_open()``, which the pump
 answers with "my lease is still valid".
+
+A source may also offer ``browse`` (``Browsing``): a bounded look at a partition's events from a
+position, for people (the console's event browser), with no lease, no checkpoint and no exclusive link.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class PartitionTaken(Exception):
@@ -98,3 +101,43 @@ class EventSource(Protocol):
         """A reader of one partition starting at ``position``; ValueError for an unknown partition."""
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Where a browse starts, inclusive; exactly one field is set: the event with this sequence
+    number, the event at this offset, or the first event enqueued at or after this time (seconds
+    since the epoch)."""
+
+    sequence_number: int | None = None
+    offset: str | None = None
+    enqueued_time: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Browsed:
+    """An event a browse read, and its application properties where the source gives them apart
+    (Event Hubs' SDK; None: they are in ``event.amqp``, as the embedded hub keeps them)."""
+
+    event: ReceivedEvent
+    properties: dict[Any, Any] | None = None
+
+
+class Browsing(Protocol):
+    def browse(
+        self,
+        partition_id: str,
+        start: Start,
+        max_events: int,
+        max_bytes: int,
+        *,
+        until: int | None = None,
+        consumer_group: str | None = None,
+    ) -> list[Browsed]:
+        """Up to ``max_events`` events of ``partition_id`` from ``start`` on, in sequence order, read
+        without a lease, a checkpoint or an exclusive link (a worker's reader is never cut off). The
+        read stops after the event with sequence number ``until``, at the partition's end, or once
+        ``max_bytes`` of bodies and sections are read (the event that crosses it is the last one).
+        ``consumer_group``: the group to read as (Event Hubs; None: the source's own). Raises
+        ValueError for an unknown partition or a start naming no event, anything else when the hub
+        cannot be read."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
+import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -33,6 +35,8 @@ from workers.wiring import (
     store_names,
     wait_for_stores,
 )
+
+log = logging.getLogger("leaseboard.worker")
 
 
 def add_worker_options(parser: CommandParser, count_option: str = "--count", default_count: int = 1) -> None:
@@ -141,7 +145,9 @@ class Command(BaseCommand):
         try:
             asyncio.run(self._run(fleet))
         finally:
+            closing = time.monotonic()
             fleet.source.close()
+            log.info("hub source closed in %.1fs", time.monotonic() - closing)
         failures = [p.failure for p in fleet.processors if p.failure is not None]
         if failures:  # a non-zero exit, for the supervisor to restart the process
             raise CommandError("; ".join(failures))
@@ -152,9 +158,11 @@ class Command(BaseCommand):
             if await wait_for_stores(fleet):
                 await run_workers(fleet.processors, sink=fleet.sink)
         finally:
+            closing = time.monotonic()
             listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await listener
             await fleet.notices.aclose()
             await close_stores(fleet.stores)
             await close_race_stores()
+            log.info("notices and stores closed in %.1fs", time.monotonic() - closing)

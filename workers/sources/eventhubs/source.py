@@ -23,7 +23,8 @@ from collections.abc import Callable
 from azure.eventhub import parse_connection_string
 from azure.eventhub.exceptions import AuthenticationError
 
-from workers.sources.base import PartitionProperties, Position
+from workers.sources.base import Browsed, PartitionProperties, Position, Start
+from workers.sources.eventhubs.browse import browse_with
 from workers.sources.eventhubs.errors import (
     CONNECTION_STRING_FORMAT,
     ENV_CONNECTION_STRING,
@@ -180,6 +181,26 @@ class EventHubsSource:
         )
         self._readers.add(reader)
         return reader
+
+    def browse(
+        self,
+        partition_id: str,
+        start: Start,
+        max_events: int,
+        max_bytes: int,
+        *,
+        until: int | None = None,
+        consumer_group: str | None = None,
+    ) -> list[Browsed]:
+        """A bounded read that takes nothing (``workers.sources.base.Browsing``, ``browse.py``), on a
+        client of its own, as ``consumer_group`` (None: this source's). Raises ValueError for an
+        unknown partition, ConnectionError (the SDK's error, redacted) when the hub cannot be read."""
+        self._check_partition(partition_id)
+        client = self._factory(self._connection_string, self.hub, consumer_group or self.consumer_group)
+        try:
+            return browse_with(client, partition_id, start, max_events, max_bytes, until)
+        except Exception as exc:  # said without the key, and never a ValueError (that is the caller's mistake)
+            raise ConnectionError(f"{type(exc).__name__}: {self._redact(exc)}") from None
 
     def probe(self) -> None:
         """Asks the hub for its partition ids on a client of its own, made for this probe and closed after
