@@ -23,6 +23,7 @@ BENCHMARKS = [
     ("embedded hub: raw read and write rates", "tests.benchmarks.bench_hub"),
     ("one worker end to end on the embedded hub", "tests.benchmarks.bench_worker"),
     ("one worker vs the hub's raw read rate; memory over 10M events", "tests.benchmarks.bench_throughput"),
+    ("one worker with tracing off and on vs a floor without the tracing hooks", "tests.benchmarks.bench_tracing"),
     ("strategies x scenarios (simulator)", "tests.benchmarks.bench_strategies"),
     ("simulator vs real runworkers processes: seconds to balance and moves", "tests.benchmarks.bench_sim_vs_real"),
     ("store requests per worker per cycle, every real store", "tests.benchmarks.bench_stores"),

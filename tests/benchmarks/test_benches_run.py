@@ -25,7 +25,7 @@ from tests.benchmarks.size import ENV
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-FAST = {"bench_hub", "bench_worker", "bench_throughput", "bench_pipeline_state", "bench_visitors"}
+FAST = {"bench_hub", "bench_worker", "bench_throughput", "bench_tracing", "bench_pipeline_state", "bench_visitors"}
 # Seconds a bench may take at its tiny size before it is stopped and failed (pytest-timeout's 300 s
 # otherwise): measured on this 2-core machine with the suite's load beside it, times about three.
 TIMEOUTS = {

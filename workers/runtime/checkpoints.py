@@ -28,6 +28,7 @@ from balancer.model import Checkpoint, HubRef
 from balancer.protocol import CheckpointStore
 from workers.runtime.config import PumpConfig, PumpStats
 from workers.runtime.sink import OutageLog
+from workers.runtime.tracing import pump_trace
 from workers.sources.base import ReceivedEvent
 
 log = logging.getLogger("leaseboard.pump")
@@ -171,6 +172,7 @@ class Checkpointer:
         self._since = 0  # events done since the last checkpoint
         self._at = 0.0  # ``monotonic`` time of the last checkpoint (or of the start)
         self._retry_at = 0.0  # no write before this ``monotonic`` time (after a failed one)
+        self._trace = pump_trace(ref, partition_id, owner_id)  # None while tracing is off
 
     def start(self) -> None:
         """Count ``checkpoint_seconds`` from now (the pump has just opened its reader)."""
@@ -249,6 +251,8 @@ class Checkpointer:
         metrics.CHECKPOINTS.inc()
         self._stats.checkpoints += 1
         self._stats.checkpointed = sequence
+        if self._trace is not None:
+            self._trace.checkpointed(sequence, offset, self._since)
         self._since = 0
         self._at = now
         return True

@@ -28,6 +28,7 @@ from workers.runtime.deadletters import DeadLetters
 from workers.runtime.lane import ThreadLane
 from workers.runtime.sequence import SequenceGuard
 from workers.runtime.syncwork import SyncWork
+from workers.runtime.tracing import traced
 from workers.sources.base import ReceivedEvent
 
 log = logging.getLogger("leaseboard.pump")
@@ -60,6 +61,7 @@ class HandlerCalls:
         lease_gone: Callable[[Exception | None], bool],
         pause: Callable[[float], Awaitable[None]],
     ) -> None:
+        handler = traced(handler, ctx)  # itself while tracing is off
         self._handler = handler
         self.ctx = ctx
         self._ref, self._owner_id, self._partition_id = ctx.ref, ctx.owner_id, ctx.partition_id  # dead letters' names

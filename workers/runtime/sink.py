@@ -20,6 +20,7 @@ from typing import Any
 import workers.metrics as metrics
 from balancer.errors import StoreError
 from balancer.model import BalancerEvent
+from workers.runtime import tracing
 
 log = logging.getLogger("leaseboard.events")
 
@@ -114,6 +115,7 @@ class EventSink:
             event.reason,
         )
         metrics.observe_event(event)
+        tracing.ownership(event)  # a span event, while tracing is on
         self.seen.append(event)
         del self.seen[: -self.keep]
         if self._publish is not None:

@@ -37,6 +37,9 @@ class ReceivedEvent:
     # body that is one data section (that is ``body``); empty for an event sent as bytes alone.
     # ``workers.hub.amqp.sections`` reads it; the embedded hub stores it in format-2 records.
     amqp: bytes = b""
+    # The W3C trace context (``traceparent``, ``tracestate``) of a source that reads the message's
+    # application properties apart from ``amqp`` (Event Hubs' SDK); the tracing reads either.
+    trace_context: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

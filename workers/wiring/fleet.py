@@ -28,6 +28,7 @@ from ..runtime.config import PumpConfig
 from ..runtime.deadletters import DeadLetters
 from ..runtime.processor import EventProcessor
 from ..runtime.sink import EventSink
+from ..runtime.tracing import setup as setup_tracing
 from ..sources.base import EventSource, Position
 from ..sources.partitions import PartitionList
 from .config import FleetConfig, FleetError, Timing, check_limits, check_resolution, check_timing, log, workers_clock
@@ -62,6 +63,7 @@ def build_fleet(config: FleetConfig, source: EventSource | None = None) -> Fleet
     """The workers ``config`` describes (on ``source`` if given). Raises FleetError naming what to fix."""
     timing = check_timing(config)
     check_limits(config)
+    setup_tracing()  # OpenTelemetry spans, when the OTEL_* variables ask for them (docs/tracing.md)
     clock = workers_clock()
     weighted = bool(config.load_weighted or settings.LEASEBOARD_LOAD_WEIGHTED)
     try:

@@ -14,6 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from workers.hub.embedded import EmbeddedHub
 from workers.progress import Tracker, progress
+from workers.runtime.tracedsend import traced_sends
 from workers.sensors import run_producer
 
 
@@ -54,7 +55,8 @@ class Command(BaseCommand):
         try:
             # A progress line on a terminal (stderr) only; the hub is wrapped only while it shows.
             with _stop_on_signals(stop), progress(f"hub {name!r}", total=count, unit="events") as task:
-                target = cast(EmbeddedHub, _Counting(hub, task)) if task.enabled else hub
+                sender = traced_sends(hub, name)  # the hub itself unless OTEL_* turn tracing on (docs/tracing.md)
+                target = cast(EmbeddedHub, _Counting(sender, task)) if task.enabled else sender
                 produced = run_producer(
                     target,
                     rate,

@@ -225,7 +225,26 @@ def received(partition_id: str, event: EventData) -> ReceivedEvent:
         enqueued_time=enqueued.timestamp(),
         partition_key=key.decode("utf-8", "replace") if isinstance(key, bytes) else key,
         body=_body(event),
+        trace_context=trace_context(event.properties),
     )
+
+
+TRACE_KEYS = ("traceparent", "tracestate")
+DIAGNOSTIC_ID = "diagnostic-id"  # Azure's older name of ``traceparent``, used where that is missing
+
+
+def trace_context(properties: dict[Any, Any] | None) -> tuple[tuple[str, str], ...]:
+    """``traceparent`` and ``tracestate`` among an event's application properties (keys of any case,
+    str or bytes), a ``Diagnostic-Id`` standing in for a missing ``traceparent``; () when none."""
+    found: dict[str, str] = {}
+    for key, value in (properties or {}).items():
+        name = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+        if isinstance(name, str) and isinstance(text, str) and text:
+            found[name.lower()] = text
+    if "traceparent" not in found and DIAGNOSTIC_ID in found:
+        found["traceparent"] = found[DIAGNOSTIC_ID]
+    return tuple((key, found[key]) for key in TRACE_KEYS if key in found)
 
 
 def properties(partition_id: str, raw: dict[str, Any]) -> PartitionProperties:
