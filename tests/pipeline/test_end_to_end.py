@@ -57,8 +57,11 @@ class Site(SqlSite):
         return self.root / "var" / "pipeline" / REF.hub / "archive"
 
     def landing_files(self) -> list[Path]:
-        """Every file landed so far, in the landing or already archived."""
-        return [*self.landing.glob("*/*.parquet"), *self.archive.rglob("*.parquet")]
+        """Every file landed so far, in the landing or already archived. Not the hidden ones, as Spark's
+        file source skips them: a write in progress (``.tmp-<pid>-…``, empty until it is renamed; a worker
+        SIGKILLed mid-write leaves it behind, as ci-under-load saw) or a range kept beside its twin."""
+        found = [*self.landing.glob("*/*.parquet"), *self.archive.rglob("*.parquet")]
+        return [path for path in found if not path.name.startswith(".")]
 
     def landed_keys(self) -> list[Key]:
         return [key for path in self.landing_files() for key in read_landing(path)]
