@@ -32,7 +32,7 @@ from workers.models import Alert, MinuteSummary, PipelineBatch, UnreadableFile
 from workers.pipeline import cluster
 
 from ..live.state import parse_ref
-from .access import dead_letters_for
+from .access import can_act, dead_letters_for
 from .methods import read_only
 
 SENSORS = ("motion", "door", "window", "glass_break", "smoke")
@@ -163,7 +163,7 @@ def page(request: HttpRequest) -> HttpResponse:
         hub = _hub(request)
     except ValueError as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain")
-    return render(request, "pipeline.html", {"hub": hub, "poll_seconds": 3})
+    return render(request, "pipeline.html", {"hub": hub, "poll_seconds": 3, "can_act": can_act(request.user)})
 
 
 @read_only

@@ -131,6 +131,16 @@ def test_the_page_loads_its_script_and_points_it_at_the_api(client: Client, fold
     assert "http" not in script.read_text().replace("http://www.w3.org/2000/svg", ""), "no CDN or remote URL"
 
 
+def test_staff_are_not_called_read_only_on_the_page(client: Client, folders: Landing, django_user_model: Any) -> None:
+    html = client.get("/pipeline/", {"hub": HUB}).content.decode()
+    assert "(read-only)" not in html  # anonymous: no user shown at all
+    client.force_login(django_user_model.objects.create_user("reader", password="pw-reader-1"))
+    assert "reader (read-only)" in client.get("/pipeline/", {"hub": HUB}).content.decode()
+    client.force_login(django_user_model.objects.create_user("operator", password="pw-operator-1", is_staff=True))
+    html = client.get("/pipeline/", {"hub": HUB}).content.decode()
+    assert "operator" in html and "(read-only)" not in html  # it read "operator (read-only)" before
+
+
 def test_the_collector_gives_metrics_the_pipeline_figures(folders: Landing) -> None:
     MinuteSummary.objects.create(hub=HUB, minute=NOON, sensor="door", events=42, alerts=4)
     batch(0, 42, 50, NOON)
