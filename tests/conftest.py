@@ -39,7 +39,7 @@ hypothesis.settings.load_profile("leaseboard")
 
 pytest_plugins = [
     "tests.support.timeline",  # PYTEST_TIMELINE=FILE: where a run's time went
-    "tests.support.xdist_groups",  # the "spark" group, and loadgroup made to work on pytest 9.2
+    "tests.support.xdist_groups",  # the "spark" group, one per shared fixture, and loadgroup on pytest 9.2
 ]
 
 POSTGRES = "postgres"
@@ -59,10 +59,11 @@ LONGEST_FIRST = (
 # the end of a run whose other workers were done (PYTEST_TIMELINE: 698 s where the rest ended at 630 s);
 # here the ~1,500 fast tests (about 600 worker-seconds) run beside it.
 AFTER_SLOW = ("tests/redis/test_stop_bound.py", "tests/contract/test_listeners_stop.py")
-# One xdist group only, "spark" (tests/support/xdist_groups.py): the tests that use the session's
-# SparkSession run on one xdist worker, so one JVM starts. The partition and chaos suites stay
-# ungrouped: the timeline (PYTEST_TIMELINE) shows the run bound by its total CPU, not by one chain,
-# and a group of them would only lengthen one.
+# xdist groups (tests/support/xdist_groups.py): the tests that use the session's SparkSession run on
+# one xdist worker, so one JVM starts; the tests that share a module's, package's or class's fixture
+# run on one worker, so it starts once (the chaos suite's three stores share one PostgreSQL cluster:
+# a chain of about 270 s, well inside a run bound by its total CPU, as the timeline shows). The
+# partition suite shares nothing and stays spread.
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
