@@ -52,6 +52,7 @@ The wait is in the partition's own thread, after the file is durable; lease rene
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -193,6 +194,22 @@ def write_atomically(
     return final
 
 
+STALE_TEMPORARY = 600.0  # seconds: a write takes milliseconds; a temporary this old lost its writer
+
+
+def sweep_temporaries(directory: Path, older_than: float = STALE_TEMPORARY) -> int:
+    """Remove the temporaries (``.tmp-…``) in ``directory`` last written more than ``older_than``
+    seconds ago: what a writer killed mid-write left (it never renames them); how many went."""
+    removed = 0
+    cutoff = time.time() - older_than
+    for temporary in directory.glob(".tmp-*") if directory.is_dir() else []:
+        with contextlib.suppress(OSError):  # gone meanwhile, or not ours to remove: leave it
+            if temporary.stat().st_mtime < cutoff:
+                temporary.unlink()
+                removed += 1
+    return removed
+
+
 def _place(temporary: Path, final: Path, hidden: str) -> Path:
     """Move ``temporary`` to ``final`` if that name is free, else to ``hidden`` beside it; the path used."""
     try:
@@ -321,8 +338,13 @@ class LandingHandler:
         table = to_table(landed)
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), WRITER_KEY: json.dumps(writer)})
         beside = _UNSAFE.sub("_", f"{ctx.owner_id}.{writer['tenure']}.{uuid.uuid4().hex[:8]}")
+        directory = self.root / ctx.ref.hub / ctx.partition_id
+        if not ctx.state.get("swept"):  # once a pump: what a writer SIGKILLed mid-write left behind
+            ctx.state["swept"] = True
+            if removed := sweep_temporaries(directory):
+                log.info("partition %s: removed %d temporaries left by a stopped writer", ctx.partition_id, removed)
         path = write_atomically(
-            self.root / ctx.ref.hub / ctx.partition_id,
+            directory,
             file_name(first, last),
             table,
             beside=beside,

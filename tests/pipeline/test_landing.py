@@ -141,6 +141,20 @@ def test_a_batch_of_only_malformed_bodies_lands_no_file(landing: Landing) -> Non
     assert len((landing.dead / HUB / "0.jsonl").read_text().splitlines()) == 2
 
 
+def test_a_new_pump_removes_the_temporaries_a_writer_killed_mid_write_left_but_not_fresh_ones(
+    landing: Landing,
+) -> None:
+    folder = landing.root / HUB / "6"
+    folder.mkdir(parents=True)
+    stale, fresh = folder / ".tmp-4242-dead.parquet", folder / ".tmp-4243-writing.parquet"
+    stale.write_bytes(b"")  # empty, as a SIGKILL before the first write leaves it (ci-under-load)
+    fresh.write_bytes(b"")
+    an_hour_ago = time.time() - 3600
+    os.utime(stale, (an_hour_ago, an_hour_ago))
+    landing.land("6", 0, [fleet_events(1)[0].to_json()])
+    assert landed_files(landing.root, "6") == [".tmp-4243-writing.parquet", file_name(0, 0)]
+
+
 def test_a_failed_write_raises_and_leaves_no_landing_file(landing: Landing) -> None:
     (landing.root / HUB).mkdir(parents=True)
     (landing.root / HUB / "5").write_text("a file where the partition's folder should be")
