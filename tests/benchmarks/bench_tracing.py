@@ -17,29 +17,16 @@ import argparse
 import asyncio
 import logging
 import os
-import random
-import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from balancer.model import HubRef
-from balancer.stores.memory import MemoryStore
-from balancer.strategies import get_strategy
 from tests.benchmarks import bench_worker  # django.setup(), before the imports of workers below
 from tests.benchmarks.size import size
-from workers.hub.embedded import EmbeddedHub
 from workers.runtime import tracing
-from workers.runtime.config import PumpConfig
-from workers.runtime.processor import EventProcessor
-from workers.runtime.sink import EventSink
 from workers.runtime.tracecarrier import properties_section
-from workers.wiring import Stores, build_coordinator
 
-REF = HubRef("bench", "bench-tracing", "$Default")
 PARTITIONS = 4
 CONTEXT = properties_section({"traceparent": f"00-{1:032x}-{1:016x}-01"})
 
@@ -99,39 +86,7 @@ def on() -> Iterator[None]:
 
 async def run(events: int) -> float:
     """Seconds one worker takes to handle ``events`` events (each with a context) on PARTITIONS partitions."""
-    with tempfile.TemporaryDirectory() as tmp:
-        hub = EmbeddedHub(Path(tmp) / "hub", REF.hub, partitions=PARTITIONS)
-        per_partition = events // PARTITIONS
-        for pid in hub.partition_ids():
-            for start in range(0, per_partition, 1000):
-                n = min(1000, per_partition - start)
-                hub.send_batch([bench_worker.BODY] * n, partition_id=pid, amqp=[CONTEXT] * n)
-        store = MemoryStore()
-
-        async def partition_ids() -> tuple[str, ...]:
-            return hub.partition_ids()
-
-        coordinator = build_coordinator(
-            *(REF, "bench-0", Stores(store, store, store), partition_ids),
-            strategy=get_strategy(None),
-            expiry=30.0,
-            on_event=EventSink(),
-            rng=random.Random(0),
-        )
-        config = PumpConfig(checkpoint_events=100, checkpoint_seconds=1.0, max_events=500)
-        processor = EventProcessor(
-            coordinator, checkpoints=store, source=hub, handler=bench_worker.trivial, interval=0.1, pump_config=config
-        )
-        total = per_partition * PARTITIONS
-        started = time.perf_counter()
-        runner = asyncio.create_task(processor.run())
-        while sum(s.processed for s in processor.stats().values()) < total:
-            await asyncio.sleep(0.005)
-        elapsed = time.perf_counter() - started
-        processor.stop()
-        await runner
-        hub.close()
-        return elapsed
+    return await bench_worker.run(events, PARTITIONS, bench_worker.trivial, "memory", 100, amqp=CONTEXT)
 
 
 # (title, what it runs under, the share of --events it handles: tracing on is some twenty times slower)

@@ -79,16 +79,24 @@ def sql_store(root: Path) -> SqlStore:
 
 
 async def run(
-    events: int, partitions: int, handler: Callable[..., Any], store_kind: str, checkpoint_events: int
+    events: int,
+    partitions: int,
+    handler: Callable[..., Any],
+    store_kind: str,
+    checkpoint_events: int,
+    *,
+    amqp: bytes = b"",
 ) -> float:
-    """Seconds one worker takes to handle ``events`` events spread over ``partitions`` partitions."""
+    """Seconds one worker takes to handle ``events`` events spread over ``partitions`` partitions
+    (``amqp``: the AMQP sections every event carries beside its body, as ``bench_tracing`` sends)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         hub = EmbeddedHub(root / "hub", "bench", partitions=partitions)
         per_partition = events // partitions
         for pid in hub.partition_ids():
             for start in range(0, per_partition, 1000):
-                hub.send_batch([BODY] * min(1000, per_partition - start), partition_id=pid)
+                n = min(1000, per_partition - start)
+                hub.send_batch([BODY] * n, partition_id=pid, amqp=[amqp] * n if amqp else None)
         store = MemoryStore() if store_kind == "memory" else await asyncio.to_thread(sql_store, root)
 
         async def partition_ids() -> tuple[str, ...]:
