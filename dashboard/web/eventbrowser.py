@@ -88,8 +88,10 @@ def parse_ask(query: Any) -> Ask:
         if kind == "time":
             raise ValueError(f"from=time: needs an ISO 8601 time like 2026-11-30T12:00:00Z, got {value!r}")
         raise ValueError(f"from must be newest, earliest, sequence:N, offset:X or time:<ISO 8601>, got {raw!r}")
-    if found is None or (kind == "sequence" and int(value) > SEQUENCE_MAX):
+    if found is None:
         raise ValueError(f"from={kind}: needs a whole number of at least 0 (digits only), got {value!r}")
+    if kind in ("sequence", "offset") and int(value) > SEQUENCE_MAX:  # a hub's are 64-bit signed
+        raise ValueError(f"from={kind}: needs a whole number of at most {SEQUENCE_MAX}, got {value!r}")
     if kind == "newest":
         return Ask("newest", end=None)
     if kind == "earliest":

@@ -45,7 +45,7 @@ class Console:
     root: Path
     env: dict[str, str]
     ref: HubRef
-    period: float = 0.25  # seconds between two requests to one path
+    period: float = 0.5  # seconds between two requests to one path
     timeout: float = 10.0  # seconds a request may take before it counts as unanswered
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None

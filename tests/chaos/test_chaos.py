@@ -9,7 +9,7 @@ fault once on PostgreSQL, and the kill, the corrupt record and both outages (twi
 faults follow each other for N seconds per store.
 
 All the while a dashboard process on the same store (``console``) is polled: ``/api/state`` and
-``/metrics`` four times a second each, every answer recorded.
+``/metrics`` twice a second each, every answer recorded.
 
 At the end every worker is stopped with SIGTERM and ``invariants.check`` judges the recordings, the
 samples and the console's answers; the test prints one line per fault, a summary line (produced,
