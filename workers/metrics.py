@@ -82,7 +82,8 @@ STUCK_HEALS = Counter(
     "leaseboard_stuck_heals",
     "Steps taken on a stuck partition, by cause and step: a handler call over LEASEBOARD_HANDLER_TIMEOUT "
     "(cause handler) has its thread abandoned and the partition restarted from its checkpoint (step "
-    "restart); a worker past LEASEBOARD_HANDLER_ABANDON_MAX abandoned threads stops (step stop); a "
+    "restart), and released for another worker if the restarted call sticks on the same event (step release); "
+    "a worker past LEASEBOARD_HANDLER_ABANDON_MAX abandoned threads stops (step stop); a "
     "partition whose reader failed (cause reader) is restarted at the next cycle (step restart), and "
     "released for another worker after LEASEBOARD_READER_STUCK (step release), or, every reader of a worker "
     "failing, all of them handed over (step hand_over); a worker the hub has not answered for "
@@ -92,6 +93,7 @@ STUCK_HEALS = Counter(
 )
 for _cause, _step in (
     ("handler", "restart"),
+    ("handler", "release"),
     ("handler", "stop"),
     ("reader", "restart"),
     ("reader", "release"),
@@ -120,8 +122,11 @@ STORE_ERRORS = Counter(
 # pumps are paused no more).
 PARTITION_STUCK = Gauge(
     "leaseboard_partition_stuck",
-    "1 while a partition held by this process's workers is stuck, by cause: its reader has failed and not read "
-    "since (cause reader; restarted at every cycle, released for another worker after LEASEBOARD_READER_STUCK).",
+    "1 while a partition held by this process's workers is stuck, by cause: its reader has failed, or hung while "
+    "events wait (LEASEBOARD_READER_WEDGED), and not read since (cause reader; restarted at every cycle, released "
+    "for another worker after LEASEBOARD_READER_STUCK); a handler call on it ran past LEASEBOARD_HANDLER_TIMEOUT "
+    "and was abandoned, until a pump of it handles that event or it is released (cause handler); the hub has not "
+    "answered its worker for LEASEBOARD_READER_STUCK, which hands it over, until the hub answers (cause hub).",
     ["partition", "cause"],
     multiprocess_mode="livesum",
 )

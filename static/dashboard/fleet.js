@@ -169,7 +169,7 @@
       setText(row.cells.gaveUp, unreading ? "can't read the hub" : `gave up ${avoiding.join(", ")}`);
       setTitle(row.cells.gaveUp, unreading
         ? "every reader of this worker kept failing: it hands its partitions over and claims none for now"
-        : "partitions stuck on this worker (its reader kept failing), released for another worker; it takes them no more for now");
+        : "partitions stuck on this worker (a reader that kept failing or hung, or a handler call stuck twice on one event), released for another worker; it takes them no more for now");
       setText(row.cells.owned, String(w.owned)); // the server's count, as of the last state
       setText(row.cells.rate, w.events_per_second === null || w.events_per_second === undefined ? "–" : fmt.n(w.events_per_second));
       const seen = w.last_seen === null || now === null ? "never" : fmt.ago(now - w.last_seen);

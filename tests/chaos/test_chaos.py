@@ -4,8 +4,9 @@ Per store: three workers (``runworkers --count 1`` each; interval 0.5 s, expiry 
 hub of 8 partitions, a producer writing one numbered event per partition every 20 ms, then one
 fault after another, each phase ending only when the fleet has recovered (every partition owned by
 a running worker, balanced, checkpoints caught up). The short version (``make test``) runs each
-fault once on PostgreSQL, and the kill, the corrupt record and both outages (twice the expiry, and
-``CHAOS_OUTAGE_SECONDS``) on the other stores; with ``CHAOS_SECONDS=N`` (``make chaos``) random
+fault once on PostgreSQL, and on the other stores the kill, the corrupt record, the stalls of issue 35
+(a wedged reader, a stuck handler, a slow handler, a failing reader) and both outages (twice the
+expiry, and ``CHAOS_OUTAGE_SECONDS``); with ``CHAOS_SECONDS=N`` (``make chaos``) random
 faults follow each other for N seconds per store.
 
 All the while a dashboard process on the same store (``console``) is polled: ``/api/state`` and

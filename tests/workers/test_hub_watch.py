@@ -135,6 +135,8 @@ async def test_a_hub_that_refuses_for_the_bound_hands_everything_over_until_it_a
     await look(guard, clock, hub=hub, seconds=2.5)
     await until(lambda: worker.said == ["cannot read for 300s"], what="the worker to say it cannot read")
     assert metric("leaseboard_stuck_heals_total", cause="hub", step="hand_over") == handed + 1
+    held = sorted(worker.owned)
+    assert held and all(metric("leaseboard_partition_stuck", partition=p, cause="hub") == 1 for p in held)
     worker.owned = frozenset()  # its next cycles hand them over: it keeps asking meanwhile
     await look(guard, clock, hub=hub, seconds=10.0)
     assert worker.said == ["cannot read for 300s"]
@@ -142,6 +144,7 @@ async def test_a_hub_that_refuses_for_the_bound_hands_everything_over_until_it_a
     await look(guard, clock, hub=hub, seconds=1.5)
     await until(lambda: worker.said[-1:] == ["can read"], what="the worker to say it can read again")
     assert worker.avoiding() == frozenset()
+    assert all(metric("leaseboard_partition_stuck", partition=p, cause="hub") == 0 for p in held)
     worker.owned = frozenset({"0"})
     progress[0] += 10
     await look(guard, clock, hub=hub, seconds=20.0)

@@ -84,7 +84,10 @@ async def test_a_handler_call_over_the_timeout_is_abandoned_and_its_partition_re
     assert metric("leaseboard_stuck_heals_total", cause="handler", step="restart") == restarts + 1
     heals = [(e.partition_id, e.reason) for e in rig.sinks["a"].seen if e.kind is EventKind.HEAL]
     assert heals == [("0", "restarted: handler running 5 s")]  # said to the console, with why
+    assert metric("leaseboard_partition_stuck", partition="0", cause="handler") == 1
     await step_until(a, lambda: sorted(handler.handled).count(("0", 2)) == 1, "partition 0 handled on a new thread")
+    await a.step()
+    assert metric("leaseboard_partition_stuck", partition="0", cause="handler") == 0  # past the event it stuck on
     assert sorted(s for p, s in handler.handled if p == "0") == [0, 1, 2]  # from the start: no checkpoint yet
     assert handler.calls_on_0 == 4 and a.failure is None and "0" in a.coordinator.owned
     handler.release.set()  # the abandoned call returns at last: fenced
@@ -106,11 +109,13 @@ async def test_a_partition_whose_handler_sticks_again_on_the_same_event_is_relea
     await a.step()  # abandoned, restarted from the checkpoint: step one
     await step_until(a, lambda: handler.blocked >= 2, "the restarted call to hang on the same event")
     assert "0" in a.coordinator.owned
+    assert metric("leaseboard_partition_stuck", partition="0", cause="handler") == 1  # the same event again
     await a.step()
     rig.clock.advance(5.0)
     await a.step()  # stuck again on event 0: step two, released for another worker
     await until(lambda: "0" not in a.coordinator.owned, what="the partition to be released")
     assert metric("leaseboard_stuck_heals_total", cause="handler", step="release") == releases + 1
+    assert metric("leaseboard_partition_stuck", partition="0", cause="handler") == 0  # not held here any more
     released = [e for e in rig.sinks["a"].seen if e.kind is EventKind.RELEASE and e.partition_id == "0"]
     assert [e.reason for e in released] == ["stuck: handler running 5 s"]
     assert a.coordinator.avoiding() == {"0"} and a.failure is None

@@ -60,10 +60,12 @@ async def test_a_worker_whose_handler_never_returns_gives_up_releases_and_exits_
     assert await site.checkpoints() == {}  # no call finished: nothing checkpointed past it
 
 
-def test_runworkers_help_names_the_handler_timeout_and_its_settings() -> None:
+def test_runworkers_help_names_the_stuck_bounds_and_their_settings() -> None:
     shown = subprocess.run(
         [sys.executable, "manage.py", "runworkers", "--help"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
     flat = " ".join(shown.split())
     assert "--handler-timeout" in flat and "LEASEBOARD_HANDLER_TIMEOUT, 300" in flat
     assert "LEASEBOARD_HANDLER_ABANDON_MAX (3)" in flat
+    assert "--reader-stuck" in flat and "LEASEBOARD_READER_STUCK, 30" in flat
+    assert "LEASEBOARD_READER_WEDGED seconds (15; 0: never)" in flat

@@ -154,6 +154,7 @@ class HubGuard:
         self._wake = wake  # the worker's next cycle now: it hands over (or plans itself in) at once
         self.tick = min(watch.quiet, watch.answer_within) / 2
         self._said_at: float | None = None  # when this worker said it cannot read (None: it did not)
+        self._unread: frozenset[str] = frozenset()  # the partitions it held then (stuck, cause hub, until it answers)
         self._task: asyncio.Task[None] | None = None
         self._telling: asyncio.Task[None] | None = None
 
@@ -191,11 +192,21 @@ class HubGuard:
                     *(self._owner_id, silent, self.bound, len(coordinator.owned)),
                 )
                 self._said_at = coordinator.monotonic()
+                self._stuck(frozenset(coordinator.owned))
                 self._telling = asyncio.get_running_loop().create_task(self._tell(False), name="cannot read")
         elif self.watch.answered_after(self._said_at):
             log.warning("worker %s: the hub answers again; taking partitions again", self._owner_id)
             self._said_at = None
+            self._stuck(frozenset())
             self._telling = asyncio.get_running_loop().create_task(self._tell(True), name="can read")
+
+    def _stuck(self, partitions: frozenset[str]) -> None:
+        """``leaseboard_partition_stuck{cause="hub"}``: 1 for ``partitions``, 0 for those it was 1 for."""
+        for pid in self._unread - partitions:
+            metrics.PARTITION_STUCK.labels(pid, "hub").set(0)
+        for pid in partitions - self._unread:
+            metrics.PARTITION_STUCK.labels(pid, "hub").set(1)
+        self._unread = partitions
 
     async def _tell(self, can: bool) -> None:
         try:

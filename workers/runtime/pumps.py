@@ -17,7 +17,7 @@ from workers.runtime.handlerwatch import HandlerWatch
 from workers.runtime.hubwatch import HubGuard, HubWatch
 from workers.runtime.pump import PartitionPump, Sleep
 from workers.runtime.sink import OutageLog
-from workers.runtime.stuck import GIVE_UP_FOR, ReaderWatch, heal
+from workers.runtime.stuck import GIVE_UP_FOR, HandlerStalls, ReaderWatch, heal
 from workers.runtime.wedged import WedgeWatch
 from workers.sources.base import PartitionProperties
 
@@ -67,7 +67,7 @@ class Pumps:
             clock = coordinator.monotonic
             self.handlers = HandlerWatch(handler_timeout, self.running, clock, sleep, stopped, self._handler_stuck)
         self.abandoned = 0
-        self._stalled: dict[str, int | None] = {}  # partition -> the sequence number its last abandoned call had
+        self.stalls = HandlerStalls()  # partitions whose handler call was abandoned, until they move past it
         # Partitions whose reader keeps failing (``stuck.py``), and the give-ups under way.
         self._reader_stuck = reader_stuck
         self.readers = ReaderWatch()
@@ -126,6 +126,7 @@ class Pumps:
         for pid, (pump, task) in list(self.running.items()):
             if pump.has_read and self.readers.failing(pid):
                 self._reader_back(pid)
+            self.stalls.moved(pid, pump.handed())
             if task.done():
                 del self.running[pid]
                 self.finished(pid, task, cycles)
@@ -143,6 +144,8 @@ class Pumps:
             self.wedges.look({p: pump for p, (pump, task) in self.running.items() if not task.done()})
         for pid in [p for p in self.readers.since if p not in owned]:  # lost or handed over: its failures end
             self._reader_back(pid)
+        for pid in [p for p in self.stalls.stalled if p not in owned]:
+            self.stalls.over(pid)
         self._give_up_stuck_readers()
         if start:
             self._start_held(owned, cycles)
@@ -181,9 +184,7 @@ class Pumps:
         """The second step for a handler: a partition whose restarted handler got stuck again on the same
         event is given up (released with its reason, kept from this worker for ``GIVE_UP_FOR``), so
         another worker takes it at once rather than this one restarting it until it stops."""
-        again = sequence is not None and self._stalled.get(pid) == sequence
-        self._stalled[pid] = sequence
-        if not again or pid in self._giving_up:
+        if not self.stalls.abandoned(pid, sequence) or pid in self._giving_up:
             return
         reason = f"stuck: handler running {seconds:.0f} s"
         log.error("worker %s: partition %s %s again: releasing it for another worker", self._owner_id, pid, reason)
@@ -342,7 +343,7 @@ class Pumps:
             metrics.STUCK_HEALS.labels(cause, "release").inc()
             if cause == "reader":
                 self._reader_back(pid)
-            self._stalled.pop(pid, None)
+            self.stalls.over(pid)
         except Exception as exc:  # the store failed: the next cycle tries again
             log.warning("worker %s: giving partition %s up failed (%s); tried again", self._owner_id, pid, exc)
         finally:

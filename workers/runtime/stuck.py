@@ -8,6 +8,10 @@ of that partition has read again. A partition still failing ``reader_stuck`` sec
 failure is given up (``Balancer.give_up``): released with its reason ("stuck: reader failing 31 s")
 and kept from this worker for ``GIVE_UP_FOR`` seconds, so another worker takes it at once and this
 one does not take it back (``balancer.avoid``); step ``release``.
+``HandlerStalls`` remembers, per partition, the event its last abandoned handler call had in hand: the
+partition is stuck (``leaseboard_partition_stuck{cause="handler"}``) until a pump of it has handled
+that event, or it is no longer held here; a restarted call that sticks on the same event again is the
+second step's cue (``pumps.Pumps._stalled_again``).
 """
 
 from __future__ import annotations
@@ -52,6 +56,32 @@ class ReaderWatch:
         """``partition_id``'s failing reader is started again: the restart step, said (``heal``)."""
         failing = coordinator.monotonic() - self.since.get(partition_id, coordinator.monotonic())
         heal(coordinator, partition_id, "reader", "restart", f"restarted: reader failing {failing:.0f} s")
+
+
+@dataclass
+class HandlerStalls:
+    """Partition -> the sequence number its last abandoned handler call had in hand (None: not known)."""
+
+    stalled: dict[str, int | None] = field(default_factory=dict)
+
+    def abandoned(self, partition_id: str, sequence: int | None) -> bool:
+        """A call on ``partition_id`` with ``sequence`` in hand was abandoned: stuck from now; True if
+        the last call abandoned there had the same event (it sticks again)."""
+        again = sequence is not None and self.stalled.get(partition_id) == sequence
+        self.stalled[partition_id] = sequence
+        metrics.PARTITION_STUCK.labels(partition_id, "handler").set(1)
+        return again
+
+    def moved(self, partition_id: str, handed: int | None) -> None:
+        """A pump of ``partition_id`` has handled up to ``handed``: past the stuck event, no longer stuck."""
+        if partition_id in self.stalled and handed is not None and handed >= (self.stalled[partition_id] or 0):
+            self.over(partition_id)
+
+    def over(self, partition_id: str) -> None:
+        """No longer stuck here: moved on, released, or not held any more."""
+        if partition_id in self.stalled:
+            del self.stalled[partition_id]
+            metrics.PARTITION_STUCK.labels(partition_id, "handler").set(0)
 
 
 def heal(coordinator: Balancer, partition_id: str, cause: str, step: str, reason: str) -> None:
