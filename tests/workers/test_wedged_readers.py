@@ -7,13 +7,19 @@ fake clock, one cycle at a time (the watch asks the hub on a thread of its own).
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from typing import Any
+
+import pytest
 
 from balancer.model import EventKind
 from tests.support.waiting import until
 from workers.hub.embedded import EmbeddedHub
 from workers.runtime.processor import EventProcessor
+from workers.runtime.wedged import WedgeWatch
+from workers.sources.base import PartitionProperties
 
 from .conftest import Recorder, Rig, metric
 from .test_stuck_readers import settled
@@ -126,9 +132,9 @@ async def test_a_read_hanging_while_events_wait_is_restarted_then_released_to_an
         first = a._pumpset.running[stuck][1]
         rig.clock.advance(WEDGED - 1.0)
         await a.step()  # seen hanging: not for the bound yet
-        rig.clock.advance(1.0)
-        await a.step()
         assert not first.done() and not a._pumpset.readers.failing(stuck)
+        # From the bound on it may be asked about and confirmed in one step: the watch's own timer looks
+        # too once the clock has passed its moment (a look between the test's advance and its step).
         await until_abandoned(rig, a, first)  # asked (one question at a time), then confirmed
         assert first.cancelled() and a._pumpset.readers.failing(stuck)
         assert metric("leaseboard_partition_stuck", partition=stuck, cause="reader") == 1
@@ -181,3 +187,54 @@ async def test_a_reader_that_gives_nothing_while_events_wait_is_restarted(rig: R
     finally:
         await a.shutdown()
         await b.shutdown()
+
+
+class StillPump:
+    """What the wedge watch reads of a pump: ``handed`` moves only when the test says so."""
+
+    def __init__(self) -> None:
+        self.handed_over = 0
+        self.reading_since: float | None = 1.0  # in a read
+        self.stopping = False
+        self.paused = False
+
+    def calling(self) -> None:
+        return None
+
+    def handed(self) -> int:
+        return self.handed_over
+
+
+async def test_a_pump_that_stops_moving_while_events_wait_is_found_by_the_watchs_own_timer() -> None:
+    """Between the worker's looks (seconds apart in a quiet fleet) the watch looks on a timer of its
+    own: a pump seen handing events over that then stops, with events waiting, is found wedged with no
+    further look from the worker, from the question to its confirmation; a pump never seen moving is
+    not what the timer is for, so with only that one the watch sets no timer at all."""
+    bound = 0.3
+    pumps = {"0": StillPump()}
+    asked: list[str] = []
+    found: list[tuple[str, float]] = []
+
+    def properties(pid: str) -> PartitionProperties:
+        asked.append(pid)
+        return PartitionProperties(pid, 0, 100, None, None, False)  # events wait: up to 100
+
+    watch = WedgeWatch(
+        bound,
+        properties,
+        time.monotonic,
+        lambda pid, since: found.append((pid, since)),
+        sleep=asyncio.sleep,
+        pumps=lambda: pumps,
+    )
+    try:
+        watch.look(pumps)  # first seen: not moving yet, so no timer
+        assert watch._timer is None
+        pumps["0"].handed_over = 5
+        watch.look(pumps)  # it moved: from here it stands still, and the worker looks no more
+        moved = time.monotonic()
+        await until(lambda: bool(found), what="the still pump to be found wedged on the watch's timer")
+        assert [pid for pid, _ in found] == ["0"] and asked == ["0"]
+        assert found[0][1] == pytest.approx(moved, abs=bound)  # still since the look that saw it move
+    finally:
+        watch.cancel()

@@ -17,7 +17,7 @@ from workers.runtime.handlerwatch import HandlerWatch
 from workers.runtime.hubwatch import HubGuard, HubWatch
 from workers.runtime.pump import PartitionPump, Sleep
 from workers.runtime.sink import OutageLog
-from workers.runtime.stuck import GIVE_UP_FOR, HandlerStalls, ReaderWatch, heal
+from workers.runtime.stuck import GIVE_UP_FOR, HandlerStalls, ReaderWatch, heal, too_many_abandoned
 from workers.runtime.wedged import WedgeWatch
 from workers.sources.base import PartitionProperties
 
@@ -76,7 +76,8 @@ class Pumps:
         self.wedges: WedgeWatch | None = None
         properties: Callable[[str], PartitionProperties] | None = getattr(source, "properties", None)
         if properties is not None and reader_wedged > 0:
-            self.wedges = WedgeWatch(reader_wedged, properties, coordinator.monotonic, self._wedged)
+            wedge = (reader_wedged, properties, coordinator.monotonic, self._wedged)
+            self.wedges = WedgeWatch(*wedge, sleep=sleep, pumps=self._live, stopped=stopped)
         # A hub that stops answering while the store still does (``hubwatch.py``): only where the source
         # can be asked (``EventSource.probe``) and a bound is set.
         self.hub: HubGuard | None = None
@@ -103,6 +104,9 @@ class Pumps:
     def paused(self) -> frozenset[str]:
         """Partitions whose pump is paused: its lease may have run out, and it waits for a renewal."""
         return frozenset(p for p, (pump, task) in self.running.items() if not task.done() and pump.paused)
+
+    def _live(self) -> dict[str, PartitionPump]:
+        return {p: pump for p, (pump, task) in self.running.items() if not task.done()}
 
     def _handed(self) -> int:
         """Events the running pumps handed over so far (``HubWatch.moved``: it grows while events come)."""
@@ -141,7 +145,7 @@ class Pumps:
         if self.handlers is not None:
             self.handlers.look()
         if self.wedges is not None:
-            self.wedges.look({p: pump for p, (pump, task) in self.running.items() if not task.done()})
+            self.wedges.look(self._live())
         for pid in [p for p in self.readers.since if p not in owned]:  # lost or handed over: its failures end
             self._reader_back(pid)
         for pid in [p for p in self.stalls.stalled if p not in owned]:
@@ -192,18 +196,8 @@ class Pumps:
         self._giving_up[pid] = task
 
     def too_many_abandoned(self, config: PumpConfig) -> str | None:
-        """Why the worker must stop, once it abandoned ``config.abandon_max`` handler threads (said in the
-        log and counted), else None."""
-        if self.abandoned < config.abandon_max:
-            return None
-        failure = (
-            f"worker {self._owner_id}: {self.abandoned} handler calls stuck past LEASEBOARD_HANDLER_TIMEOUT "
-            f"({config.handler_timeout:g}s) were abandoned (LEASEBOARD_HANDLER_ABANDON_MAX {config.abandon_max}); "
-            "stopping, for its supervisor to restart the process"
-        )
-        log.error("%s", failure)
-        metrics.STUCK_HEALS.labels("handler", "stop").inc()
-        return failure
+        """Why the worker must stop (``stuck.too_many_abandoned``), else None."""
+        return too_many_abandoned(self._owner_id, self.abandoned, config)
 
     def _abandon(self, pid: str, pump: PartitionPump, task: asyncio.Task[PumpStats], seconds: float) -> None:
         self.abandoned += 1

@@ -16,10 +16,14 @@ second step's cue (``pumps.Pumps._stalled_again``).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import workers.metrics as metrics
 from balancer.protocol import Balancer
+from workers.runtime.config import PumpConfig
+
+log = logging.getLogger("leaseboard.worker")
 
 GIVE_UP_FOR = 300.0  # seconds a worker takes no partition it gave up
 
@@ -90,3 +94,18 @@ def heal(coordinator: Balancer, partition_id: str, cause: str, step: str, reason
     (its feed, the partition page: ``Balancer.healed``)."""
     metrics.STUCK_HEALS.labels(cause, step).inc()
     coordinator.healed(partition_id, reason)
+
+
+def too_many_abandoned(owner_id: str, abandoned: int, config: PumpConfig) -> str | None:
+    """Why the worker must stop, once it abandoned ``config.abandon_max`` handler threads (said in the
+    log and counted, step ``stop``), else None."""
+    if abandoned < config.abandon_max:
+        return None
+    failure = (
+        f"worker {owner_id}: {abandoned} handler calls stuck past LEASEBOARD_HANDLER_TIMEOUT "
+        f"({config.handler_timeout:g}s) were abandoned (LEASEBOARD_HANDLER_ABANDON_MAX {config.abandon_max}); "
+        "stopping, for its supervisor to restart the process"
+    )
+    log.error("%s", failure)
+    metrics.STUCK_HEALS.labels("handler", "stop").inc()
+    return failure
