@@ -113,7 +113,10 @@ async def test_receivers_start_at_every_kind_of_position(served: Served) -> None
             client, collector, partition_id="0", starting_position=position, starting_position_inclusive=inclusive
         )
         started[name] = (client, collector, task)
-    await until(lambda: len(served.owner_levels(hub.name, "0")) == len(POSITIONS), "every receiver to attach")
+    # Eight clients, each its own connection, CBS handshake and attach: under ci-under-load they took
+    # over the default 10 s once (the deadline guards against a hang, not a speed).
+    attached = lambda: len(served.owner_levels(hub.name, "0")) == len(POSITIONS)  # noqa: E731
+    await until(attached, "every receiver to attach", 60)
     hub.send(b"e5", partition_id="0")  # after every receiver attached: only "latest" starts with it
     try:
         for name, (_, collector, _) in started.items():
