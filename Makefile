@@ -110,7 +110,7 @@ chaos: venv system-deps
 # row (`make test` runs the same tests with 30 stops).
 stress: venv system-deps
 	@$(PY) -c 'while True: pass' & hog=$$!; trap 'kill $$hog 2>/dev/null' EXIT; \
-		STOP_BOUND_STOPS=100 $(VENV)/bin/pytest -p no:cacheprovider -q -s -n 2 \
+		STOP_BOUND_STOPS=100 $(VENV)/bin/pytest -p no:cacheprovider -q -rP -n 2 \
 			tests/contract/test_listeners_stop.py tests/redis/test_stop_bound.py
 
 clean:
