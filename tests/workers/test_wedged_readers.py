@@ -229,7 +229,7 @@ async def test_a_pump_that_stops_moving_while_events_wait_is_found_by_the_watchs
     )
     try:
         watch.look(pumps)  # first seen: not moving yet, so no timer
-        assert watch._timer is None
+        assert watch._timer is not None and not watch._timer.armed
         pumps["0"].handed_over = 5
         watch.look(pumps)  # it moved: from here it stands still, and the worker looks no more
         moved = time.monotonic()

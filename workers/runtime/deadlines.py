@@ -13,10 +13,10 @@ import asyncio
 import math
 from collections.abc import Callable, Mapping
 
-from balancer.lease import EARLY
 from balancer.protocol import Balancer
 from workers.runtime.config import PumpStats
 from workers.runtime.pump import PartitionPump, Sleep
+from workers.runtime.timer import OneTimer
 
 
 class DeadlineWatch:
@@ -32,9 +32,8 @@ class DeadlineWatch:
     ) -> None:
         self._coordinator = coordinator
         self._running = running
-        self._sleep = sleep
-        self._stopped = stopped
-        self._timer: tuple[float, asyncio.Task[None]] | None = None  # (the deadline, its task)
+        # The next deadline ahead: it tells the pumps whose deadline passed and arms the next one.
+        self._timer = OneTimer(coordinator.monotonic, sleep, stopped, self.watch, f"deadlines {coordinator.owner_id}")
 
     def watch(self) -> None:
         deadline, now = self._coordinator.deadline, self._coordinator.monotonic()
@@ -49,26 +48,7 @@ class DeadlineWatch:
                 ahead.append(at)
             elif not pump.paused:
                 pump.deadline_passed()
-        first = min(ahead, default=None)
-        timer = self._timer
-        if timer is not None and timer[0] == first and not timer[1].done():
-            return
-        if timer is not None:
-            timer[1].cancel()
-        self._timer = None
-        if first is not None and not self._stopped():
-            name = f"deadlines {self._coordinator.owner_id}"
-            self._timer = (first, asyncio.get_running_loop().create_task(self._at(first), name=name))
-
-    async def _at(self, at: float) -> None:
-        clock = self._coordinator.monotonic
-        await self._sleep(max(0.0, at - clock()) + EARLY)  # EARLY: a timer may fire a hair early
-        if clock() < at:
-            return  # a test's sleep that only yields: the next cycle or renewal arms it again
-        self._timer = None
-        self.watch()  # tells the pumps whose deadline passed; arms the next one ahead
+        self._timer.arm(min(ahead, default=None))
 
     def cancel(self) -> None:
-        if self._timer is not None:
-            self._timer[1].cancel()
-            self._timer = None
+        self._timer.cancel()

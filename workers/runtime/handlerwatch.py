@@ -16,8 +16,8 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from balancer.lease import EARLY
 from workers.runtime.pump import Sleep
+from workers.runtime.timer import OneTimer
 
 
 class Calling(Protocol):
@@ -43,10 +43,8 @@ class HandlerWatch:
         self.timeout = timeout
         self._running = running
         self._clock = clock
-        self._sleep = sleep
-        self._stopped = stopped
         self._stuck = stuck
-        self._timer: tuple[float, asyncio.Task[None]] | None = None  # (when, its task)
+        self._timer = OneTimer(clock, sleep, stopped, self.look, "handler watch")
 
     def look(self) -> None:
         now, first = self._clock(), None
@@ -59,24 +57,7 @@ class HandlerWatch:
                 self._stuck(pid, now - call[1])
             elif first is None or due < first:
                 first = due
-        self._arm(first)
-
-    def _arm(self, at: float | None) -> None:
-        timer = self._timer
-        if timer is not None and timer[0] == at and not timer[1].done():
-            return
-        self.cancel()
-        if at is not None and not self._stopped():
-            self._timer = (at, asyncio.get_running_loop().create_task(self._at(at), name="handler watch"))
-
-    async def _at(self, at: float) -> None:
-        await self._sleep(max(0.0, at - self._clock()) + EARLY)  # EARLY: a timer may fire a hair early
-        self._timer = None
-        if self._clock() < at:  # a test's sleep that only yields: the next look arms it again
-            return
-        self.look()
+        self._timer.arm(first)
 
     def cancel(self) -> None:
-        if self._timer is not None:
-            self._timer[1].cancel()
-            self._timer = None
+        self._timer.cancel()

@@ -34,8 +34,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
-from balancer.lease import EARLY
 from workers.runtime.pump import Sleep
+from workers.runtime.timer import OneTimer
 from workers.sources.base import PartitionProperties
 
 log = logging.getLogger("leaseboard.worker")
@@ -82,9 +82,10 @@ class WedgeWatch:
         self._clock = clock
         self._wedged = wedged
         self._answer_within = answer_within
-        self._sleep, self._pumps, self._stopped = sleep, pumps, stopped
         self._moving: set[str] = set()  # seen handing events over since last found with nothing waiting
-        self._timer: tuple[float, asyncio.Task[None]] | None = None  # (when, its task)
+        self._timer: OneTimer | None = None
+        if sleep is not None and pumps is not None:
+            self._timer = OneTimer(clock, sleep, stopped, lambda: self.look(pumps()), "wedge watch")
         # partition -> (the last sequence it handed over, when first seen there): a pump that moves
         # hands events over; whether it is in a read or idle at a look does not count (a wedged pump
         # woken by every write to its log reads, gets nothing, and idles again, between any two looks)
@@ -136,23 +137,8 @@ class WedgeWatch:
 
     def _arm(self, at: float | None, now: float) -> None:
         """The timer's next look: at ``at`` (None: none), and a quarter bound from ``now`` at the latest."""
-        if at is not None:
-            at = min(at, now + self.bound / 4)
-        timer = self._timer
-        if self._sleep is None or self._pumps is None or (timer is not None and timer[0] == at):
-            return
-        if timer is not None:
-            timer[1].cancel()
-            self._timer = None
-        if at is not None and not self._stopped():
-            self._timer = (at, asyncio.get_running_loop().create_task(self._at(at), name="wedge watch"))
-
-    async def _at(self, at: float) -> None:
-        assert self._sleep is not None and self._pumps is not None
-        await self._sleep(max(0.0, at - self._clock()) + EARLY)  # EARLY: a timer may fire a hair early
-        self._timer = None
-        if self._clock() >= at:  # (a test's sleep that only yields: the next look arms it again)
-            self.look(self._pumps())
+        if self._timer is not None:
+            self._timer.arm(None if at is None else min(at, now + self.bound / 4), or_sooner=True)
 
     async def _ask(self, pid: str, pump: Reading, handed: int | None) -> None:
         if self._executor is None:
@@ -178,8 +164,7 @@ class WedgeWatch:
 
     def cancel(self) -> None:
         if self._timer is not None:
-            self._timer[1].cancel()
-            self._timer = None
+            self._timer.cancel()
         for task in self._asking.values():
             task.cancel()
         self._asking.clear()
