@@ -105,6 +105,11 @@ DEAD_LETTERS = Counter(
     "leaseboard_dead_letters",
     "Events set aside to the dead-letter file after their retries were used up or their body was malformed.",
 )
+DEAD_LETTERS_IN_PLACE = Counter(
+    "leaseboard_dead_letters_replayed_in_place",
+    "Dead letters an operator replayed in place, handed to the owner's handler again: handled or failed.",
+    ["outcome"],
+)
 SEQUENCE_GAPS = Counter(
     "leaseboard_sequence_gaps",
     "Times a partition's sequence numbers jumped (events missing between two reads: lost data).",
@@ -229,6 +234,7 @@ _initialise(
     OWNERSHIP_CHANGE_REASONS,
     [(k, r) for k, pairs in REASONS.items() for _, r in pairs] + [(EventKind.RELEASE, HANDOFF)],
 )
+_initialise(DEAD_LETTERS_IN_PLACE, [("handled",), ("failed",)])
 _initialise(STORE_ERRORS, [(op,) for op in ("cycle", "release", "list_checkpoints", "update_checkpoint")])
 
 

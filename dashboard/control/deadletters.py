@@ -105,38 +105,53 @@ def _destination(hub: str) -> str:
     return f"the embedded hub {hub!r}"
 
 
-async def replay_preview(ctx: Context) -> Preview:
+@dataclass(frozen=True)
+class Chosen:
+    sending: list[int]  # at most REPLAY_MAX, in order
+    letters: list[Letter]
+    forced: list[Entry]  # the markers of those replayed before and named again, forced
+    notes: list[str]  # what was left out and why
+
+
+async def choose(ctx: Context) -> Chosen:
+    """The dead letters a replay (either kind) sends; Refused when it would send none, or one again
+    unforced."""
     pid, force = ctx.request.target, ctx.request.force
     found = await _read(ctx)
     chosen = _select(ctx, found)
     before = [n for n in chosen if n in found.marks]
-    skipped: list[int] = []
+    notes: list[str] = []
     if before and not force:
         if ctx.request.value != ALL:
             said = "; ".join(describe(found.marks[n]) for n in before[:LISTED])
             raise Refused("already_replayed", f"{said}: force to replay again")
-        skipped, chosen = before, [n for n in chosen if n not in found.marks]
+        notes.append(f"left out, replayed already: {numbers(before)} (force to replay them again)")
+        chosen = [n for n in chosen if n not in found.marks]
         if not chosen:
             raise Refused(
                 "no_change", f"every dead letter of partition {pid} was replayed already: force to replay again"
             )
     sending, more = chosen[:REPLAY_MAX], len(chosen) - REPLAY_MAX
+    if more > 0:
+        notes.append(f"{plural(more)} more after these: at most {REPLAY_MAX} a replay, replay again")
     try:
         letters = [Letter.of(found.letters[n]) for n in sending]
     except ValueError as exc:
         raise Refused("bad_request", str(exc)) from None
+    forced = [found.marks[n] for n in sending if n in found.marks]
+    return Chosen(sending, letters, forced, notes)
+
+
+async def replay_preview(ctx: Context) -> Preview:
+    pid = ctx.request.target
+    chosen = await choose(ctx)
     target = await asyncio.to_thread(_destination, ctx.fleet.ref.hub)
     summary = (
-        f"replay {plural(len(sending))} of partition {pid} ({numbers(sending)}) to {target}: each is sent again to "
-        f'partition {pid} with the property {REPLAYED_FROM} = "{pid}:<its sequence number>"'
+        f"replay {plural(len(chosen.sending))} of partition {pid} ({numbers(chosen.sending)}) to {target}: each is "
+        f'sent again to partition {pid} with the property {REPLAYED_FROM} = "{pid}:<its sequence number>"'
     )
-    preview = Preview(ctx.request, summary, effect=letters)
-    for n in (n for n in sending if n in found.marks):
-        preview.notes.append(f"forced: {describe(found.marks[n])}; it is sent once more")
-    if skipped:
-        preview.notes.append(f"left out, replayed already: {numbers(skipped)} (force to replay them again)")
-    if more > 0:
-        preview.notes.append(f"{plural(more)} more after these: at most {REPLAY_MAX} a replay, replay again")
+    preview = Preview(ctx.request, summary, effect=chosen.letters)
+    preview.notes += [f"forced: {describe(m)}; it is sent once more" for m in chosen.forced] + chosen.notes
     preview.notes.append(
         "the workers handle them as new events; the dead letters stay listed, marked replayed, until purged"
     )

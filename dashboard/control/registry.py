@@ -17,12 +17,14 @@ from typing import Any
 
 from .action import Action
 from .deadletters import PURGEDEADLETTERS, REPLAY
+from .inplace import REPLAYINPLACE
 from .records import DRAIN, PIN, PURGE, REBALANCE, UNDRAIN, UNPIN
 from .request import Refused, Request, storable
 from .resets import RESETCHECKPOINT
 
 REGISTRY: dict[str, Action] = {
-    a.name: a for a in (DRAIN, UNDRAIN, PIN, UNPIN, REBALANCE, RESETCHECKPOINT, PURGE, REPLAY, PURGEDEADLETTERS)
+    a.name: a
+    for a in (DRAIN, UNDRAIN, PIN, UNPIN, REBALANCE, RESETCHECKPOINT, PURGE, REPLAY, REPLAYINPLACE, PURGEDEADLETTERS)
 }
 NAMES: tuple[str, ...] = tuple(REGISTRY)
 MAX_FIELD = 1000  # characters of a reason

@@ -161,10 +161,15 @@ def dead_letters_for(user: Any, entries: Iterable[dict[str, Any]]) -> list[dict[
     ``body`` is null for others; the raw ones are left out)."""
     if can_act(user):
         return list(entries)
-    return [
-        {k: (_error_kind(v) if k == "error" else None if k == "body" else v) for k, v in entry.items() if k not in RAW}
-        for entry in entries
-    ]
+    return [{k: _hidden(k, v) for k, v in entry.items() if k not in RAW} for entry in entries]
+
+
+def _hidden(key: str, value: Any) -> Any:
+    if key == "error":
+        return _error_kind(value)
+    if key == "in_place_failed" and isinstance(value, dict):
+        return {**value, "error": _error_kind(value.get("error"))}
+    return None if key == "body" else value
 
 
 def _error_kind(error: Any) -> str:

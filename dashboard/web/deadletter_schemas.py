@@ -37,10 +37,27 @@ DEAD_LETTER = obj(
                 {
                     "replayed_at": NUMBER,
                     "user": nullable(STRING),
-                    "to": {**nullable(STRING), "description": "the new event's partition:sequence, when known"},
+                    "to": {
+                        **nullable(STRING),
+                        "description": "the new event's partition:sequence when known, or 'in place by <worker>', or "
+                        "'in place (pending)'",
+                    },
                 }
             )
         ),
+        "in_place_failed": {
+            **nullable(
+                obj(
+                    {
+                        "replayed_at": NUMBER,
+                        "user": nullable(STRING),
+                        "owner": nullable(STRING),
+                        "error": {**nullable(STRING), "description": "its text for staff only"},
+                    }
+                )
+            ),
+            "description": "the last replay in place, when its handler call failed (the dead letter is not replayed)",
+        },
     }
 )
 

@@ -59,7 +59,7 @@ def parse_cursor(raw: str) -> tuple[str, int] | None:
     return found.group(1), int(found.group(2))
 
 
-def shown(entry: Entry, marks: dict[int, Entry]) -> dict[str, Any]:
+def shown(entry: Entry, marks: dict[int, Entry], failures: dict[int, Entry] | None = None) -> dict[str, Any]:
     """A dead-letter file's entry as the API shows it."""
     out = {key: entry.get(key) for key in SHOWN}
     out["partition_id"] = str(out["partition_id"])
@@ -73,6 +73,11 @@ def shown(entry: Entry, marks: dict[int, Entry]) -> dict[str, Any]:
     sequence = files.sequence_of(entry)
     mark = marks.get(sequence) if sequence is not None else None
     out["replayed"] = None if mark is None else {k: mark.get(k) for k in ("replayed_at", "user", "to")}
+    failed = (failures or {}).get(sequence) if sequence is not None else None
+    out["in_place_failed"] = None
+    if failed is not None:
+        fields = {k: failed.get(k) for k in ("replayed_at", "user", "owner")}
+        out["in_place_failed"] = {**fields, "error": failed["failed"]}
     return out
 
 
@@ -82,12 +87,13 @@ def listing(ref: HubRef, partition: str | None, after: tuple[str, int] | None, l
     page = files.read_page(folder, ref.consumer_group, partition, after, limit, READ_BUDGET)
     pids = {str(e.get("partition_id")) for e in page.entries}
     marks = {pid: files.read_markers(folder, pid, ref.consumer_group) for pid in sorted(pids)}
+    failures = {pid: files.read_failures(folder, pid, ref.consumer_group) for pid in sorted(pids)}
     return {
         "hub": ref.hub,
         "consumer_group": ref.consumer_group,
         "partition": partition,
         "generated_at": time.time(),
-        "entries": [shown(e, marks.get(str(e.get("partition_id")), {})) for e in page.entries],
+        "entries": [shown(e, marks.get(p := str(e.get("partition_id")), {}), failures.get(p)) for e in page.entries],
         "next": None if page.next is None else f"{page.next[0]}:{page.next[1]}",
         "limit": limit,
         "bytes_read": page.bytes_read,

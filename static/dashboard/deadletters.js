@@ -30,7 +30,11 @@
     return td;
   }
 
-  function replayedCell(replayed) {
+  function replayedCell(replayed, failed) {
+    if (!replayed && failed) {
+      const by = failed.owner ? ` by ${failed.owner}` : "";
+      return el("td", "replayed failed", `in place${by} failed at ${fmt.when(failed.replayed_at)}: ${failed.error || "?"}`);
+    }
     if (!replayed) return el("td", "replayed muted", "–");
     const as = replayed.to ? ` as ${replayed.to}` : "";
     const by = replayed.user ? ` by ${replayed.user}` : "";
@@ -57,7 +61,7 @@
       el("td", "mono", letter.partition_id), el("td", "num mono", fmt.n(letter.sequence_number)),
       el("td", "num mono", letter.offset ?? "–"), el("td", "time", fmt.when(letter.enqueued_time)),
       el("td", "time", fmt.when(letter.set_aside_at)), el("td", "err", letter.error || "–"),
-      el("td", "props mono", props), bodyCell(letter.body), replayedCell(letter.replayed),
+      el("td", "props mono", props), bodyCell(letter.body), replayedCell(letter.replayed, letter.in_place_failed),
     );
     return tr;
   }
@@ -82,7 +86,7 @@
     const picked = [...document.querySelectorAll("#deadletters tbody tr")].filter((tr) => tr.querySelector(".pick").checked);
     const pids = new Set(picked.map((tr) => tr.dataset.partition));
     const one = pids.size === 1 ? [...pids][0] : "";
-    for (const id of ["replay-selected", "purge-selected"]) {
+    for (const id of ["replay-selected", "replay-selected-in-place", "purge-selected"]) {
       const button = $(id);
       button.disabled = !one;
       button.dataset.target = one;
@@ -90,11 +94,12 @@
       button.title = pids.size > 1 ? "tick dead letters of one partition" : "";
     }
     const pid = partition;
-    for (const id of ["replay-all", "purge-all"]) {
+    for (const id of ["replay-all", "replay-all-in-place", "purge-all"]) {
       const button = $(id);
       button.hidden = !pid;
       button.dataset.target = pid;
-      setText(button, `${id.startsWith("replay") ? "replay" : "purge"} all of partition ${pid}`);
+      const where = id.endsWith("in-place") ? " in place" : "";
+      setText(button, `${id.startsWith("replay") ? "replay" : "purge"} all of partition ${pid}${where}`);
     }
   }
 

@@ -1,7 +1,8 @@
-"""The dead-letter actions ``replay`` and ``purgedeadletters``: a preview naming how many and which,
-a replay that reaches the embedded hub with the property naming where each event was, a second
-replay refused (saying when) unless forced, a purge of the chosen ones only; each in the audit log
-and the metric, over HTTP for staff with a CSRF token only, and as a command."""
+"""The dead-letter actions ``replay``, ``replayinplace`` and ``purgedeadletters``: a preview naming how
+many and which, a replay that reaches the embedded hub with the property naming where each event was
+(or a request to the partition's owner, in place), a second replay refused (saying when) unless
+forced, a purge of the chosen ones only; each in the audit log and the metric, over HTTP for staff
+with a CSRF token only, and as a command."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from balancer.model import HubRef
 from dashboard.control import actions
 from dashboard.control.actions import Refused, Request
 from dashboard.models import AuditEntry
-from workers.deadletter import files
+from workers.deadletter import files, inplace
 from workers.deadletter.decode import properties_of
 from workers.deadletter.replay import REPLAYED_FROM
 from workers.hub.embedded import EmbeddedHub
@@ -153,6 +154,35 @@ async def test_a_purge_removes_the_chosen_dead_letters_of_its_group_only(
     assert "(sequence number 1)" in every.summary
     assert remaining(settings, ref) == [] and remaining(settings, ref, group="other") == [3]
     assert counted("purgedeadletters", "applied") == before + 2
+
+
+async def test_a_replay_in_place_names_the_owner_then_asks_it_and_the_hub_replay_waits(
+    settings: LazySettings, fleet: Stores, letters: EmbeddedHub, ref: HubRef
+) -> None:
+    before = counted("replayinplace", "applied")
+
+    shown = await actions.preview(ref, Request("replayinplace", "1", "0,2"))
+    entry = await actions.apply(ref, Request("replayinplace", "1", "0,2", reason="handler fixed"), "ops")
+    with pytest.raises(Refused, match=r"1:0 already replayed at .* by ops \(as in place \(pending\)\)") as twice:
+        await actions.preview(ref, Request("replay", "1", "0"))
+    rest = await actions.preview(ref, Request("replayinplace", "1", "all"))
+
+    assert shown.summary == (
+        "replay 2 dead letters of partition 1 (sequence numbers 0, 2) in place: each is handed to the handler of "
+        'worker w1, which owns partition 1, not sent to the hub, with the property leaseboard-replayed-from = "1:<its '
+        'sequence number>"'
+    )
+    assert any("the checkpoint does not move" in note for note in shown.notes)
+    assert read_after(letters, "1", 2) == []  # nothing sent to the hub
+    assert entry["outcome"] == "applied" and entry["message"].startswith(
+        "asked w1 to hand 2 dead letters of partition 1 to its handler in place (request "
+    )
+    (asked,) = inplace.requests_folder(files.folder_of(Path(settings.LEASEBOARD_DEADLETTER_DIR), ref.hub)).iterdir()
+    assert inplace.Request.load(asked).sequence_numbers == (0, 2)
+    assert twice.value.code == "already_replayed"
+    assert "(sequence number 1)" in rest.summary
+    assert counted("replayinplace", "applied") == before + 1
+    assert await audit() == [("replayinplace", "1", "0,2", "applied")]
 
 
 async def test_staff_replay_over_http_with_the_csrf_token_and_nobody_else(

@@ -1,6 +1,7 @@
 """The dead-letters page in Debian Chromium against a real Daphne: readers see the list without bodies;
 staff tick dead letters, preview and replay them (read back from the embedded hub with the property
-naming where each was), are refused a second replay unless they force it, and purge a partition.
+naming where each was), are refused a second replay unless they force it, and purge a partition;
+a replay in place waits, marked pending, for the partition's owner.
 No console error, the Content-Security-Policy intact."""
 
 from __future__ import annotations
@@ -97,13 +98,17 @@ def test_a_reader_sees_the_dead_letters_without_their_bodies(site: Site, page: P
     assert errors == [], errors
 
 
-def test_staff_replay_a_selection_are_refused_a_second_time_and_purge_a_partition(site: Site, page: Page) -> None:
-    errors = watch_console(page)
+def log_in(site: Site, page: Page) -> None:
     page.goto(site.url + "/login/?next=/")
     page.fill("#id_username", "admin")
     page.fill("#id_password", PASSWORD)
     page.click("form button[type=submit]")
     page.wait_for_url(site.url + "/")
+
+
+def test_staff_replay_a_selection_are_refused_a_second_time_and_purge_a_partition(site: Site, page: Page) -> None:
+    errors = watch_console(page)
+    log_in(site, page)
     page.goto(site.url + "/deadletters/?hub=sensors&partition=1")
     rows = page.locator("#deadletters tbody tr")
     expect(rows).to_have_count(3)
@@ -147,3 +152,25 @@ def test_staff_replay_a_selection_are_refused_a_second_time_and_purge_a_partitio
     expect(rows).to_have_count(0)
     refused = "Failed to load resource: the server responded with a status of 409 (Conflict)"
     assert errors == [refused], errors  # Chromium logs the refused second replay; nothing else
+
+
+def test_staff_replay_a_partition_in_place_and_it_waits_for_its_owner(site: Site, page: Page) -> None:
+    """No worker runs here (the fleet is seeded): the request stays pending, and says so."""
+    errors = watch_console(page)
+    log_in(site, page)
+    page.goto(site.url + "/deadletters/?hub=sensors&partition=2")
+    expect(page.locator("#deadletters tbody tr")).to_have_count(1)
+
+    page.click("#replay-all-in-place")
+    page.fill("#action-reason", "handler fixed")
+    page.click("#action-preview-button")
+    expect(page.locator("#preview-summary")).to_contain_text(
+        "replay 1 dead letter of partition 2 (sequence number 0) in place: each is handed to the handler of"
+    )
+    expect(page.locator("#preview-notes")).to_contain_text("the checkpoint does not move")
+    page.click("#action-confirm")
+    expect(page.locator("#action-dialog")).not_to_be_visible()
+    row = page.locator('tr[data-sequence="0"]')
+    expect(row).to_have_attribute("data-replayed", "true", timeout=10_000)
+    expect(row.locator("td.replayed")).to_contain_text("by admin as in place (pending)")
+    assert errors == [], errors

@@ -12,6 +12,8 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
+from workers.deadletter.decode import properties_of
+from workers.deadletter.replay import REPLAYED_FROM
 from workers.handlers import PartitionContext
 from workers.sources.base import ReceivedEvent
 
@@ -39,3 +41,17 @@ def read_records(directory: Path) -> list[tuple[str, int, str]]:
             partition, sequence, owner = line.split(",")
             out.append((partition, int(sequence), owner))
     return out
+
+
+class FixableHandler(RecordingHandler):
+    """A ``RecordingHandler`` that fails on a body ``broken`` until ``$LEASEBOARD_RECORD_DIR/fixed``
+    exists (the bug fixed); it records the replay property of what it handled in ``<pid>.replays``."""
+
+    def __call__(self, event: ReceivedEvent, ctx: PartitionContext) -> None:
+        if event.body == b"broken" and not (self.path.parent / "fixed").exists():
+            raise ValueError("cannot handle a broken body")
+        super().__call__(event, ctx)
+        replayed = properties_of(event.amqp).get(REPLAYED_FROM) if event.amqp else None
+        if replayed is not None:
+            with self._lock, self.path.with_suffix(".replays").open("a", encoding="utf-8") as f:
+                f.write(f"{replayed},{event.sequence_number},{ctx.owner_id}\n")

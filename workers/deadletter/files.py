@@ -1,5 +1,6 @@
 """The dead-letter files: ``<directory>/<hub>/<partition>.jsonl``, one JSON object a line, and beside
-them ``<hub>/replayed/<partition>.jsonl``, one line per dead letter sent to the hub again.
+them ``<hub>/replayed/<partition>.jsonl``, one line per dead letter replayed (sent to the hub again,
+or handed to the owner's handler in place: ``inplace.py``).
 
 Writers append a line under ``flock`` on the file; a purge copies the lines it keeps to a new file
 and renames it over the old one under the same lock, so a writer that opened the old file before
@@ -210,7 +211,18 @@ def read_markers(folder: Path, partition: str, consumer_group: str) -> dict[int,
         return {}
 
 
-def _markers(f: IO[bytes], consumer_group: str) -> dict[int, Entry]:
+def read_failures(folder: Path, partition: str, consumer_group: str) -> dict[int, Entry]:
+    """The in-place replays that failed, by sequence number, where no replay came after."""
+    try:
+        with markers_path(folder, partition).open("rb") as f:
+            return _markers(f, consumer_group, failed=True)
+    except FileNotFoundError:
+        return {}
+
+
+def _markers(f: IO[bytes], consumer_group: str, *, failed: bool = False) -> dict[int, Entry]:
+    """The last marker of each sequence number; one saying ``failed`` (an in-place replay whose
+    handler call failed) unmarks it: it was not replayed (with ``failed``: only those)."""
     found: dict[int, Entry] = {}
     for _, line in _lines(f):
         marker = parse(line)
@@ -218,7 +230,7 @@ def _markers(f: IO[bytes], consumer_group: str) -> dict[int, Entry]:
             sequence = sequence_of(marker)
             if sequence is not None:
                 found[sequence] = marker
-    return found
+    return {n: m for n, m in found.items() if bool(m.get("failed")) == failed}
 
 
 @contextmanager

@@ -110,7 +110,7 @@ class HandlerCalls:
         finally:
             self.calling = None
 
-    async def _call_once(self, lane: ThreadLane, events: list[ReceivedEvent]) -> Exception | None:
+    async def call_once(self, lane: ThreadLane, events: list[ReceivedEvent]) -> Exception | None:
         """One handler call with ``events`` (one event, or a batch); the error or None."""
         arg: Any = events if self.batch is not None else events[0]
         self.calling = (arg, self._monotonic())
@@ -129,7 +129,7 @@ class HandlerCalls:
         while True:
             if not await self._hold():
                 return
-            error = await self._call_once(lane, events)
+            error = await self.call_once(lane, events)
             if not self._lease_gone(error):
                 break  # else the handler found the lease gone: pause, then the same batch again
         if error is None:
@@ -161,11 +161,11 @@ class HandlerCalls:
             await self._pause(delay)
             if not await self._hold():
                 return False  # the next owner (or the next run) tries the event again
-            retry_error = await self._call_once(lane, events)
+            retry_error = await self.call_once(lane, events)
             while self._lease_gone(retry_error):  # not an attempt: the lease ran out during it
                 if not await self._hold():
                     return False
-                retry_error = await self._call_once(lane, events)
+                retry_error = await self.call_once(lane, events)
             if retry_error is None:
                 self.advance(events)
                 return True

@@ -21,12 +21,10 @@ partition) ends the pump at once ("lost").
 Idle. A pump with nothing new to read waits for its reader to say events came, bounded by a pending
 checkpoint's time, its lease's deadline passing unrenewed and a safety read (``idle.py``).
 
-Checkpoints: ``checkpoints.py`` (every ``checkpoint_events`` events or ``checkpoint_seconds``
-seconds, and once more when the pump is stopped on purpose; delivery is at least once). Sequence
-numbers: ``sequence.py`` (a jump is logged as lost data, and processing goes on).
-
-Handler errors (the worker never dies of one): retried, then set aside as dead letters
-(``retries.py``).
+Checkpoints: ``checkpoints.py`` (every ``checkpoint_events`` events or ``checkpoint_seconds`` seconds,
+and once more when stopped on purpose; at least once). Sequence numbers: ``sequence.py``. Handler
+errors: retried, then set aside as dead letters (``handling.py``); dead letters an operator replays
+in place are handed to the handler between two reads (``inplace.py``).
 """
 
 from __future__ import annotations
@@ -47,6 +45,7 @@ from workers.runtime.config import PumpConfig, PumpStats
 from workers.runtime.deadletters import DeadLetters
 from workers.runtime.handling import HandlerCalls
 from workers.runtime.idle import Idle
+from workers.runtime.inplace import InPlace, folder_for
 from workers.runtime.lane import ThreadLane
 from workers.runtime.sequence import SequenceGuard
 from workers.sources.base import EventSource, PartitionReader, PartitionTaken, Position
@@ -154,6 +153,8 @@ class PartitionPump:
             pause=self._idle.pause,
         )
         self._sync = self._calls.sync
+        folder = folder_for(dead_letters.directory, self.ref)
+        self.in_place = InPlace(folder, self.ctx, self._calls.call_once, self._lease_gone, self._idle.arrive)
 
     def stop(self, *, lost: bool = False) -> None:
         """Ask the pump to stop after the event in hand and write a final checkpoint. None when ``lost``
@@ -278,6 +279,9 @@ class PartitionPump:
             self._idle.attach(reader)
             self._checkpoints.start()
             while await self._hold():
+                if self.in_place.waiting:
+                    await self.in_place.run(lane, self._may_go_on)
+                    continue
                 await self._step(lane, reader)
                 self.has_read = True  # a read (and what it gave handled) went through
             if self.stats.ended is None:  # stopped while held: the final checkpoint

@@ -15,6 +15,7 @@ from workers.runtime.config import PumpConfig, PumpStats
 from workers.runtime.deadlines import DeadlineWatch
 from workers.runtime.handlerwatch import HandlerWatch
 from workers.runtime.hubwatch import HubGuard, HubWatch
+from workers.runtime.inplace import InPlaceWatch
 from workers.runtime.pump import PartitionPump, Sleep
 from workers.runtime.sink import OutageLog
 from workers.runtime.stuck import GIVE_UP_FOR, HandlerStalls, ReaderWatch, heal, too_many_abandoned
@@ -67,6 +68,7 @@ class Pumps:
             clock = coordinator.monotonic
             self.handlers = HandlerWatch(handler_timeout, self.running, clock, sleep, stopped, self._handler_stuck)
         self.abandoned = 0
+        self.in_place = InPlaceWatch()  # dead letters an operator replays in place (``inplace.py``)
         self.stalls = HandlerStalls()  # partitions whose handler call was abandoned, until they move past it
         # Partitions whose reader keeps failing (``stuck.py``), and the give-ups under way.
         self._reader_stuck = reader_stuck
@@ -146,6 +148,7 @@ class Pumps:
             self.handlers.look()
         if self.wedges is not None:
             self.wedges.look(self._live())
+        self.in_place.look(self._live())
         for pid in [p for p in self.readers.since if p not in owned]:  # lost or handed over: its failures end
             self._reader_back(pid)
         for pid in [p for p in self.stalls.stalled if p not in owned]:
