@@ -160,6 +160,7 @@ class ChannelLayerReleaseChannel:
                     if notice is not None and notice.ref == self.ref:
                         yield notice
             except Exception as exc:  # the layer's client failed: say so once, poll meanwhile, join again
+                stop_if_cancelled()  # a cancellation the layer turned into an error: end now, one leave
                 if not failing:
                     log.warning(
                         "release notices: the channel layer (%s) failed (%s: %s); joining group %s again with "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
+from balancer.aio import stop_if_cancelled
 from balancer.errors import StoreError
 from balancer.model import check_partition_id
 from balancer.race.backend import Channel, Deliver, RaceBackend
@@ -58,8 +59,10 @@ class Subscription:
             try:
                 await self._backend.listen(self._heard, ready)
             except StoreError as exc:
+                stop_if_cancelled()  # a cancellation the client turned into an error: end now
                 self._outages.failed("subscription", exc)
             except Exception as exc:  # a bug must not end the subscription for good
+                stop_if_cancelled()
                 log.exception("%s: race subscription failed", node.owner_id)
                 self._outages.failed("subscription", exc)
             self.subscribed = False

@@ -95,6 +95,7 @@ class PostgresReleaseChannel:
                     stop_if_cancelled()
                     await connection.execute("SELECT 1")  # quiet for a while: is the link still there?
             except (psycopg.Error, OSError) as exc:
+                stop_if_cancelled()  # a cancellation the driver turned into an error: end now, one close
                 if not failing:
                     log.warning(
                         "release notices: lost the LISTEN connection to database %r (%s: %s); listening again "

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from channels_redis.core import RedisChannelLayer
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from balancer.model import HubRef
 from balancer.notices import Released
@@ -162,3 +163,44 @@ async def test_the_postgres_release_listener_ends_within_the_bound_of_each_cance
         await cancelled_at_random(
             lambda: iterate(channel.listen()), lambda: channel.publish(Released(REF, ("1",), "a"))
         )
+
+
+class ConvertingPubSub:
+    """A subscription whose subscribe waits until cancelled, then raises a connection error instead of
+    the cancellation (what a client that loses a cancellation may do: ``balancer.aio``)."""
+
+    subscribes = 0
+    closes = 0
+
+    async def subscribe(self, *channels: str) -> None:
+        ConvertingPubSub.subscribes += 1
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RedisConnectionError("connection lost while subscribing") from None
+
+    async def aclose(self) -> None:
+        ConvertingPubSub.closes += 1
+
+
+class ConvertingClient:
+    def pubsub(self, **_: Any) -> ConvertingPubSub:
+        return ConvertingPubSub()
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_cancellation_a_client_turns_into_an_error_ends_the_listener_after_one_close() -> None:
+    """Not subscribing again first: that round was a second close bound (ci-under-load saw a 2.07 s stop)."""
+    channel = redis_notices.RedisReleaseChannel(ConvertingClient, ConvertingClient, "fake", REF)  # type: ignore[arg-type]
+    ConvertingPubSub.subscribes = ConvertingPubSub.closes = 0
+    task = asyncio.ensure_future(iterate(channel.listen()))
+    while ConvertingPubSub.subscribes == 0:
+        await asyncio.sleep(0.001)
+
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=5)
+
+    assert done and task.cancelled(), "the listener went on after its cancellation"
+    assert (ConvertingPubSub.subscribes, ConvertingPubSub.closes) == (1, 1)

@@ -160,8 +160,11 @@ async def test_a_node_killed_with_sigkill_has_its_partitions_processed_elsewhere
 async def test_redis_restarted_without_persistence_moves_nothing_and_processing_goes_on(site: Site) -> None:
     # The ownership records and checkpoints in SQLite (durable); the race in Redis, which restarts
     # empty: the allocation and grab hashes, the subscriptions and the scripts are gone.
+    # A race's owner goes first by 1.5 x the leases-held delay; a node starved longer loses the race and
+    # hands the partition off. ci-under-load starved one past the suite's 0.375 s once (8a7eb7c): twice
+    # the delay here (the most the 2 s wait cap leaves room for) gives the owner 0.75 s.
     for prefix in ("A", "B", "C"):
-        site.start(prefix, store="sql")
+        site.start(prefix, store="sql", extra=("--leases-held-delay=0.5",))
     nodes = {"A-0", "B-0", "C-0"}
     await site.until(lambda: site.balanced(site.sql_owners(), nodes) and len(site.allocation()) == 6, 30, "a share")
     owners = site.sql_owners()

@@ -83,6 +83,7 @@ class RedisReleaseChannel:
                         if notice is not None:
                             yield notice
             except (RedisError, OSError) as exc:
+                stop_if_cancelled()  # a cancellation redis-py turned into an error: end now, one close
                 if not failing:
                     log.warning(
                         "release notices: lost the subscription to %s on %s (%s: %s); subscribing again with "
