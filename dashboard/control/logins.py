@@ -24,12 +24,9 @@ from typing import Any
 
 from axes.backends import AxesStandaloneBackend
 from axes.models import AccessAttempt, AccessLog
-from axes.signals import user_locked_out
 from django.conf import settings
-from django.contrib.auth.signals import user_login_failed
 from django.core.exceptions import PermissionDenied
 from django.db.models import Max, Sum
-from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.csrf import csrf_failure as django_csrf_failure
@@ -112,15 +109,15 @@ def client_address(request: HttpRequest | None) -> str:
     return behind_proxies(request)
 
 
-@receiver(user_login_failed)
-def _wrong_password(sender: Any, credentials: dict[str, Any], request: HttpRequest | None = None, **_: Any) -> None:
+def wrong_password(sender: Any, credentials: dict[str, Any], request: HttpRequest | None = None, **_: Any) -> None:
+    """Django's ``user_login_failed``, connected by ``apps.DashboardConfig.ready``: one wrong password counted."""
     if getattr(request, "axes_locked_out", False):
-        return  # a refusal of a locked-out pair: ``_locked_out`` counts it
+        return  # a refusal of a locked-out pair: ``locked_out`` counts it
     refusals.count("login", client_address(request), refusals.account(str(credentials.get("username") or "")))
 
 
-@receiver(user_locked_out)
-def _locked_out(sender: Any, request: HttpRequest | None = None, username: str | None = None, **kw: Any) -> None:
+def locked_out(sender: Any, request: HttpRequest | None = None, username: str | None = None, **kw: Any) -> None:
+    """django-axes' ``user_locked_out``, connected by ``apps.DashboardConfig.ready``: one lockout counted."""
     address = str(kw.get("ip_address") or client_address(request))
     refusals.count("lockout", address, refusals.account(username or ""))
 

@@ -26,6 +26,7 @@ from balancer.lease import Coordinator
 from balancer.model import HubRef
 from balancer.stores.memory import MemoryStore
 from balancer.strategies import get_strategy
+from tests.support import migrated
 from tests.support.azurite import Azurite
 from tests.support.servers import free_port
 from tests.support.waiting import until
@@ -42,7 +43,7 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A migrated SQLite file for the dashboard tables of the worker processes (their event log)."""
     path = tmp_path_factory.mktemp("edges") / "db.sqlite3"
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{path}"}
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=120)
+    migrated.migrate(env)  # a copy: tests/support/migrated.py
     return f"sqlite:///{path}"
 
 

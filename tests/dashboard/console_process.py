@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support import migrated
 from tests.support.servers import free_port, listens
 from tests.support.waiting import until_sync
 
@@ -65,7 +66,8 @@ def environment(var: Path, **extra: str) -> dict[str, str]:
 
 
 def migrate(env: dict[str, str]) -> None:
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True, timeout=180)
+    """``manage.py migrate`` (a new SQLite file: a copy, ``tests/support/migrated.py``)."""
+    migrated.migrate(env, timeout=180)
 
 
 class Console:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, Route, WebSocket, expect, sync_playwright
 
+from tests.support import migrated
 from tests.support.servers import free_port
 from workers.hub.embedded import EmbeddedHub
 
@@ -50,6 +51,10 @@ class Site:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = var / "daphne.log"
         self.process: subprocess.Popen[bytes] | None = None
+
+    def migrate(self) -> None:
+        """``manage.py migrate`` its SQLite file (a copy: ``tests/support/migrated.py``)."""
+        migrated.migrate(self.env)
 
     def start(self) -> None:
         with self.log.open("ab") as out:
@@ -110,7 +115,7 @@ def _environment(var: Path, **extra: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     served = Site(tmp_path_factory.mktemp("site"))
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=served.env, check=True, timeout=120)
+    served.migrate()
     with EmbeddedHub(served.var / "hub", "sensors", partitions=4) as hub:
         hub.send_batch([b'{"sensor": "door"}'] * 12, partition_id="0")
     served.start()
@@ -267,15 +272,15 @@ PASSWORD = "browser-test-password-1"
 def busy_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     """A site with a real ``runworkers`` process of two workers (bw-0, bw-1) on four partitions."""
     served = Site(tmp_path_factory.mktemp("busy"), LEASEBOARD_ADMIN_PASSWORD=PASSWORD)
-    for command in (["migrate", "-v0"], ["ensureadmin"]):
-        subprocess.run(
-            [sys.executable, "manage.py", *command],
-            cwd=ROOT,
-            env=served.env,
-            check=True,
-            timeout=120,
-            capture_output=True,
-        )
+    served.migrate()
+    subprocess.run(
+        [sys.executable, "manage.py", "ensureadmin"],
+        cwd=ROOT,
+        env=served.env,
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
     with EmbeddedHub(served.var / "hub", "sensors", partitions=4) as hub:
         hub.send_batch([b'{"sensor": "door"}'] * 8, partition_id="1")
     workers = subprocess.Popen(
@@ -433,7 +438,7 @@ GROUP_HUBS = ("orders", "sensors")  # two hubs the store knows (seed_fleet: w1 a
 @pytest.fixture(scope="module")
 def groups_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     served = Site(tmp_path_factory.mktemp("groups"))
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=served.env, check=True, timeout=120)
+    served.migrate()
     for name in GROUP_HUBS:
         with EmbeddedHub(served.var / "hub", name, partitions=4) as hub:
             hub.send_batch([b'{"sensor": "door"}'] * 7, partition_id="2")

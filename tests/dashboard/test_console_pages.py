@@ -28,7 +28,7 @@ NAVIGATION = ["Fleet", "Events", "History", "Pipeline", "Groups", "Dead letters"
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     served = Site(tmp_path_factory.mktemp("pages"))
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=served.env, check=True, timeout=120)
+    served.migrate()
     with EmbeddedHub(served.var / "hub", "sensors", partitions=4) as hub:
         hub.send_batch([b'{"sensor": "door"}'] * 100, partition_id="0")
     served.start()

@@ -35,7 +35,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 @pytest.fixture
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     served = Site(tmp_path_factory.mktemp("fleet"), LEASEBOARD_TARGET_CATCHUP_SECONDS="60")  # 4 partitions
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=served.env, check=True, timeout=120)
+    served.migrate()
     with EmbeddedHub(served.var / "hub", "sensors", partitions=PARTITIONS):
         pass
     served.start()

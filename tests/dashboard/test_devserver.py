@@ -1,10 +1,13 @@
 """``runserver`` is Daphne's (ASGI: websockets in development), yet a process that does not serve
-HTTP (a worker, the hub, the pipeline) starts without importing Daphne or Twisted."""
+HTTP (a worker, the hub, the pipeline) starts without importing Daphne or Twisted, nor the console's
+own code: refused logins are counted (``control/logins.py``) from receivers whose code is imported
+at the first refusal."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.support.processes import ROOT
 
@@ -30,3 +33,31 @@ def test_runserver_is_daphnes_and_nothing_imports_daphne_or_twisted_before_it_ru
     )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.split() == ["[]", "dashboard.devserver", "True"]
+
+
+WORKER_PROBE = """
+import django, sys
+django.setup()
+from django.core.management import load_command_class
+load_command_class("workers", "runworkers")
+from django.contrib.auth.signals import user_login_failed
+console = sorted(m for m in sys.modules if m.startswith(("dashboard.control", "dashboard.live", "dashboard.web")))
+print(console, any(r[0][0] == "leaseboard.wrong_password" for r in user_login_failed.receivers))
+"""
+
+
+def test_a_worker_starts_without_the_console_s_code_yet_refused_logins_have_their_receiver(tmp_path: Path) -> None:
+    probe = subprocess.run(
+        [sys.executable, "-c", WORKER_PROBE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+            "LEASEBOARD_VAR_DIR": str(tmp_path),
+            "PATH": "/usr/bin:/bin",
+        },
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.split() == ["[]", "True"]

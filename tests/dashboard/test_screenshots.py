@@ -87,7 +87,7 @@ def _owners(console: Console) -> dict[str, int]:
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     site = Site(tmp_path_factory.mktemp("screenshots"), LEASEBOARD_ADMIN_PASSWORD=PASSWORD)
     site.env.update(LEASEBOARD_PARTITIONS=str(PARTITIONS), LEASEBOARD_LAG_SAMPLE_SECONDS="1")
-    _manage(site, "migrate", "-v0")
+    site.migrate()
     _manage(site, "ensureadmin")
     with EmbeddedHub(site.var / "hub", HUB, partitions=PARTITIONS) as hub:
         hub.send_batch([b'{"door": "open"}', b"plain text", b"\x00\x01\x02"], partition_id="1")

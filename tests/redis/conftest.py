@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support import migrated
 from tests.support.redis_server import RedisServer, start_redis
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -26,13 +23,12 @@ def redis_server() -> Iterator[RedisServer]:
 
 @pytest.fixture(scope="session")
 def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A migrated SQLite file to copy: ``manage.py migrate`` once, not once per test."""
+    """A migrated SQLite file to copy: ``manage.py migrate`` once, not once per test (nor at all
+    when this process has migrated one already: ``tests/support/migrated.py``)."""
     path = tmp_path_factory.mktemp("redis-template") / "db.sqlite3"
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{path}"}
     env.pop("REDIS_URL", None)
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=120
-    )
+    migrated.migrate(env)
     return path
 
 

@@ -25,7 +25,7 @@ import pytest
 
 from balancer.model import HubRef
 from dashboard.sql.store import SqlStore
-from tests.support import waiting
+from tests.support import migrated, waiting
 from tests.support.databases import add_django_database, remove_django_database
 from tests.workers.recording import read_records
 from workers.hub.embedded import EmbeddedHub
@@ -54,8 +54,8 @@ def manage(*args: str) -> list[str]:
 
 
 def migrate(env: dict[str, str]) -> None:
-    """``manage.py migrate`` the database ``env`` names."""
-    subprocess.run(manage("migrate", "--noinput", "-v", "0"), cwd=ROOT, env=env, check=True, timeout=120)
+    """``manage.py migrate`` the database ``env`` names (a new SQLite file: a copy, ``tests/support/migrated.py``)."""
+    migrated.migrate(env)
 
 
 @contextmanager
