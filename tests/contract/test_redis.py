@@ -22,6 +22,7 @@ from balancer.errors import StoreError, StoreUnavailable
 from balancer.model import Checkpoint, Control, ControlKind, HubRef, Member, OwnershipRecord
 from balancer.notices import Released
 from balancer.stores.redis import notices as redis_notices
+from balancer.stores.redis.connection import POOL
 from balancer.stores.redis.layout import Keys, scope
 from balancer.stores.redis.notices import QUIET
 from balancer.stores.redis.store import RedisStore
@@ -467,3 +468,14 @@ async def test_a_server_that_never_answers_is_unavailable_within_the_timeout_eve
     finally:
         server.close()
         await asyncio.wait_for(server.wait_closed(), 10)
+
+
+async def test_more_calls_at_once_than_the_pool_has_connections_wait_for_one_and_all_answer(
+    redis_server: RedisServer,
+) -> None:
+    """16 workers of one process start 256 pumps, each listing checkpoints at once: redis-py's pool
+    (100) said "Too many connections" to the rest; they now wait for a connection, within the timeout."""
+    await flush(redis_server.url)
+    async with RedisStore(redis_server.url) as store:
+        listed = await asyncio.gather(*(store.list_checkpoints(REF) for _ in range(3 * POOL)))
+        assert listed == [[]] * (3 * POOL)

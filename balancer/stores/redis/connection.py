@@ -14,10 +14,10 @@ import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.commands.core import AsyncScript
@@ -34,6 +34,7 @@ __all__ = ["URL_ENV", "Connection", "RedisConnections", "describe_url"]
 
 T = TypeVar("T")
 
+POOL = 100  # connections of a store's client at most (redis-py's default), per event loop
 URL_ENV = "REDIS_URL"  # the setting of the URL, named in messages; the wiring passes its value in
 
 
@@ -110,20 +111,25 @@ class RedisConnections:
 
     def new_client(self, retries: int = 2, *, read_timeout: bool = True) -> Redis:
         """A client of its own (e.g. for a subscription), on the same URL and timeouts. Without
-        ``read_timeout`` its commands have none of their own: the caller bounds them (``run``)."""
+        ``read_timeout`` its commands have none of their own: the caller bounds them (``run``), and
+        a command finding all POOL connections in use waits for one (within that bound) instead of
+        failing with "Too many connections" (16 workers of a process start 256 pumps at once)."""
         # Retries cover a pooled connection that died with a restarted server: the command never
         # ran there, so sending it again on a fresh connection is safe. Timeouts are not retried:
         # a renewal must fail fast rather than outlast its lease.
         retry = Retry(ExponentialBackoff(cap=0.2, base=0.02), retries, supported_errors=(RedisConnectionError,))
-        return Redis.from_url(
-            self.url,
-            socket_connect_timeout=self._connect_timeout,
-            socket_timeout=self._timeout if read_timeout else None,
-            retry=retry,
-            client_name=self._client_name,
-            decode_responses=True,
-            encoding_errors=ENCODING_ERRORS,  # a hand edit's bytes that are not UTF-8 cannot fail a listing
-        )
+        options: dict[str, Any] = {
+            "socket_connect_timeout": self._connect_timeout,
+            "socket_timeout": self._timeout if read_timeout else None,
+            "retry": retry,
+            "client_name": self._client_name,
+            "decode_responses": True,
+            "encoding_errors": ENCODING_ERRORS,  # a hand edit's bytes that are not UTF-8 cannot fail a listing
+        }
+        if read_timeout:
+            return Redis.from_url(self.url, **options)
+        pool = BlockingConnectionPool.from_url(self.url, max_connections=POOL, timeout=self._timeout, **options)
+        return Redis.from_pool(pool)
 
     def _connection(self) -> Connection:
         loop = asyncio.get_running_loop()
