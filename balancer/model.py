@@ -114,6 +114,10 @@ class Member:
     last_seen: float
     info: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
+    def own(self) -> Member:
+        """This member with an ``info`` of its own (stores that keep what they listed hand out copies)."""
+        return Member(self.ref, self.owner_id, self.last_seen, dict(self.info))
+
     def alive(self, now: float, expiry: float) -> bool:
         """Heartbeat within the expiry the worker itself runs with (``info["expiry"]``, what its
         heartbeat says), else within ``expiry`` (a reader's setting, which may not be the fleet's)."""

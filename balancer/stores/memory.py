@@ -216,7 +216,10 @@ class MemoryStore:
     async def heartbeat(self, member: Member) -> None:
         with self._lock:
             self._enter()
-            self._members[(member.ref, member.owner_id)] = replace(member, last_seen=self._clock())
+            # A copy of its info: a caller that changes its own dict later changes no stored member.
+            self._members[(member.ref, member.owner_id)] = replace(
+                member, last_seen=self._clock(), info=dict(member.info)
+            )
 
     async def list_members(self, ref: HubRef) -> list[Member]:
         with self._lock:
@@ -233,7 +236,7 @@ class MemoryStore:
                 if seen is None:
                     found[owner] = CorruptRecord(f"member {owner!r} of {ref}", time_flaw("last_seen", member.last_seen))
                 else:
-                    out.append(member if seen == member.last_seen else replace(member, last_seen=seen))
+                    out.append(replace(member, last_seen=seen, info=dict(member.info)))  # the reader's own
         self._corrupt.listing(f"members {ref}", found, frozenset(found))
         return out
 

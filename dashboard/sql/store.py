@@ -164,7 +164,8 @@ class SqlStore(Reads, Claims, NamespaceReads):
         )
 
     async def list_members(self, ref: HubRef) -> list[Member]:
-        return await self._run(LEASE, self._list_members, ref)
+        # Copies: ``_list_members`` hands out what it read before while the rows are unchanged.
+        return [m.own() for m in await self._run(LEASE, self._list_members, ref)]
 
     async def remove_member(self, ref: HubRef, owner_id: str) -> None:
         await self._run(LEASE, self._remove_member, ref, owner_id)

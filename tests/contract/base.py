@@ -404,6 +404,15 @@ class StoreContract:
 
     # members and controls ------------------------------------------------------------------
 
+    async def test_a_members_info_is_the_callers_own_on_the_way_in_and_out(self, store: Store) -> None:
+        given = {"host": "h1"}
+        await store.heartbeat(Member(REF, "w1", last_seen=0.0, info=given))
+        given["host"] = "changed after the heartbeat"
+        [listed] = await store.list_members(REF)
+        listed.info["host"] = "changed by a reader"
+        [again] = await store.list_members(REF)
+        assert again.info == {"host": "h1"}
+
     async def test_members_round_trip(self, store: Store) -> None:
         before = await store.now()
         await store.heartbeat(Member(REF, "w1", last_seen=0.0, info={"host": "h1", "pid": "11"}))

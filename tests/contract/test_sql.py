@@ -266,11 +266,13 @@ class SqlContract(ChangeFeedContract, StoreContract):
     async def test_small_listings_unchanged_are_not_converted_again_and_a_change_shows(self, store: SqlStore) -> None:
         await store.heartbeat(Member(REF, "a", 0.0, {"strategy": "cooperative"}))
         await store.put_control(Control(REF, ControlKind.DRAIN, "a"))
-        first, controls = await store.list_members(REF), await store.list_controls(REF)
-        again = await store.list_members(REF)
+        first, controls = (await store.snapshot(REF)).members, await store.list_controls(REF)
+        again = (await store.snapshot(REF)).members
         assert again == first and again is not first
         assert again[0] is first[0]  # the same record: its row came back as it was, nothing converted again
         assert (await store.list_controls(REF))[0] is controls[0]
+        listed = await store.list_members(REF)  # for callers outside the store: a copy they may change
+        assert listed == first and listed[0] is not first[0] and listed[0].info is not first[0].info
         # A change the records' equality does not see (Member.info does not count in it) still shows.
         await self._execute('UPDATE dashboard_memberrow SET info = \'{"strategy": "eph"}\' WHERE owner_id = %s', ["a"])
         [edited] = await store.list_members(REF)

@@ -243,7 +243,8 @@ class RedisStore(RedisConnections):
         await self._stamped("a heartbeat", key, member.owner_id, {"info": dict(member.info)}, "seen")
 
     async def list_members(self, ref: HubRef) -> list[Member]:
-        return self._members(ref, await self._hash("listing members", Keys.of(ref).members))
+        # Copies: ``_members`` hands out what it parsed before while the hash is unchanged.
+        return [m.own() for m in self._members(ref, await self._hash("listing members", Keys.of(ref).members))]
 
     def _members(self, ref: HubRef, raw: Mapping[Any, Any]) -> list[Member]:
         key = Keys.of(ref).members
