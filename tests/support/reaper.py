@@ -294,6 +294,8 @@ def keep(lines: Iterable[bytes]) -> None:
 
 
 if __name__ == "__main__":
-    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+    # SIGTERM too: ``pkill -f <checkout>`` reaches a keeper (its command line names this file) but not
+    # a server the keeper must sweep (``postgres -D <home>``); a keeper ends when its owner has.
+    for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
     keep(sys.stdin.buffer)

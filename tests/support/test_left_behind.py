@@ -297,3 +297,27 @@ def test_bench_amqp_sigkilled_with_its_servers_running_leaves_nothing(tmp_path: 
         until_sync(serving, "runhub and Azurite to run", UP, step=0.05)
         os.kill(the_run.process.pid, signal.SIGKILL)
         the_run.nothing_left("SIGKILL of bench_amqp")
+
+
+def test_a_sigterm_to_the_keepers_too_leaves_nothing(tmp_path: Path) -> None:
+    """``pkill -f <checkout>`` signals every process whose command line names the checkout: the
+    keepers (``tests/support/reaper.py``) but not PostgreSQL (``postgres -D <its home>``). A keeper
+    ended by it swept nothing, and two clusters of a killed ci-under-load run stayed up for an hour:
+    a keeper ignores SIGTERM, and ends only when its owner has (its pipe closes)."""
+    with pytest_run(tmp_path, "-n", "2") as the_run:
+        holding(tmp_path, the_run)
+        keepers = [pid for pid, command in the_run.left().items() if "tests/support/reaper.py" in command]
+        assert keepers, the_run.left()
+        assert all(ignores(pid, signal.SIGTERM) for pid in keepers), "a keeper would end on SIGTERM"
+        for pid in keepers:
+            os.kill(pid, signal.SIGTERM)
+        os.killpg(the_run.process.pid, signal.SIGKILL)  # then the run dies as it would: its keepers sweep
+        the_run.nothing_left("SIGTERM to the keepers, then SIGKILL of the run")
+
+
+def ignores(pid: int, signum: signal.Signals) -> bool:
+    """Whether ``pid`` ignores ``signum`` (the ``SigIgn`` mask of ``/proc/<pid>/status``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
