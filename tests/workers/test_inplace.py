@@ -179,3 +179,23 @@ def test_a_request_file_that_is_not_one_is_left_alone(rig: Rig, caplog: pytest.L
     with pytest.raises(ValueError, match="is not an in-place request"):
         inplace.Request.load(requests / f"3.{'a' * 32}.json")
     assert inplace.partition_of(requests / "notes.txt") is None
+
+
+async def test_a_request_whose_marks_cannot_be_read_is_left_and_the_pump_goes_on(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    handler = Fixable(1)
+    worker = await set_aside(rig, handler, 1)
+    asked = inplace.request(folder(rig), REF.consumer_group, "3", [1], user="ops")
+    marks = files.markers_path(folder(rig), "3")
+    marks.unlink()
+    marks.mkdir()  # reading the marks now fails (IsADirectoryError)
+
+    await worker.step()
+    await until(lambda: "in-place request" in caplog.text, what="the request left, said in the log")
+    rig.send("3", 2)
+    await until(lambda: worker.stats()["3"].processed == 8, what="the pump to go on with new events")
+
+    assert asked.path.exists() and worker.stats()["3"].ended is None
+    assert f"in-place request {asked.path.name} left" in caplog.text
+    await worker.shutdown()

@@ -112,9 +112,15 @@ class InPlace:
         the pump's lease to be renewed, or for the next owner)."""
         while self._queue and may_go_on():
             path = next(iter(self._queue))
-            loaded = await lane.call(self._load, path)
-            if loaded is not None and not await self._handle(lane, may_go_on, *loaded):
-                return
+            try:
+                loaded = await lane.call(self._load, path)
+                if loaded is not None and not await self._handle(lane, may_go_on, *loaded):
+                    return
+            except OSError as exc:  # the folder cannot be read or marked: this pump leaves the request
+                log.error(
+                    "%s: in-place request %s left (a worker taking the partition tries again): %s",
+                    *(self._label, path.name, exc),
+                )
             del self._queue[path]
 
     def _load(self, path: Path) -> tuple[Request, list[int], dict[int, files.Entry]] | None:
@@ -124,7 +130,7 @@ class InPlace:
             req = Request.load(path)
         except FileNotFoundError:
             return None  # done (by this pump's previous owner) meanwhile
-        except (OSError, ValueError) as exc:
+        except ValueError as exc:
             log.error("%s: in-place request %s cannot be read, left alone: %s", self._label, path, exc)
             return None
         if req.consumer_group != self._group:
