@@ -276,6 +276,14 @@ LEASEBOARD_BLOB_CONTAINER = envstr("LEASEBOARD_BLOB_CONTAINER", "leaseboard")
 EVENTHUB_CONNECTION_STRING = envstr("EVENTHUB_CONNECTION_STRING", "")
 # Events per read of --source eventhubs (the link credit; docs/azure.md: latency by prefetch).
 EVENTHUB_PREFETCH = envint("EVENTHUB_PREFETCH", 20, minimum=1)
+# Seconds a Blob request may wait for an answer (and to connect) before it is tried once more: keep it
+# well under the lease expiry, as LEASEBOARD_DB_TCP_TIMEOUT for PostgreSQL (a request sent into a
+# network cut otherwise outlasts the lease it renews).
+LEASEBOARD_BLOB_TIMEOUT = envfloat("LEASEBOARD_BLOB_TIMEOUT", 10.0)
+if not 0 < LEASEBOARD_BLOB_TIMEOUT < 3600:
+    raise ImproperlyConfigured(
+        f"LEASEBOARD_BLOB_TIMEOUT must be between 0 and 3600 seconds, got {LEASEBOARD_BLOB_TIMEOUT}"
+    )
 
 # --- the operator console ---------------------------------------------------------------------
 # Anonymous visitors see the read-only console (True) or are sent to the login page (False).

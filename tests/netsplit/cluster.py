@@ -250,6 +250,7 @@ class NetFleet(Fleet):
         self.env.pop("LEASEBOARD_CLOCK_SKEW", None)
         # A request sent into a cut is given up within an expiry (production: 10 s for a 30 s expiry).
         self.env["LEASEBOARD_DB_TCP_TIMEOUT"] = str(self.expiry * 2 / 3)
+        self.env["LEASEBOARD_BLOB_TIMEOUT"] = str(self.expiry * 2 / 3)  # the same for a Blob request
         # A worker the hub stops answering hands its partitions over after this (production: 30 s for a
         # 30 s expiry; here the hub cut's partitions are read again elsewhere within 5 s of the cut).
         self.env["LEASEBOARD_READER_STUCK"] = str(READER_STUCK)

@@ -62,6 +62,7 @@ CONNECTIONS: dict[str, Callable[[], dict[str, Any]]] = {
     "balancer.stores.blob.store.BlobStore": lambda: {
         "connection_string": settings.AZURE_STORAGE_CONNECTION_STRING,
         "container": settings.LEASEBOARD_BLOB_CONTAINER,
+        "timeout": settings.LEASEBOARD_BLOB_TIMEOUT,
     },
 }
 
