@@ -31,6 +31,7 @@ from balancer.race.redis import RedisRaceBackend
 from balancer.stores.redis import notices as redis_notices
 from balancer.stores.redis.store import RedisStore
 from tests.support.redis_server import RedisServer, start_redis
+from tests.support.waiting import until
 from workers import layer_notices
 from workers.layer_notices import ChannelLayerReleaseChannel
 from workers.runtime.runner import listen_for_wakeups
@@ -196,8 +197,7 @@ async def test_a_cancellation_a_client_turns_into_an_error_ends_the_listener_aft
     channel = redis_notices.RedisReleaseChannel(ConvertingClient, ConvertingClient, "fake", REF)  # type: ignore[arg-type]
     ConvertingPubSub.subscribes = ConvertingPubSub.closes = 0
     task = asyncio.ensure_future(iterate(channel.listen()))
-    while ConvertingPubSub.subscribes == 0:
-        await asyncio.sleep(0.001)
+    await until(lambda: ConvertingPubSub.subscribes, "the listener to subscribe", 5)
 
     task.cancel()
     done, _ = await asyncio.wait({task}, timeout=5)

@@ -56,6 +56,11 @@ class Site:
         """``manage.py migrate`` its SQLite file (a copy: ``tests/support/migrated.py``)."""
         migrated.migrate(self.env)
 
+    def ensure_admin(self) -> None:
+        """``manage.py ensureadmin``: the staff login ``admin`` with ``LEASEBOARD_ADMIN_PASSWORD``."""
+        command = [sys.executable, "manage.py", "ensureadmin"]
+        subprocess.run(command, cwd=ROOT, env=self.env, check=True, timeout=120, capture_output=True)
+
     def start(self) -> None:
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
@@ -273,14 +278,7 @@ def busy_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     """A site with a real ``runworkers`` process of two workers (bw-0, bw-1) on four partitions."""
     served = Site(tmp_path_factory.mktemp("busy"), LEASEBOARD_ADMIN_PASSWORD=PASSWORD)
     served.migrate()
-    subprocess.run(
-        [sys.executable, "manage.py", "ensureadmin"],
-        cwd=ROOT,
-        env=served.env,
-        check=True,
-        timeout=120,
-        capture_output=True,
-    )
+    served.ensure_admin()
     with EmbeddedHub(served.var / "hub", "sensors", partitions=4) as hub:
         hub.send_batch([b'{"sensor": "door"}'] * 8, partition_id="1")
     workers = subprocess.Popen(

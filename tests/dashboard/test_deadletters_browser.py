@@ -37,8 +37,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     """A console whose hub ``sensors`` has three dead letters on partition 1 and one on partition 2."""
     served = Site(tmp_path_factory.mktemp("deadletters"), LEASEBOARD_ADMIN_PASSWORD=PASSWORD)
     served.migrate()
-    admin = [sys.executable, "manage.py", "ensureadmin"]
-    subprocess.run(admin, cwd=ROOT, env=served.env, check=True, timeout=120, capture_output=True)
+    served.ensure_admin()
     letters = DeadLetters(served.var / "deadletter")
     with EmbeddedHub(served.var / "hub", REF.hub, partitions=4) as hub:
         for partition, bodies in (("1", BODIES), ("2", [b"{}"])):

@@ -33,14 +33,7 @@ EVENTS = 25  # on partition 1: {"n": 0} .. {"n": 24}, the last with an applicati
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     served = Site(tmp_path_factory.mktemp("eventbrowser"), LEASEBOARD_ADMIN_PASSWORD=PASSWORD)
     served.migrate()
-    subprocess.run(
-        [sys.executable, "manage.py", "ensureadmin"],
-        cwd=ROOT,
-        env=served.env,
-        check=True,
-        timeout=120,
-        capture_output=True,
-    )
+    served.ensure_admin()
     bodies = [f'{{"n": {i}}}'.encode() for i in range(EVENTS)]
     amqp = [b""] * (EVENTS - 1) + [with_properties(bodies[-1], {"Diagnostic-Id": "00-ab"})]
     with EmbeddedHub(served.var / "hub", REF.hub, partitions=4) as hub:
