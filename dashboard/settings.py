@@ -263,10 +263,13 @@ LEASEBOARD_READER_STUCK = envfloat("LEASEBOARD_READER_STUCK", 30.0)
 LEASEBOARD_READER_WEDGED = envfloat("LEASEBOARD_READER_WEDGED", 15.0)
 # Events a handler could not process after its retries, one JSON line each, per hub and partition.
 LEASEBOARD_DEADLETTER_DIR = Path(envstr("LEASEBOARD_DEADLETTER_DIR", str(VAR_DIR / "deadletter")))
-# The Spark pipeline: where workers land events as Parquet, how long a landing batch waits to fill,
+# The Spark pipeline: where workers land events as Parquet, how long a landing batch waits to fill
+# (also how long an event may wait in the hub before its alert), whether the landing raises alerts
+# itself as soon as their file is durable (else the pipeline's batch alone does, seconds later),
 # where the pipeline keeps its checkpoint and results, and which Spark master runs it.
 LEASEBOARD_LANDING_DIR = Path(envstr("LEASEBOARD_LANDING_DIR", str(VAR_DIR / "landing")))
-LEASEBOARD_LANDING_LINGER = envfloat("LEASEBOARD_LANDING_LINGER", 1.0)
+LEASEBOARD_LANDING_LINGER = envfloat("LEASEBOARD_LANDING_LINGER", 0.2)
+LEASEBOARD_LANDING_ALERTS = envbool("LEASEBOARD_LANDING_ALERTS", True)
 LEASEBOARD_PIPELINE_DIR = Path(envstr("LEASEBOARD_PIPELINE_DIR", str(VAR_DIR / "pipeline")))
 LEASEBOARD_SPARK_MASTER = envstr("LEASEBOARD_SPARK_MASTER", "local[*]")
 # Optional external services: the Blob store's storage account and container (--store blob), and the event hub

@@ -43,10 +43,16 @@ dead-letter mechanism (``workers.runtime.deadletters.DeadLetters``: ``<dead-lett
 with partition, sequence number, offset, error and body; ``leaseboard_dead_letters_total``) and the
 rest of the batch lands. Raising ``MalformedEvent`` instead would set aside the whole batch.
 
+Alerts at once. Once a file is durable, its alerting events go to the process's alert writer
+(``workers.pipeline.alerts``), which raises them in the database and wakes the console's live feed
+within milliseconds, long before the Spark pipeline's batch raises them again (once: the first copy
+stays). ``LEASEBOARD_LANDING_ALERTS = False`` leaves it to the pipeline alone.
+
 Small files. A partition with a trickle of events would otherwise land a file per read (every
 50 ms). After landing a batch that was not full, the handler waits ``linger`` seconds (counted
 from that file) before returning, so events pile up in the hub meanwhile: about one file per
-partition per ``linger`` seconds at most, and no wait at all while there is a backlog.
+partition per ``linger`` seconds at most, and no wait at all while there is a backlog. The linger is
+also how long an event may wait in the hub before its alert is raised: short (0.2 s by default).
 The wait is in the partition's own thread, after the file is durable; lease renewal never waits.
 """
 
@@ -72,6 +78,7 @@ import pyarrow.parquet as pq
 from workers.runtime.deadletters import DeadLetters
 from workers.sources.base import ReceivedEvent
 
+from . import alerts as fast_alerts
 from . import metrics
 from .handlers import NotHeld, PartitionContext, batch_handler, parse_sensor_event
 from .sensors import SensorEvent
@@ -79,7 +86,7 @@ from .sensors import SensorEvent
 log = logging.getLogger("leaseboard.landing")
 
 MAX_EVENTS = 5000  # events per handler call, so per landing file
-DEFAULT_LINGER = 1.0
+DEFAULT_LINGER = 0.2  # seconds; an alert waits up to this long in the hub
 MARKERS = "_latest"  # <root>/<hub>/_latest/<partition>.json: the newest landed event (for lag)
 
 UTC_MICROS = pa.timestamp("us", tz="UTC")
@@ -296,6 +303,7 @@ class LandingHandler:
         linger: float | None = None,
         sleep: Callable[[float], None] = time.sleep,
         monotonic: Callable[[], float] = time.monotonic,
+        alerts: fast_alerts.AlertWriter | bool | None = None,
     ) -> None:
         from django.conf import settings
 
@@ -307,6 +315,9 @@ class LandingHandler:
         if linger is None:
             linger = float(getattr(settings, "LEASEBOARD_LANDING_LINGER", DEFAULT_LINGER))
         self.linger = linger
+        if alerts is None:  # as configured; True: this process's writer; False: the pipeline alone raises them
+            alerts = bool(getattr(settings, "LEASEBOARD_LANDING_ALERTS", True))
+        self.alert_writer = fast_alerts.shared() if alerts is True else alerts or None
         self._sleep = sleep
         self._monotonic = monotonic
 
@@ -353,6 +364,8 @@ class LandingHandler:
         metrics.LANDING_WRITE.observe(time.perf_counter() - started)
         metrics.LANDED_EVENTS.inc(len(landed))
         metrics.LANDING_FILES.inc()
+        if self.alert_writer is not None:
+            self.alert_writer.submit(ctx.ref.hub, fast_alerts.alert_rows(landed))
         ctx.state["landed_at"] = self._monotonic()
         self._mark(ctx, last, max(received.enqueued_time for received, _ in landed))
         return path

@@ -265,3 +265,20 @@ if MULTIPROCESS_DIR:
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(os.getpid(), MULTIPROCESS_DIR)  # type: ignore[no-untyped-call]
+
+
+# Alerts, by the path that raised them first (``workers.pipeline.alerts``): "landing", the worker
+# process as the event's file lands, or "pipeline", the Spark job (a worker process and the
+# pipeline's each count their own).
+ALERTS_RAISED = Counter("leaseboard_alerts_raised", "Alerts raised, by the path that raised them first.", ["raised_by"])
+ALERT_LATENCY = Histogram(
+    "leaseboard_alert_latency_seconds",
+    "Seconds from an alerting event's enqueueing to its alert's commit, by the path that raised it.",
+    ["raised_by"],
+    buckets=(0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0),
+)
+LANDING_ALERTS_DROPPED = Counter(
+    "leaseboard_landing_alerts_dropped",
+    "Alerts the landing could not raise at once (the pipeline raises them from its batch), by reason.",
+    ["reason"],
+)

@@ -94,14 +94,20 @@ class Alert(models.Model):
     event = models.CharField(max_length=32)
     event_time = models.DateTimeField()
     enqueued_time = models.DateTimeField()
-    raised_at = models.DateTimeField(help_text="when the pipeline committed it")
-    batch_id = models.BigIntegerField()
+    raised_at = models.DateTimeField(help_text="when it was committed (by whichever path raised it first)")
+    # The landing raises an alert as soon as its event's file is durable (``workers.pipeline.alerts``);
+    # the Spark pipeline raises it again from its batch, and the unique constraint keeps the first.
+    batch_id = models.BigIntegerField(null=True, help_text="the pipeline batch that raised it; null: the landing")
+    raised_by = models.CharField(max_length=16, default="pipeline", help_text="landing or pipeline")
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["hub", "partition_id", "sequence_number"], name="one_alert_per_event")
         ]
-        indexes = [models.Index(fields=["hub", "-event_time"], name="alert_hub_time")]
+        indexes = [
+            models.Index(fields=["hub", "-event_time"], name="alert_hub_time"),
+            models.Index(fields=["hub", "raised_at"], name="alert_hub_raised"),  # the console's live tail
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} at {self.home} ({self.sensor_id} {self.event})"
@@ -116,7 +122,11 @@ class Alert(models.Model):
             "sensor_id": self.sensor_id,
             "event": self.event,
             "event_time": self.event_time.timestamp(),
+            "enqueued_time": self.enqueued_time.timestamp(),
             "raised_at": self.raised_at.timestamp(),
+            "raised_by": self.raised_by,
+            # seconds from the event's enqueueing to its alert's commit
+            "latency_seconds": round((self.raised_at - self.enqueued_time).total_seconds(), 3),
         }
 
 

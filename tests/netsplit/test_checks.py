@@ -400,7 +400,7 @@ def landed(partition: str, first: int, last: int, owner: str, written: float, te
 
 
 def test_read_landing_gives_every_file_with_its_writer_and_skips_temporaries(tmp_path: Path) -> None:
-    handler = LandingHandler(tmp_path, dead_letters=DeadLetters(tmp_path / "dead"), linger=0)
+    handler = LandingHandler(tmp_path, dead_letters=DeadLetters(tmp_path / "dead"), linger=0, alerts=False)
     body = SensorEvent("e1", "home-1", "door", "door-1", "opened", False, 1.0).to_json()
     events = [ReceivedEvent("3", s, str(s), 1.0, None, body) for s in (5, 6)]
     handler(events, PartitionContext(HubRef("ns", "hub", "$Default"), "3", "w1-0"))

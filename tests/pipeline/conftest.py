@@ -13,6 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from balancer.model import HubRef
+from workers.alerts import AlertWriter
 from workers.handlers import PartitionContext
 from workers.landing import LandingHandler
 from workers.pipeline.job import Paths
@@ -66,13 +67,14 @@ class Landing:
     root: Path
     pipeline: Path
     dead: Path
+    alerts: AlertWriter | bool = False  # the landing's own alerts: off unless a test turns them on
 
     @property
     def paths(self) -> Paths:
         return Paths.for_hub(HUB, self.root, self.pipeline)
 
     def handler(self) -> LandingHandler:
-        return LandingHandler(self.root, dead_letters=DeadLetters(self.dead), linger=0)
+        return LandingHandler(self.root, dead_letters=DeadLetters(self.dead), linger=0, alerts=self.alerts)
 
     def land(self, partition_id: str, first: int, bodies: Sequence[bytes]) -> None:
         """Land ``bodies`` as sequence numbers ``first``.. of ``partition_id``, as one handler call."""

@@ -1,6 +1,8 @@
 """End to end, exactly once: a known set of sensor events through two real ``runworkers`` processes
-landing them (one SIGKILLed midway, so part of its work lands twice) and a real ``runpipeline``
-process running continuously beside them; every event is counted once and every alert raised once.
+landing them (one SIGKILLed midway, so part of its work lands twice, and the other takes over its
+partitions) and a real ``runpipeline`` process running continuously beside them (SIGKILLed too, and
+restarted); every event is counted once and every alert raised once, most of them by the landing
+the moment their file was durable, the rest by the pipeline, none by both.
 
 Everything is read back from disk and the shared SQLite file: the landing and result Parquet with
 pyarrow, checkpoints through SqlStore, the summary through a Django alias. Waiting is polling with
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import random
 import signal
 import threading
@@ -27,6 +30,7 @@ from asgiref.sync import sync_to_async
 
 from balancer.model import HubRef
 from tests.support.processes import SqlSite, manage, sql_site_fixtures
+from workers.alerts import ALERTS_KEPT
 from workers.hub.embedded import EmbeddedHub
 from workers.models import Alert, MinuteSummary, PipelineBatch
 from workers.pipeline.audit import batch_files, local_path
@@ -205,13 +209,14 @@ class Summary:
     minutes: dict[tuple[datetime, str], tuple[int, int]]
     alerts: list[tuple[Key, str]]
     batches: list[tuple[int, int | None]]  # (events, rows read) per batch
+    raised_by: Counter[str]  # alerts by the path that raised them first
 
 
 def read_summary(alias: str) -> Summary:
     minutes = {(m.minute, m.sensor): (m.events, m.alerts) for m in MinuteSummary.objects.using(alias)}
     alerts = [((a.partition_id, a.sequence_number), a.kind) for a in Alert.objects.using(alias)]
     batches = [(b.events, b.input_rows) for b in PipelineBatch.objects.using(alias).order_by("batch_id")]
-    return Summary(minutes, alerts, batches)
+    return Summary(minutes, alerts, batches, Counter(Alert.objects.using(alias).values_list("raised_by", flat=True)))
 
 
 def read_dead_letters(root: Path) -> list[dict[str, Any]]:
@@ -220,7 +225,8 @@ def read_dead_letters(root: Path) -> list[dict[str, Any]]:
 
 
 async def test_two_workers_one_killed_midway_and_the_pipeline_count_every_event_exactly_once(site: Site) -> None:
-    site.start("pipeline", "runpipeline", "--hub", REF.hub, "--master", "local[2]", "--trigger-seconds", "1")
+    pipeline = manage("runpipeline", "--hub", REF.hub, "--master", "local[2]", "--trigger-seconds", "1")
+    site.spawn("pipeline", pipeline, site.env, start_new_session=True)  # its JVM in its process group
     site.start_worker("A")
     site.start_worker("B")
 
@@ -240,6 +246,11 @@ async def test_two_workers_one_killed_midway_and_the_pipeline_count_every_event_
 
     # Once the pipeline's first (slow, warming up) batch is done, it keeps up with the landing.
     await site.until(lambda: "batch 0:" in site.log("pipeline"), 180, "the pipeline's first batch")
+    # The pipeline dies, whatever it was doing, and starts again from its checkpoint.
+    os.killpg(site.processes["pipeline"].pid, signal.SIGKILL)
+    site.processes["pipeline"].wait(10)
+    site.spawn("pipeline-2", pipeline, site.env, start_new_session=True)
+    await site.until(lambda: "batch " in site.log("pipeline-2"), 180, "the restarted pipeline's first batch")
     await site.until(a_has_landed_past_its_checkpoint, 60, "A to checkpoint and land more after it")
     site.processes["A"].send_signal(signal.SIGKILL)
     site.processes["A"].wait(10)
@@ -261,11 +272,11 @@ async def test_two_workers_one_killed_midway_and_the_pipeline_count_every_event_
         return total >= good
 
     await site.until(aggregated, 60, "the pipeline to aggregate every landed event")
-    for name in ("pipeline", "B"):
+    for name in ("pipeline-2", "B"):
         site.processes[name].send_signal(signal.SIGTERM)
-    assert site.processes["pipeline"].wait(60) == 0, site.log("pipeline")[-3000:]
+    assert site.processes["pipeline-2"].wait(60) == 0, site.log("pipeline-2")[-3000:]
     assert site.processes["B"].wait(30) == 0
-    assert "pipeline stopped" in site.log("pipeline")
+    assert "pipeline stopped" in site.log("pipeline-2")
 
     landed = site.landed_keys()
     assert set(landed) == set(producer.readings), "landing differs from the well-formed events produced"
@@ -287,6 +298,9 @@ async def test_two_workers_one_killed_midway_and_the_pipeline_count_every_event_
     raised = read_alerts(site.results)
     assert len(raised) == len(set(raised)) and dict(raised) == expected
     assert_newest_alerts_kept(summary.alerts, producer.readings)
+    if len(expected) <= ALERTS_KEPT:
+        assert sorted(summary.alerts) == sorted(expected.items()), "an alert missed, or raised twice"
+    assert summary.raised_by["landing"] > len(expected) // 2, f"the landing raised few alerts: {summary.raised_by}"
 
     dead = read_dead_letters(site.root)
     assert {(d["partition_id"], d["sequence_number"]) for d in dead} == producer.malformed

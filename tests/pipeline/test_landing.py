@@ -193,7 +193,12 @@ def test_after_a_short_batch_the_handler_lingers_so_a_trickle_makes_few_files(la
         now[0] += seconds
 
     handler = LandingHandler(
-        landing.root, dead_letters=DeadLetters(landing.dead), linger=2.0, sleep=sleep, monotonic=lambda: now[0]
+        landing.root,
+        dead_letters=DeadLetters(landing.dead),
+        linger=2.0,
+        sleep=sleep,
+        monotonic=lambda: now[0],
+        alerts=False,
     )
     ctx = PartitionContext(REF, "0", "owner")
     body = fleet_events(1)[0].to_json()

@@ -46,11 +46,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from . import audit, cluster, metrics, ranges, summary, transforms
+from .launcher import DEFAULT_TRIGGER_SECONDS
 from .schema import LANDING
 
 log = logging.getLogger("leaseboard.pipeline")
-
-DEFAULT_TRIGGER_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,14 +17,17 @@ from pathlib import Path
 
 log = logging.getLogger("leaseboard.pipeline")
 MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
+# Seconds between two micro-batch starts (``runpipeline --trigger-seconds``): a batch that takes longer
+# is followed at once by the next. Short, so an event waits for at most about one batch before its own.
+DEFAULT_TRIGGER_SECONDS = 0.5
 
 
 def start_pipeline(
     hub: str,
     log_path: Path,
     *,
-    master: str = "local[1]",
-    trigger_seconds: float = 5.0,
+    master: str = "local[2]",
+    trigger_seconds: float = DEFAULT_TRIGGER_SECONDS,
     env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``manage.py runpipeline`` for ``hub``, its output appended to ``log_path``; returns the process."""

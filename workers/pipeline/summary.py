@@ -16,11 +16,12 @@ from typing import Any
 
 from django.db import connections, transaction
 
+from workers import alerts as fast_alerts
 from workers.models import Alert, CountedRange, MinuteSummary, PipelineBatch, UnreadableFile
 
 from . import ranges
 
-ALERTS_KEPT = 1000  # newest alerts kept per hub; the Parquet results keep them all
+ALERTS_KEPT = fast_alerts.ALERTS_KEPT  # most recently raised alerts kept per hub; the Parquet results keep them all
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,18 +134,20 @@ def _add_minutes(hub: str, minutes: Iterable[tuple[datetime, str, int, int]], us
 
 
 def _add_alerts(result: BatchResult, using: str) -> None:
-    rows = [
-        Alert(hub=result.hub, raised_at=result.finished_at, batch_id=result.batch_id, **alert)
-        for alert in result.alerts[:ALERTS_KEPT]
-    ]
-    # The pipeline drops duplicate events before this (``ranges``), so no conflict is expected; one
-    # would leave the alert there once.
-    alerts = Alert.objects.using(using)
-    alerts.bulk_create(rows, ignore_conflicts=True)
-    oldest_kept = alerts.filter(hub=result.hub).order_by("-event_time", "-id").values_list("id", flat=True)
-    stale = list(oldest_kept[ALERTS_KEPT : ALERTS_KEPT + 10_000])
-    if stale:
-        alerts.filter(id__in=stale).delete()
+    """The batch's alerts, each unless the landing raised it first (``alerts``); the console's feed
+    is woken once the transaction commits if any was new."""
+    fresh = fast_alerts.insert(
+        result.hub,
+        result.alerts[:ALERTS_KEPT],
+        raised_by="pipeline",
+        raised_at=result.finished_at,
+        batch_id=result.batch_id,
+        using=using,
+    )
+    fast_alerts.trim(result.hub, using)
+    if fresh:
+        hub = result.hub
+        transaction.on_commit(lambda: fast_alerts.notify(hub), using=using)
 
 
 def counted_ranges(hub: str, using: str = "default") -> ranges.Ranges:

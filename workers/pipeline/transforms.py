@@ -13,12 +13,9 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from .schema import KEY, LANDING
+from workers.alerts import GLASS_BREAK, INTRUSION, SMOKE
 
-GLASS_BREAK = "glass_break"
-SMOKE = "smoke"
-INTRUSION = "opened_while_armed"
-ALERT_KINDS = (GLASS_BREAK, SMOKE, INTRUSION)
+from .schema import KEY, LANDING
 
 
 def well_formed(events: DataFrame) -> DataFrame:
@@ -85,10 +82,10 @@ def islands(events: DataFrame) -> DataFrame:
 
 
 def alert_kind(sensor: Column, event: Column, armed: Column) -> Column:
-    """The alert a reading raises (one of ALERT_KINDS), else null."""
+    """The alert a reading raises (one of ``alerts.ALERT_KINDS``), else null: ``alerts.kind_of`` as a Column."""
     return (
-        F.when((sensor == "glass_break") & (event == "detected"), F.lit(GLASS_BREAK))
-        .when((sensor == "smoke") & (event == "detected"), F.lit(SMOKE))
+        F.when((sensor == GLASS_BREAK) & (event == "detected"), F.lit(GLASS_BREAK))
+        .when((sensor == SMOKE) & (event == "detected"), F.lit(SMOKE))
         .when(sensor.isin("door", "window") & (event == "opened") & armed, F.lit(INTRUSION))
     )
 

@@ -27,7 +27,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from workers.models import PipelineBatch
 from workers.pipeline import audit, summary
-from workers.pipeline.job import DEFAULT_TRIGGER_SECONDS, Paths, PipelineJob
+from workers.pipeline.job import Paths, PipelineJob
+from workers.pipeline.launcher import DEFAULT_TRIGGER_SECONDS
 from workers.progress import Tracker, progress
 
 if TYPE_CHECKING:
