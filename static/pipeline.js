@@ -3,6 +3,11 @@
  * Polls /api/pipeline every few seconds (data-poll-seconds) and redraws: the figures, a stacked
  * bar chart of events per minute per sensor with the alerts as a line (inline SVG), the batch
  * durations as bars, and the tables. A failed poll marks the page stale and keeps the last data.
+ *
+ * Alerts and the live latency also arrive over the /ws/pipeline/ websocket (data-feed-path) the
+ * moment they are raised: the alerts table merges both sources (one row per partition and sequence
+ * number, the newest data-alert-rows by event time, as the API lists them). A closed socket is
+ * opened again with backoff; meanwhile the poll keeps everything current, a few seconds later.
  */
 (() => {
   "use strict";
@@ -10,6 +15,7 @@
   const body = document.body;
   const apiUrl = `${body.dataset.apiUrl}?${new URLSearchParams({ hub: body.dataset.hub })}`;
   const pollMs = Math.max(1, Number(body.dataset.pollSeconds) || 3) * 1000;
+  const alertRows = Math.max(1, Number(body.dataset.alertRows) || 20);
   const SVG = "http://www.w3.org/2000/svg";
   const COLOURS = { motion: "#94a3b8", door: "#2563eb", window: "#0891b2", glass_break: "#db2777", smoke: "#ea580c" };
   const EXTRA = ["#7c3aed", "#059669", "#a16207", "#4f46e5"];
@@ -34,6 +40,13 @@
     const most = b.max_latency_seconds;
     return most !== null && most - b.latency_seconds >= 0.5
       ? `${seconds(b.latency_seconds)}–${seconds(most)}` : seconds(b.latency_seconds);
+  }
+  // Sub-second figures in milliseconds: the alerts' target is a second.
+  function quick(s) {
+    if (s === null || s === undefined) return "–";
+    if (s < 1) return `${Math.round(s * 1000)} ms`;
+    if (s < 10) return `${s.toFixed(1)} s`;
+    return seconds(s);
   }
   function colour(sensor, i) {
     return COLOURS[sensor] || EXTRA[i % EXTRA.length];
@@ -195,13 +208,8 @@
       [fmt(b.alerts), "num"], [seconds(b.duration_seconds !== null ? b.duration_seconds : b.write_seconds), "num"],
       [latency(b), "num"],
     ])));
-    fill("alerts", "no-alerts", state.alerts.map((a) => {
-      const tr = row([[clock(a.event_time), "mono"], [""], [a.home, "mono"], [`${a.sensor_id} ${a.event}`]]);
-      const kind = el("span", "kind", KINDS[a.kind] || a.kind);
-      kind.dataset.kind = a.kind;
-      tr.children[1].appendChild(kind);
-      return tr;
-    }));
+    mergeAlerts(state.alerts, false);
+    if (state.latency) drawLatency(state.latency);
     fill("dead-letters", "no-dead-letters", state.dead_letters.slice(0, BAD_ROWS).map((d) => row([
       [clock(d.set_aside_at), "mono"], [d.partition_id, "mono"], [fmt(d.sequence_number), "num mono"], [d.error, "err"],
     ])));
@@ -209,6 +217,60 @@
     fill("unreadable", "no-unreadable", state.unreadable_files.slice(0, BAD_ROWS).map((u) => row([
       [clock(u.found_at), "mono"], [u.path.split("/").slice(-2).join("/"), "mono path"], [u.error, "err"],
     ])));
+  }
+
+  // --- alerts: from the poll and the websocket, each once ---------------------------------------
+
+  const shown = new Map(); // "partition:sequence" -> the alert, the newest alertRows by event time
+  const rowsByKey = new Map(); // the same keys -> their table row, kept so a fresh row stays marked
+  const keyOf = (a) => `${a.partition_id}:${a.sequence_number}`;
+  const newestFirst = (x, y) => y.event_time - x.event_time || y.raised_at - x.raised_at
+    || keyOf(y).localeCompare(keyOf(x));
+
+  function alertRow(a, live) {
+    const tr = row([[clock(a.event_time), "mono"], [""], [a.home, "mono"], [`${a.sensor_id} ${a.event}`]]);
+    const kind = el("span", "kind", KINDS[a.kind] || a.kind);
+    kind.dataset.kind = a.kind;
+    tr.children[1].appendChild(kind);
+    tr.dataset.partition = a.partition_id;
+    tr.dataset.sequence = String(a.sequence_number);
+    tr.title = `raised by the ${a.raised_by || "pipeline"} ${quick(a.latency_seconds)} after it was enqueued`;
+    if (live) {
+      tr.classList.add("fresh");
+      setTimeout(() => tr.classList.remove("fresh"), 3000);
+    }
+    return tr;
+  }
+
+  // Adds the alerts not shown yet; keeps the table at alertRows rows, newest event first.
+  function mergeAlerts(alerts, live) {
+    let changed = false;
+    for (const a of alerts || []) {
+      if (shown.has(keyOf(a))) continue;
+      shown.set(keyOf(a), a);
+      changed = true;
+    }
+    if (!changed && rowsByKey.size === shown.size && shown.size) return;
+    const kept = [...shown.values()].sort(newestFirst).slice(0, alertRows);
+    shown.clear();
+    const rows = kept.map((a) => {
+      const key = keyOf(a);
+      shown.set(key, a);
+      return rowsByKey.get(key) || alertRow(a, live);
+    });
+    rowsByKey.clear();
+    kept.forEach((a, i) => rowsByKey.set(keyOf(a), rows[i]));
+    fill("alerts", "no-alerts", rows);
+  }
+
+  function drawLatency(latency) {
+    const a = latency.alerts;
+    const g = latency.aggregates;
+    const span = `in the last ${latency.window_seconds} s`;
+    $("alert-latency").textContent = a.count ? `${quick(a.p50)} / ${quick(a.p95)}` : "–";
+    $("alert-latency").title = `${fmt(a.count)} alerts raised ${span}`;
+    $("aggregate-latency").textContent = g.events ? `${quick(g.p50)} / ${quick(g.p95)}` : "–";
+    $("aggregate-latency").title = `${fmt(g.events)} events aggregated ${span} (estimated from their batches)`;
   }
 
   // The master and executors the driver published (null until a driver started).
@@ -248,4 +310,58 @@
     }
   }
   poll();
+
+  // --- the live feed: /ws/pipeline/ ------------------------------------------------------------
+
+  const feedPill = $("alerts-feed");
+  let attempt = 0;
+  function feedStatus(state, text, title) {
+    feedPill.dataset.state = state;
+    feedPill.textContent = text;
+    feedPill.title = title || "alerts arrive over /ws/pipeline/ as they are raised";
+  }
+  function connectFeed() {
+    const proto = location.protocol.endsWith("s:") ? "wss:" : "ws:"; // a page served over TLS: a TLS socket
+    const query = new URLSearchParams({ hub: body.dataset.hub });
+    const ws = new WebSocket(`${proto}//${location.host}${body.dataset.feedPath}?${query}`);
+    ws.onmessage = (msg) => {
+      let data;
+      try {
+        data = JSON.parse(msg.data);
+      } catch (err) {
+        return;
+      }
+      switch (data.type) {
+        case "snapshot":
+          attempt = 0; // reset here, not on open: a socket refused at once must still back off
+          mergeAlerts(data.alerts, false);
+          drawLatency(data.latency);
+          feedStatus("live", "live");
+          break;
+        case "alerts":
+          mergeAlerts(data.alerts, true);
+          break;
+        case "latency":
+          drawLatency(data.latency);
+          feedStatus("live", "live");
+          break;
+        case "error":
+          feedStatus("stale", "stale", `${data.error} (the page still polls)`);
+          break;
+        default:
+          break;
+      }
+    };
+    ws.onclose = (e) => {
+      if (e.code === 4400 || e.code === 4401) { // retrying will not help: the poll goes on alone
+        feedStatus("polling", "polling", "the live feed was refused; the page polls /api/pipeline");
+        return;
+      }
+      const delay = Math.min(10000, 500 * 2 ** attempt) * (0.75 + Math.random() * 0.5);
+      attempt += 1;
+      feedStatus("reconnecting", "reconnecting", `reconnecting in ${(delay / 1000).toFixed(1)} s; the page polls meanwhile`);
+      setTimeout(connectFeed, delay);
+    };
+  }
+  connectFeed();
 })();

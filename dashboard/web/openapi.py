@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
 
+from workers.alerts import ALERTS_KEPT
+
 from .deadletter_schemas import PARAMETERS as DEAD_LETTER_PARAMETERS
 from .eventbrowser_schemas import PARAMETERS as EVENT_BROWSER_PARAMETERS
 from .methods import read_only
@@ -226,9 +228,14 @@ def _details() -> Schema:
             *READ,
         ),
         "/api/pipeline": get(
-            "The Spark pipeline's results for a hub: chart, alerts, batches, lag, totals, bad input.",
+            "The Spark pipeline's results for a hub: chart, alerts, batches, lag, totals, bad input, live latency.",
             json_body(ref("Pipeline"), "The pipeline (dead letters' error texts for staff only)."),
-            [{"$ref": P + "hub"}],
+            [
+                {"$ref": P + "hub"},
+                query(
+                    "alerts", whole(1, ALERTS_KEPT), f"How many newest alerts to list (1 to {ALERTS_KEPT}, default 20)."
+                ),
+            ],
             "400",
             "401",
             "405",

@@ -7,7 +7,9 @@ seconds. ``pipeline_state`` assembles that JSON from the database, the landing m
 
 Lag is newest landed against newest aggregated, both in enqueued time (the hub's clock): how far
 the aggregates trail what the workers have landed. A batch's latency is the time from the
-enqueueing of its newest event to the commit of its results.
+enqueueing of its newest event to the commit of its results. ``latency`` is the live latency of the
+alerts and aggregates over the last minute (``pipeline_latency``); the alerts also stream live over
+``/ws/pipeline/`` (``pipeline_feed``).
 """
 
 from __future__ import annotations
@@ -27,13 +29,16 @@ from django.views.decorators.http import require_GET
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from workers.alerts import ALERTS_KEPT
 from workers.landing import landing_root, read_markers
 from workers.models import Alert, MinuteSummary, PipelineBatch, UnreadableFile
 from workers.pipeline import cluster
 
 from ..live.state import parse_ref
 from .access import can_act, dead_letters_for
+from .common import bad_request, int_param
 from .methods import read_only
+from .pipeline_latency import latency
 
 SENSORS = ("motion", "door", "window", "glass_break", "smoke")
 MINUTES = 30  # minutes of aggregates in the chart
@@ -132,15 +137,20 @@ def _spark(hub: str) -> dict[str, Any] | None:
     return cluster.read(folder)
 
 
-def pipeline_state(hub: str) -> dict[str, Any]:
-    """The ``/api/pipeline`` document of ``hub``."""
+def newest_alerts(hub: str, count: int = LATEST) -> list[dict[str, Any]]:
+    """The ``count`` newest alerts of ``hub`` by event time (the table's order on the page), newest first."""
+    return [a.as_json() for a in Alert.objects.filter(hub=hub).order_by("-event_time", "-id")[:count]]
+
+
+def pipeline_state(hub: str, alerts: int = LATEST) -> dict[str, Any]:
+    """The ``/api/pipeline`` document of ``hub``, listing its ``alerts`` newest alerts."""
     newest_batches = list(PipelineBatch.objects.filter(hub=hub).order_by("-finished_at", "-id")[:LATEST])
     letters = dead_letters(hub)
     return {
         "hub": hub,
         "generated_at": time.time(),
         "chart": _chart(hub),
-        "alerts": [a.as_json() for a in Alert.objects.filter(hub=hub).order_by("-event_time", "-id")[:LATEST]],
+        "alerts": newest_alerts(hub, alerts),
         "batches": [b.as_json() for b in reversed(newest_batches)],
         "lag": _lag(hub),
         "totals": {**_totals(hub), "dead_letters": letters["count"]},
@@ -149,6 +159,7 @@ def pipeline_state(hub: str) -> dict[str, Any]:
         ],
         "dead_letters": letters["latest"],
         "spark": _spark(hub),
+        "latency": latency(hub),
     }
 
 
@@ -163,17 +174,21 @@ def page(request: HttpRequest) -> HttpResponse:
         hub = _hub(request)
     except ValueError as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain")
-    return render(request, "pipeline.html", {"hub": hub, "poll_seconds": 3, "can_act": can_act(request.user)})
+    context = {"hub": hub, "poll_seconds": 3, "alert_rows": LATEST, "can_act": can_act(request.user)}
+    return render(request, "pipeline.html", context)
 
 
 @read_only
 def api(request: HttpRequest) -> JsonResponse:
-    """200 with ``pipeline_state`` (dead letters' error texts for staff only); 400 for a bad hub name."""
+    """200 with ``pipeline_state`` (dead letters' error texts for staff only); 400 for a bad hub name
+    or a bad ``?alerts=`` (how many newest alerts to list: 1 to ALERTS_KEPT, default LATEST)."""
     try:
         hub = _hub(request)
+        alerts = int_param(request, "alerts", LATEST, 1, ALERTS_KEPT)
     except ValueError as exc:
-        return JsonResponse({"error": str(exc)}, status=400)
-    state = pipeline_state(hub)
+        return bad_request(str(exc))
+    assert alerts is not None
+    state = pipeline_state(hub, alerts)
     state["dead_letters"] = dead_letters_for(request.user, state["dead_letters"])
     return JsonResponse(state)
 

@@ -274,7 +274,10 @@ PIPELINE = obj(
                     "sensor_id": STRING,
                     "event": STRING,
                     "event_time": NUMBER,
+                    "enqueued_time": NUMBER,
                     "raised_at": NUMBER,
+                    "raised_by": {"type": "string", "enum": ["landing", "pipeline"]},
+                    "latency_seconds": NUMBER,
                 }
             )
         ),
@@ -317,7 +320,22 @@ PIPELINE = obj(
                 ),
             }
         ),
+        "latency": ref("PipelineLatency"),
     }
+)
+
+LATENCY_FIGURES = {"p50": nullable(NUMBER), "p95": nullable(NUMBER)}
+PIPELINE_LATENCY = obj(
+    {
+        "window_seconds": INTEGER,
+        "alerts": obj({"count": INTEGER, **LATENCY_FIGURES}),
+        "aggregates": obj({"events": INTEGER, **LATENCY_FIGURES, "estimated": BOOLEAN}),
+    }
+)
+PIPELINE_LATENCY["description"] = (
+    "Seconds from enqueued to committed over the last window_seconds: of each alert raised (exact), and "
+    "of each event aggregated (estimated from the batches finished, their events taken as spread evenly "
+    "between their oldest and newest enqueued times); p50 and p95 null when there is nothing to measure."
 )
 
 ERROR = obj({"error": {"type": "string", "description": "what is wrong, in one sentence"}})
@@ -338,6 +356,7 @@ SCHEMAS: dict[str, Schema] = {
     "PartitionDetail": PARTITION_DETAIL,
     "History": HISTORY,
     "Pipeline": PIPELINE,
+    "PipelineLatency": PIPELINE_LATENCY,
     "ActionRequest": action_body(apply=False),
     "ApplyRequest": action_body(apply=True),
     "Preview": PREVIEW,
