@@ -176,12 +176,17 @@ def trim(hub: str, using: str = "default") -> int:
     return deleted
 
 
-def notify(hub: str, loop: asyncio.AbstractEventLoop | None = None) -> bool:
-    """Wake the console feeds of ``hub`` (best effort: False if the channel layer failed or took too long)."""
+def notify(hub: str, loop: asyncio.AbstractEventLoop | None = None, layer: Any = None) -> bool:
+    """Wake the console feeds of ``hub`` through ``layer`` (default: Django's default channel layer);
+    best effort: False if the layer failed, took too long, or reaches no other process."""
     from channels.layers import get_channel_layer
 
-    layer = get_channel_layer()
-    if layer is None:
+    from workers.layer_notices import crosses_processes
+
+    layer = layer if layer is not None else get_channel_layer()
+    if not crosses_processes(layer):
+        # None, or the in-memory layer: it reaches no other process, and within this one it is not
+        # safe from a thread of its own; the console's feed looks every 0.25 s anyway.
         return False
 
     async def send() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import LazySettings
 from django.contrib.auth.models import User
@@ -176,7 +177,7 @@ async def test_alerts_committed_late_are_sent_and_oldest_raised_come_first(ws: W
         assert [a["raised_at"] for a in batch] == sorted(a["raised_at"] for a in batch)
 
 
-async def test_a_wake_up_through_notify_sends_the_alert_before_the_poll_would(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_wake_up_sends_the_alert_before_the_poll_would(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pipeline_tail, "POLL_EVERY", 60.0)  # only a wake-up can find it in time
     communicator = await opened()
     try:
@@ -185,7 +186,11 @@ async def test_a_wake_up_through_notify_sends_the_alert_before_the_poll_would(mo
         await receive_until(communicator, typed("snapshot"))
         await raise_alerts([row(5, "1", kind=alerts.GLASS_BREAK)])
         started = time.monotonic()
-        assert await asyncio.to_thread(alerts.notify, HUB)  # what the landing's writer does after its insert
+        # What the landing's writer sends after its insert (``alerts.notify``, through Redis across
+        # processes: tests/redis/test_alert_wake.py), here through the in-process layer.
+        assert not await asyncio.to_thread(alerts.notify, HUB), "the in-memory layer is not used from a thread"
+        message = {"type": alerts.MESSAGE_TYPE, "hub": HUB}
+        await get_channel_layer().group_send(alerts.group_name(HUB), message)
         messages = await receive_until(communicator, has(("1", 5)), timeout=5.0)
         [sent] = [a for m in messages if m["type"] == "alerts" for a in m["alerts"]]
         assert sent["kind"] == alerts.GLASS_BREAK and sent["raised_by"] == "landing"
