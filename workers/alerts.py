@@ -16,16 +16,25 @@ the fast path safe to lose:
 - **The same alerts.** ``kind_of`` is ``transforms.alert_kind`` in plain Python; a test holds them
   equal over every sensor, event and armed state, and the end-to-end tests compare the two paths.
 
-The table keeps the ``ALERTS_KEPT`` most recently raised alerts per hub (the Parquet results keep
-them all); the trim runs at most once a ``TRIM_EVERY`` seconds per writer.
+Trimming must not undo the "once". The table keeps the ``ALERTS_KEPT`` most recently raised alerts
+per hub (the Parquet results keep them all; the trim runs at most once a ``TRIM_EVERY`` seconds per
+writer), but a row goes only once the pipeline has counted its event (``CountedRange``): until then
+the pipeline may raise it again, and the row is what makes that a no-op (a pipeline seconds behind
+at 150 alerts a second would otherwise see its alerts trimmed first, and raise them twice). And the
+landing raises no alert of an event the pipeline has counted (an event landed again after a
+checkpoint reset or a kill, its row trimmed long ago). Rows of events not counted past
+``UNCOUNTED_KEPT`` (a pipeline stopped, or far behind) are trimmed all the same.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import hashlib
+import json
 import logging
+import math
 import queue
 import re
 import threading
@@ -49,6 +58,7 @@ SMOKE = "smoke"
 INTRUSION = "opened_while_armed"
 ALERT_KINDS = (GLASS_BREAK, SMOKE, INTRUSION)
 ALERTS_KEPT = 1000  # most recently raised alerts kept per hub; the Parquet results keep them all
+UNCOUNTED_KEPT = 50_000  # ... and at most this many, counted by the pipeline or not
 TRIM_EVERY = 1.0  # seconds between two trims by one writer
 MAX_QUEUED = 20_000  # alerts waiting for the writer; beyond, the fast copy is dropped (the pipeline has them)
 MESSAGE_TYPE = "pipeline.alerts"  # the channel-layer message that wakes the console's feed
@@ -163,16 +173,41 @@ def insert(
     return fresh
 
 
+def counted(hub: str, using: str = "default") -> dict[str, list[tuple[int, int]]]:
+    """The sequence ranges the pipeline of ``hub`` has counted, per partition (``CountedRange``)."""
+    from workers.models import CountedRange
+
+    rows = CountedRange.objects.using(using).filter(hub=hub).values_list("partition_id", "intervals")
+    return {partition: [(int(a), int(b)) for a, b in json.loads(text)] for partition, text in rows}
+
+
+def _inside(intervals: Sequence[tuple[int, int]], number: int) -> bool:
+    """Whether ``number`` lies in one of ``intervals`` (sorted, disjoint, both ends included)."""
+    at = bisect.bisect_right(intervals, (number, math.inf)) - 1
+    return at >= 0 and intervals[at][0] <= number <= intervals[at][1]
+
+
+def not_counted(rows: Sequence[dict[str, Any]], ranges: dict[str, list[tuple[int, int]]]) -> list[dict[str, Any]]:
+    """The ``rows`` whose events are outside the pipeline's counted ``ranges``."""
+    return [r for r in rows if not _inside(ranges.get(r["partition_id"], []), r["sequence_number"])]
+
+
 def trim(hub: str, using: str = "default") -> int:
-    """Delete all but the ``ALERTS_KEPT`` most recently raised alerts of ``hub``; returns how many went."""
+    """Delete the alerts of ``hub`` older than the ``ALERTS_KEPT`` most recently raised whose events the
+    pipeline has counted, and any past ``UNCOUNTED_KEPT``; returns how many went."""
     from workers.models import Alert
 
     alerts = Alert.objects.using(using)
-    newest_first = alerts.filter(hub=hub).order_by("-id").values_list("id", flat=True)
+    newest_first = alerts.filter(hub=hub).order_by("-id").values_list("id", "partition_id", "sequence_number")
     stale = list(newest_first[ALERTS_KEPT : ALERTS_KEPT + 10_000])
     if not stale:
         return 0
-    deleted, _ = alerts.filter(id__in=stale).delete()
+    ranges = counted(hub, using)
+    gone = [i for i, partition, number in stale if _inside(ranges.get(partition, []), number)]
+    gone += [i for i, _, _ in newest_first[UNCOUNTED_KEPT : UNCOUNTED_KEPT + 10_000]]
+    if not gone:
+        return 0
+    deleted, _ = alerts.filter(id__in=gone).delete()
     return deleted
 
 
@@ -267,6 +302,10 @@ class AlertWriter:
         count = sum(len(rows) for rows in per_hub.values())
         try:
             for hub, rows in per_hub.items():
+                # Read before the insert, not in its transaction (SQLite would refuse a read turned
+                # write while the pipeline commits). An event the pipeline counts in between has its
+                # alert raised by the pipeline's batch, whose row then makes this insert a no-op.
+                rows = not_counted(rows, counted(hub, self.using))
                 with transaction.atomic(using=self.using):
                     fresh = insert(hub, rows, raised_by="landing", raised_at=datetime.now(UTC), using=self.using)
                 if fresh and self.wake:

@@ -32,6 +32,12 @@ class PipelineBatch(models.Model):
     )
     input_rows = models.BigIntegerField(null=True, help_text="rows read, duplicates included (from Spark's progress)")
     duration_seconds = models.FloatField(null=True, help_text="the whole trigger, from Spark's progress")
+    # The summary commits first (the aggregates count from then on), the Parquet results follow. A
+    # replay of a batch committed but not yet written writes its Parquet from the same plan.
+    results_written = models.BooleanField(default=True, help_text="its Parquet results are written")
+    counted_before = models.TextField(
+        null=True, help_text="JSON: the counted ranges its plan started from, until its results are written"
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["query_id", "batch_id"], name="one_row_per_batch")]

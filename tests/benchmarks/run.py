@@ -30,6 +30,10 @@ BENCHMARKS = [
     ("a planned move, real processes: release to first event, notices on and off", "tests.benchmarks.bench_handoff"),
     ("Spark pipeline: 1M landed events vs a pyarrow scan; demo latency", "tests.benchmarks.bench_pipeline"),
     ("Spark pipeline's dedupe state after 1M and 10M events", "tests.benchmarks.bench_pipeline_state"),
+    (
+        "alerts (database, websocket, /api/pipeline) and aggregates per event at 1,000 events/s, Spark local[2]",
+        "tests.benchmarks.bench_alert_latency",
+    ),
     ("Microsoft's processor vs Leaseboard's workers over AMQP", "tests.benchmarks.bench_amqp"),
     ("Event Hubs reader: append-to-receive latency and read rate by prefetch", "tests.benchmarks.bench_prefetch"),
     ("console: event -> browser latency, /metrics render", "tests.benchmarks.bench_dashboard"),

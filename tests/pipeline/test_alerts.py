@@ -5,13 +5,14 @@ lost (a full queue, a database that is down) and the pipeline's is not."""
 from __future__ import annotations
 
 import itertools
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from pyspark.sql import SparkSession
 
 from workers import alerts, metrics
-from workers.models import Alert
+from workers.models import Alert, CountedRange
 from workers.pipeline import transforms
 from workers.sensors import SENSORS
 
@@ -65,13 +66,38 @@ def test_an_alert_is_inserted_once_and_only_new_ones_are_reported(using: str) ->
     assert metrics.ALERTS_RAISED.labels("landing")._value.get() - raised == 3
 
 
+def count(intervals: list[tuple[int, int]], using: str = "default", partition_id: str = "0") -> None:
+    """Record ``intervals`` as what the pipeline counted of ``partition_id``."""
+    CountedRange.objects.using(using).update_or_create(
+        hub=HUB, partition_id=partition_id, defaults={"intervals": json.dumps(intervals), "batch_id": 0}
+    )
+
+
 @pytest.mark.django_db(transaction=True, databases=DATABASES)
 @pytest.mark.parametrize("using", DATABASES)
-def test_the_table_keeps_the_most_recently_raised_alerts(using: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_table_keeps_the_most_recently_raised_alerts_and_every_one_the_pipeline_may_raise_again(
+    using: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(alerts, "ALERTS_KEPT", 5)
-    alerts.insert(HUB, [row(n) for n in range(8)], raised_by="landing", raised_at=NOON, using=using)
-    assert alerts.trim(HUB, using) == 3
-    assert sorted(Alert.objects.using(using).values_list("sequence_number", flat=True)) == [3, 4, 5, 6, 7]
+    monkeypatch.setattr(alerts, "UNCOUNTED_KEPT", 7)
+    alerts.insert(HUB, [row(n) for n in range(10)], raised_by="landing", raised_at=NOON, using=using)
+    count([(0, 1)], using)  # the pipeline is behind: it counted 0 and 1 only
+    assert alerts.trim(HUB, using) == 3, "0 and 1, and 2 past the 7 kept at most"
+    assert sorted(Alert.objects.using(using).values_list("sequence_number", flat=True)) == list(range(3, 10))
+    count([(0, 9)], using)
+    assert alerts.trim(HUB, using) == 2
+    assert sorted(Alert.objects.using(using).values_list("sequence_number", flat=True)) == [5, 6, 7, 8, 9]
+    again = alerts.insert(HUB, [row(3), row(4)], raised_by="pipeline", raised_at=NOON, using=using)
+    assert [r["sequence_number"] for r in again] == [3, 4], "trimmed after counting: the pipeline never raises them"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_landing_raises_no_alert_of_an_event_the_pipeline_counted() -> None:
+    count([(0, 4)], partition_id="1")
+    writer = alerts.AlertWriter(wake=False)
+    writer.submit(HUB, [row(3, "1"), row(5, "1"), row(3, "2")])  # landed again after a checkpoint reset
+    assert writer.flush(10)
+    assert sorted(Alert.objects.values_list("partition_id", "sequence_number")) == [("1", 5), ("2", 3)]
 
 
 @pytest.mark.django_db(transaction=True)

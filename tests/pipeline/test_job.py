@@ -4,6 +4,7 @@ unreadable files reported once and skipped."""
 from __future__ import annotations
 
 import logging
+import shutil
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -104,6 +105,34 @@ def test_a_batch_replayed_after_a_crash_before_its_commit_is_counted_once(
     assert (minutes_in_db(), sorted(alerts_in_db()), aggregates_in_parquet(spark, landing.paths)) == before
     assert [b.batch_id for b in batches()] == [0]
     assert sum(before[0][k][0] for k in before[0]) == 400
+
+
+def test_a_batch_replayed_after_a_crash_between_its_summary_and_its_parquet_writes_only_its_parquet(
+    spark: SparkSession, landing: Landing, caplog: pytest.LogCaptureFixture
+) -> None:
+    readings = fleet_events(400, seed=12)
+    landing.land("0", 0, [e.to_json() for e in readings])
+    run_once(spark, landing.paths)
+    before = (minutes_in_db(), sorted(alerts_in_db()), aggregates_in_parquet(spark, landing.paths))
+    [logged] = batches()
+    assert logged.results_written and logged.counted_before is None
+    # What a crash after the summary's commit and before the Parquet leaves: the batch logged as not
+    # written, with the ranges its plan started from; no results; no Spark commit.
+    type(logged).objects.filter(id=logged.id).update(results_written=False, counted_before="{}")
+    for kind in ("aggregates", "alerts"):
+        shutil.rmtree(landing.paths.results / kind / "batch_id=0")
+    for name in ("0", ".0.crc"):
+        (landing.paths.checkpoint / "commits" / name).unlink()
+
+    with caplog.at_level(logging.INFO, logger="leaseboard.pipeline"):
+        run_once(spark, landing.paths)
+
+    assert "its results not yet written: writing them" in caplog.text, "Spark did not replay the batch"
+    # The same plan as the first time (the table's ranges now include the batch's own events).
+    assert (minutes_in_db(), sorted(alerts_in_db()), aggregates_in_parquet(spark, landing.paths)) == before
+    assert sorted(alerts_in_parquet(spark, landing.paths)) == sorted(before[1])
+    [logged] = batches()
+    assert logged.results_written and logged.counted_before is None
 
 
 def test_unreadable_landing_files_are_reported_once_and_skipped_not_retried(

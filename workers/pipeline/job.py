@@ -21,7 +21,10 @@ Spark replays a batch whose commit it did not record, with the same files; the p
 from the same counted ranges (the batch's were not committed, or the batch is skipped), so the
 same rows. Each output is therefore idempotent per batch id: the Parquet folder of batch N is
 overwritten, and the database summary is applied in one transaction only if the batch log lacks
-(query id, N) (``summary.apply``). The Parquet is written first: a batch in the log has its files.
+(query id, N) (``summary.apply``). The summary is committed first, so an event counts in the
+aggregates as soon as it can (the Parquet writes took about a third of a small batch); its log row
+keeps the ranges the plan started from until the Parquet is written (``results_written``), so a
+replay of a batch committed but not written makes the same plan again and writes only its Parquet.
 
 A landing file Spark cannot read is skipped (``ignoreCorruptFiles``), reported once (log,
 ``leaseboard_pipeline_unreadable_files_total``, an ``UnreadableFile`` row), never read again (the
@@ -36,7 +39,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from django.db import connections
@@ -45,64 +47,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from . import audit, cluster, metrics, ranges, summary, transforms
+from . import audit, cluster, metrics, ranges, small, summary, transforms
 from .launcher import DEFAULT_TRIGGER_SECONDS
+from .paths import Paths as Paths  # where it was first: ``from workers.pipeline.job import Paths``
 from .schema import LANDING
 
 log = logging.getLogger("leaseboard.pipeline")
-
-
-@dataclass(frozen=True, slots=True)
-class Paths:
-    """Where one hub's pipeline reads and writes."""
-
-    landing: Path  # <landing root>/<hub>: <partition>/<first>-<last>.parquet
-    checkpoint: Path  # the query's offsets, commits and the file source's log
-    results: Path  # aggregates/ and alerts/, one batch_id=N folder per batch
-
-    @property
-    def archive(self) -> Path:
-        """Where the file source moves the landing files of committed batches (``cleanSource``): under it,
-        each file keeps its whole original path."""
-        return self.checkpoint.parent / "archive"
-
-    @classmethod
-    def for_hub(cls, hub: str, landing_root: Path | None = None, pipeline_root: Path | None = None) -> Paths:
-        """The paths from settings (``LEASEBOARD_LANDING_DIR``, ``LEASEBOARD_PIPELINE_DIR``) unless given."""
-        from django.conf import settings
-
-        from workers.landing import landing_root as default_landing
-
-        landing = Path(landing_root) if landing_root is not None else default_landing()
-        default_pipeline = Path(settings.VAR_DIR) / "pipeline"
-        configured = getattr(settings, "LEASEBOARD_PIPELINE_DIR", default_pipeline)
-        pipeline = Path(pipeline_root if pipeline_root is not None else configured) / hub
-        return cls(landing / hub, pipeline / "checkpoint", pipeline / "results")
-
-    def located(self, path: Path) -> Path:
-        """Where a landing file is now: ``path``, or its place in the archive once a batch committed it."""
-        archived = self.archive / path.relative_to(path.anchor)
-        return archived if not path.exists() and archived.exists() else path
-
-    def restore_archive(self) -> int:
-        """Move the archived landing files back where they were landed (``runpipeline --reset``: a new
-        query counts every landed event again); returns how many."""
-        moved = 0
-        for archived in sorted(self.archive.rglob("*.parquet")) if self.archive.is_dir() else []:
-            original = Path(archived.anchor) / archived.relative_to(self.archive)
-            if not original.is_relative_to(self.landing) or original.exists():
-                continue  # not ours, or landed again meanwhile (the same range: the same events)
-            original.parent.mkdir(parents=True, exist_ok=True)
-            archived.replace(original)
-            moved += 1
-        return moved
-
-    def query_id(self) -> str | None:
-        """The id of the query this checkpoint belongs to (stable across restarts); None before its first start."""
-        try:
-            return str(json.loads((self.checkpoint / "metadata").read_text(encoding="utf-8"))["id"])
-        except (OSError, ValueError, KeyError):
-            return None
 
 
 def landed_events(spark: SparkSession, paths: Paths, max_files: int | None = None) -> DataFrame:
@@ -154,6 +104,19 @@ def _utc(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value.astimezone(UTC) if value.tzinfo is None else value
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """One batch as ``PipelineJob._process`` planned it."""
+
+    query_id: str
+    batch_id: int
+    files: list[str] | None
+    bad: list[summary.Unreadable]
+    before: ranges.Ranges  # the counted ranges the plan started from
+    plan: ranges.Plan
+    started: float  # perf_counter at the start of foreachBatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,59 +192,83 @@ class PipelineJob:
         if query_id is None:
             raise RuntimeError(f"no query metadata in {self.paths.checkpoint}")
         files = audit.batch_files(self.paths.checkpoint, batch_id)
-        if summary.applied(query_id, batch_id, self.database):
+        logged = summary.logged(query_id, batch_id, self.database)
+        if logged is not None and logged.results_written:
             log.info("batch %d was committed before a restart: already written, skipped", batch_id)
             if self.on_batch is not None:
                 self.on_batch(batch_id, 0, files)
             return
         bad = audit.unreadable(files or [])
-        for item in bad:
+        for item in bad if logged is None else []:
             log.error("landing file %s is unreadable and is skipped for good: %s", item.path, item.error)
-        unread = {f for f in files or [] if str(audit.local_path(f)) in {item.path for item in bad}}
-        before = summary.counted_ranges(self.hub, self.database)
+        # A batch whose summary committed before a crash, its results not yet written: the same plan
+        # again, from the ranges it started from (those in the table now include its own).
+        before = summary.counted_ranges(self.hub, self.database) if logged is None else logged.counted_before
         plan = ranges.plan(before, files, [item.path for item in bad])
-        fresh = self._fresh(batch, files, batch_id, plan)
+        fresh = self._fresh(batch, files, batch_id, plan, {item.path for item in bad})
         # Only the slow path reads the events again (their ranges), so only it caches them.
         events = fresh.persist() if plan.after is None else fresh
         tallied = transforms.tallies(events).persist()
         try:
-            out = self._outputs(tallied, batch_id)
-            counted = plan.after if plan.after is not None else self._ranges(events, before, out.events)
+            if logged is None:
+                if not self._summarize(_Batch(query_id, batch_id, files, bad, before, plan, started), events, tallied):
+                    return
+            else:
+                log.info("batch %d was committed before a restart, its results not yet written: writing them", batch_id)
+            # After the summary's commit: the aggregates count from then on, the Parquet follows.
+            self._write_results(tallied, batch_id)
+            summary.written(query_id, batch_id, self.database)
         finally:
             for frame in (tallied, events):
                 frame.unpersist()
+
+    def _summarize(self, batch: _Batch, events: DataFrame, tallied: DataFrame) -> bool:
+        """Collect the batch's minute figures and newest alerts and commit them with its counted ranges
+        (``summary.apply``); False if the batch log had it already."""
+        out = self._outputs(tallied)
+        plan, before = batch.plan, batch.before
+        counted = plan.after if plan.after is not None else self._ranges(events, before, out.events)
+        unread = {f for f in batch.files or [] if str(audit.local_path(f)) in {item.path for item in batch.bad}}
         result = summary.BatchResult(
             hub=self.hub,
-            query_id=query_id,
-            batch_id=batch_id,
+            query_id=batch.query_id,
+            batch_id=batch.batch_id,
             finished_at=self._clock(),
             events=out.events,
             newest_enqueued=_utc(out.stats["newest_enqueued"]),
             newest_event=_utc(out.stats["newest_event"]),
             oldest_enqueued=_utc(out.stats["oldest_enqueued"]),
-            write_seconds=time.perf_counter() - started,
+            write_seconds=time.perf_counter() - batch.started,
             minutes=out.minutes,
             alerts=out.alerts,
-            unreadable=bad,
+            unreadable=batch.bad,
             counted=counted,
-            input_rows=self._rows(files, unread),
+            input_rows=self._rows(batch.files, unread),
+            counted_before=before,
         )
-        self._commit(result, files)
+        return self._commit(result, batch.files)
 
-    def _fresh(self, batch: DataFrame, files: list[str] | None, batch_id: int, plan: ranges.Plan) -> DataFrame:
-        """The batch's well-formed events that no earlier batch counted (``plan``), each once."""
+    def _fresh(
+        self, batch: DataFrame, files: list[str] | None, batch_id: int, plan: ranges.Plan, skip: set[str]
+    ) -> DataFrame:
+        """The batch's well-formed events that no earlier batch counted (``plan``), each once; a small
+        batch read on the driver (``small``), without the files in ``skip`` (unreadable)."""
         # Rows missing a required field are dropped, unless the files' footers rule them out. The
         # stream reads only the used columns (``start``), so the check reads the batch's files again,
         # every column (offset and event_id only for it).
-        checked = batch if audit.nulls_ruled_out(files) else self._well_formed(batch, files, batch_id)
+        if audit.nulls_ruled_out(files):
+            read = small.read(self.spark, files, skip, self.paths.located)
+            checked = batch if read is None else read
+        else:
+            checked = self._well_formed(batch, files, batch_id)
         fresh = transforms.drop_counted(checked, plan.exclude)
         return transforms.deduplicate(fresh) if plan.dedupe else fresh
 
-    def _outputs(self, tallied: DataFrame, batch_id: int) -> _Outputs:
-        """The batch's aggregates and alerts written to ``results/``, its minute figures and newest
-        alerts collected. One pass over the events (``transforms.tallies``: per cell, each alerting
-        event a row of its own; small, cached) gives them all."""
-        aggregates, alerts, per_minute = transforms.of_tallies(tallied)
+    def _outputs(self, tallied: DataFrame) -> _Outputs:
+        """The batch's minute figures and newest alerts, collected. One pass over the events
+        (``transforms.tallies``: per cell, each alerting event a row of its own; small, cached)
+        gives them, and the results ``_write_results`` writes after."""
+        _, alerts, per_minute = transforms.of_tallies(tallied)
         minute_rows = per_minute.collect()  # the first action: the pass, and the cache
         stats = transforms.totals(minute_rows)
         count = int(stats["events"])
@@ -292,15 +279,16 @@ class PipelineJob:
             for r in minute_rows
         ]
         newest = alerts.orderBy(F.desc("event_time"), F.desc("enqueued_time")).limit(summary.ALERTS_KEPT)
-        # Three short Spark jobs over the cached tallies, at once: much of each is the driver's
-        # planning and scheduling and the write's commit, which overlap. One after another
-        # they took about a third of a 1 M-event batch.
-        *_, newest_rows = together(
+        return _Outputs(count, stats, minutes, [self._alert(row.asDict()) for row in newest.collect()])
+
+    def _write_results(self, tallied: DataFrame, batch_id: int) -> None:
+        """The batch's aggregates and alerts to ``results/``, from the cached tallies: two short Spark
+        jobs at once (much of each is the driver's planning and the write's commit, which overlap)."""
+        aggregates, alerts, _ = transforms.of_tallies(tallied)
+        together(
             lambda: self._write(aggregates, "aggregates", batch_id),
             lambda: self._write(alerts, "alerts", batch_id),
-            newest.collect,
         )
-        return _Outputs(count, stats, minutes, [self._alert(row.asDict()) for row in newest_rows])
 
     @staticmethod
     def _ranges(events: DataFrame, before: ranges.Ranges, count: int) -> ranges.Ranges:
@@ -310,13 +298,13 @@ class PipelineJob:
             found.setdefault(row["partition_id"], []).append((int(row["first"]), int(row["last"])))
         return ranges.add(before, found)
 
-    def _commit(self, result: summary.BatchResult, files: list[str] | None) -> None:
-        """Applies the batch's summary unless the batch log has it already; then reports and counts it."""
+    def _commit(self, result: summary.BatchResult, files: list[str] | None) -> bool:
+        """Applies the batch's summary unless the batch log has it already (False); then reports and counts it."""
         batch_id, count = result.batch_id, result.events
         if not summary.apply(result, self.database):
             if self.on_batch is not None:
                 self.on_batch(batch_id, 0, files)
-            return
+            return False
         self.written.append(batch_id)
         cluster.publish_quietly(self.paths.checkpoint.parent, self.spark)
         if self.on_batch is not None:
@@ -334,6 +322,7 @@ class PipelineJob:
             len(result.unreadable),
             result.write_seconds,
         )
+        return True
 
     def _well_formed(self, batch: DataFrame, files: list[str] | None, batch_id: int) -> DataFrame:
         """The batch's rows without those missing a required field, in ``transforms.USED`` columns:
@@ -378,7 +367,10 @@ class PipelineJob:
         for progress in query.recentProgress:
             entry = json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
             batch_id = entry.get("batchId")
-            if batch_id is None or batch_id in self._recorded or not entry.get("numInputRows"):
+            # numInputRows is 0 for a batch read on the driver (``small``): Spark read no row of it. An
+            # idle query's progress (no addBatch) names the next batch, which has not run yet.
+            ran = "addBatch" in (entry.get("durationMs") or {})
+            if batch_id is None or batch_id in self._recorded or not ran:
                 continue
             fresh.append(entry)
         if not fresh:

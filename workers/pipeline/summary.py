@@ -49,6 +49,9 @@ class BatchResult:
     unreadable: Sequence[Unreadable] = field(default_factory=list)
     counted: ranges.Ranges | None = None  # the counted ranges after this batch (None: unchanged)
     input_rows: int | None = None  # rows in the batch's readable files, duplicates included (None: from Spark)
+    # The counted ranges the batch's plan started from, when its Parquet results are written after
+    # this commit (``written`` then says they are); None: they were written before it.
+    counted_before: ranges.Ranges | None = None
 
     @property
     def alert_count(self) -> int:
@@ -57,6 +60,35 @@ class BatchResult:
 
 def applied(query_id: str, batch_id: int, using: str = "default") -> bool:
     return PipelineBatch.objects.using(using).filter(query_id=query_id, batch_id=batch_id).exists()
+
+
+@dataclass(frozen=True, slots=True)
+class Logged:
+    """A batch in the log: whether its Parquet results are written, else the plan's starting ranges."""
+
+    results_written: bool
+    counted_before: ranges.Ranges
+
+
+def logged(query_id: str, batch_id: int, using: str = "default") -> Logged | None:
+    """The batch's row in the log (None: not applied)."""
+    row = (
+        PipelineBatch.objects.using(using)
+        .filter(query_id=query_id, batch_id=batch_id)
+        .values_list("results_written", "counted_before")
+        .first()
+    )
+    if row is None:
+        return None
+    written, before = row
+    counted = {} if before is None else {p: [(int(a), int(b)) for a, b in v] for p, v in json.loads(before).items()}
+    return Logged(bool(written) or before is None, counted)
+
+
+def written(query_id: str, batch_id: int, using: str = "default") -> None:
+    """Record that the batch's Parquet results are written (its plan's ranges are no longer needed)."""
+    rows = PipelineBatch.objects.using(using).filter(query_id=query_id, batch_id=batch_id)
+    rows.update(results_written=True, counted_before=None)
 
 
 def apply(result: BatchResult, using: str = "default") -> bool:
@@ -92,6 +124,8 @@ def apply(result: BatchResult, using: str = "default") -> bool:
             oldest_enqueued=result.oldest_enqueued,
             write_seconds=result.write_seconds,
             input_rows=result.input_rows,
+            results_written=result.counted_before is None,
+            counted_before=None if result.counted_before is None else json.dumps(result.counted_before),
         )
     return True
 
