@@ -32,7 +32,7 @@ from balancer.model import HubRef
 from tests.support.processes import SqlSite, manage, sql_site_fixtures
 from workers.alerts import ALERTS_KEPT
 from workers.hub.embedded import EmbeddedHub
-from workers.models import Alert, MinuteSummary, PipelineBatch
+from workers.models import Alert, CountedRange, MinuteSummary, PipelineBatch
 from workers.pipeline.audit import batch_files, local_path
 from workers.sensors import SensorEvent, SensorFleet
 
@@ -244,6 +244,15 @@ async def test_two_workers_one_killed_midway_and_the_pipeline_count_every_event_
         points, ends = await site.checkpoints(), site.landed_ends()
         return any(p in points and ends.get(p, -1) > points[p] for p in a_partitions)
 
+    @sync_to_async
+    def counted_ends() -> dict[str, int]:
+        rows = CountedRange.objects.using(site.alias).filter(hub=REF.hub).values_list("partition_id", "intervals")
+        return {p: max(last for _, last in json.loads(text)) for p, text in rows if json.loads(text)}
+
+    async def a_is_counted() -> bool:
+        counted, landed = await counted_ends(), site.landed_ends()
+        return all(counted.get(p, -1) >= landed.get(p, -1) for p in a_partitions)
+
     # Once the pipeline's first (slow, warming up) batch is done, it keeps up with the landing.
     await site.until(lambda: "batch 0:" in site.log("pipeline"), 180, "the pipeline's first batch")
     # The pipeline dies, whatever it was doing, and starts again from its checkpoint.
@@ -252,8 +261,15 @@ async def test_two_workers_one_killed_midway_and_the_pipeline_count_every_event_
     site.spawn("pipeline-2", pipeline, site.env, start_new_session=True)
     await site.until(lambda: "batch " in site.log("pipeline-2"), 180, "the restarted pipeline's first batch")
     await site.until(a_has_landed_past_its_checkpoint, 60, "A to checkpoint and land more after it")
+    # Both workers frozen until the pipeline has counted all A landed; then A dies and B lands A's
+    # events after its checkpoint again: in a later batch than the first copies, whatever the load
+    # (without the freeze, a slow batch under load took A's files and B's copies together).
+    for name in ("A", "B"):
+        site.processes[name].send_signal(signal.SIGSTOP)
+    await site.until(a_is_counted, 120, "the pipeline to count all A landed")
     site.processes["A"].send_signal(signal.SIGKILL)
     site.processes["A"].wait(10)
+    site.processes["B"].send_signal(signal.SIGCONT)
     producer.release.set()
     producer.thread.join(60)
     assert producer.done.is_set(), f"the producer is still sending after 60 s ({producer.sent} sent)"
