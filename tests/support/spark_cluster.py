@@ -39,8 +39,13 @@ def spark_home() -> Path:
 
 def spark_env(home: Path) -> dict[str, str]:
     """The environment of every process of a loopback cluster (and of a driver that joins it)."""
+    # The daemons' JVMs and the executors the worker starts (which inherit its environment): C1 only in
+    # the suite, as its drivers (tests/conftest.py: SPARK_TEST_JAVA_OPTIONS); as they are elsewhere.
+    java = os.environ.get("SPARK_SUBMIT_OPTS")
+    jvms = {"SPARK_DAEMON_JAVA_OPTS": java, "JAVA_TOOL_OPTIONS": java} if java else {}
     return {
         **os.environ,
+        **jvms,
         "SPARK_HOME": str(spark_home()),
         "SPARK_LOCAL_IP": HOST,
         "PYSPARK_PYTHON": sys.executable,
