@@ -55,6 +55,10 @@ POSTGRES = "postgres"
 
 # The longest tests, longest first (each a few minutes, mostly waiting): `make test` runs the suite on
 # pytest-xdist, and the run can end no sooner than its longest test started; these start first.
+# xdist's --dist loadgroup still hands its work units out largest group first (--loadscope-reorder, its
+# default), so some start a few minutes in. Tried (1 December 2026): --no-loadscope-reorder, these first
+# for real, made the quiet main suite slower (1,034 s against 844 s): all of them at once starve each
+# other on two cores, and xdist queues a second unit behind each, so a long one waited for another.
 LONGEST_FIRST = (
     "tests/livetest/test_microsoft_suite.py",
     "tests/netsplit/test_partitions.py",
