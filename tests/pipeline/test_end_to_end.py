@@ -32,8 +32,9 @@ from balancer.model import HubRef
 from tests.support.processes import SqlSite, manage, sql_site_fixtures
 from workers.alerts import ALERTS_KEPT
 from workers.hub.embedded import EmbeddedHub
-from workers.models import Alert, CountedRange, MinuteSummary, PipelineBatch
+from workers.models import Alert, MinuteSummary, PipelineBatch
 from workers.pipeline.audit import batch_files, local_path
+from workers.pipeline.summary import counted_ranges
 from workers.sensors import SensorEvent, SensorFleet
 
 from .helpers import Key, alert_kind, assert_newest_alerts_kept, expected_aggregates, expected_minutes, minute
@@ -244,14 +245,11 @@ async def test_two_workers_one_killed_midway_and_the_pipeline_count_every_event_
         points, ends = await site.checkpoints(), site.landed_ends()
         return any(p in points and ends.get(p, -1) > points[p] for p in a_partitions)
 
-    @sync_to_async
-    def counted_ends() -> dict[str, int]:
-        rows = CountedRange.objects.using(site.alias).filter(hub=REF.hub).values_list("partition_id", "intervals")
-        return {p: max(last for _, last in json.loads(text)) for p, text in rows if json.loads(text)}
-
     async def a_is_counted() -> bool:
-        counted, landed = await counted_ends(), site.landed_ends()
-        return all(counted.get(p, -1) >= landed.get(p, -1) for p in a_partitions)
+        counted = await sync_to_async(counted_ranges)(REF.hub, site.alias)
+        landed = site.landed_ends()
+        ends = {p: intervals[-1][1] for p, intervals in counted.items() if intervals}  # sorted, disjoint
+        return all(ends.get(p, -1) >= landed.get(p, -1) for p in a_partitions)
 
     # Once the pipeline's first (slow, warming up) batch is done, it keeps up with the landing.
     await site.until(lambda: "batch 0:" in site.log("pipeline"), 180, "the pipeline's first batch")

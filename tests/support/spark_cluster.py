@@ -39,10 +39,10 @@ def spark_home() -> Path:
 
 def spark_env(home: Path) -> dict[str, str]:
     """The environment of every process of a loopback cluster (and of a driver that joins it)."""
-    # The daemons' JVMs and the executors the worker starts (which inherit its environment): C1 only in
-    # the suite, as its drivers (tests/conftest.py: SPARK_TEST_JAVA_OPTIONS); as they are elsewhere.
+    # Every JVM of the cluster (its daemons and the executors the worker starts, which inherit its
+    # environment): C1 only in the suite, as its drivers (tests/conftest.py: SPARK_TEST_JAVA_OPTIONS).
     java = os.environ.get("SPARK_SUBMIT_OPTS")
-    jvms = {"SPARK_DAEMON_JAVA_OPTS": java, "JAVA_TOOL_OPTIONS": java} if java else {}
+    jvms = {"JAVA_TOOL_OPTIONS": java} if java else {}
     return {
         **os.environ,
         **jvms,
