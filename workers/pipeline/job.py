@@ -21,10 +21,12 @@ Spark replays a batch whose commit it did not record, with the same files; the p
 from the same counted ranges (the batch's were not committed, or the batch is skipped), so the
 same rows. Each output is therefore idempotent per batch id: the Parquet folder of batch N is
 overwritten, and the database summary is applied in one transaction only if the batch log lacks
-(query id, N) (``summary.apply``). The summary is committed first, so an event counts in the
-aggregates as soon as it can (the Parquet writes took about a third of a small batch); its log row
-keeps the ranges the plan started from until the Parquet is written (``results_written``), so a
-replay of a batch committed but not written makes the same plan again and writes only its Parquet.
+(query id, N) (``summary.apply``). The Parquet writes start once the batch's first pass has filled
+its cache and run while the summary is collected and committed, into a staging folder
+(``staged``); they move into place only after the commit, so an event counts in the aggregates as
+soon as it can and a batch that did not commit leaves no Parquet. The summary's log row keeps the
+ranges the plan started from until the Parquet is in place (``results_written``), so a replay of a
+batch committed but not written makes the same plan again and writes only its Parquet.
 
 A landing file Spark cannot read is skipped (``ignoreCorruptFiles``), reported once (log,
 ``leaseboard_pipeline_unreadable_files_total``, an ``UnreadableFile`` row), never read again (the
@@ -42,15 +44,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connections
-from pyspark import InheritableThread
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from . import audit, cluster, metrics, ranges, small, summary, transforms
+from . import audit, cluster, metrics, ranges, small, staged, summary, transforms
 from .launcher import DEFAULT_TRIGGER_SECONDS
 from .paths import Paths as Paths  # where it was first: ``from workers.pipeline.job import Paths``
 from .schema import LANDING
+from .staged import together as together  # where it was first
 
 log = logging.getLogger("leaseboard.pipeline")
 
@@ -73,30 +75,6 @@ def landed_events(spark: SparkSession, paths: Paths, max_files: int | None = Non
         .option("sourceArchiveDir", str(paths.archive))
         .parquet(str(paths.landing))
     )
-
-
-def together(*calls: Callable[[], Any]) -> list[Any]:
-    """The results of ``calls``, run at once, each in a thread of its own that inherits this thread's
-    Spark job properties (a streaming query's job group: stopping the query cancels them too). Waits
-    for every call, then raises the first one's exception, if any: no job outlives the batch."""
-    results: list[Any] = [None] * len(calls)
-    errors: list[BaseException | None] = [None] * len(calls)
-
-    def run(n: int) -> None:
-        try:
-            results[n] = calls[n]()
-        except BaseException as exc:  # re-raised in the caller's thread below
-            errors[n] = exc
-
-    threads = [InheritableThread(run, args=(n,)) for n in range(len(calls))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for error in errors:
-        if error is not None:
-            raise error
-    return results
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -151,6 +129,7 @@ class PipelineJob:
         self.max_files = max_files  # files per batch at most (None: all new files)
         self._clock = clock
         self._recorded: set[int] = set()  # batch ids whose Spark progress is in the batch log
+        self._small: SparkSession | None = None  # the session of the batches read on the driver
         self.written: list[int] = []  # batch ids this job wrote (not those skipped as written before)
         # Called after each batch (written, or skipped as written before) with its id, the events it
         # wrote (after dedupe) and its files (None if unknown): a command's progress line.
@@ -172,6 +151,7 @@ class PipelineJob:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{self.trigger_seconds:g} seconds")
+        staged.clear_staging(self.paths.results)  # what a run stopped half way left there
         query = writer.start()
         cluster.publish_quietly(self.paths.checkpoint.parent, self.spark)  # for the console: master, executors
         log.info("pipeline of hub %s started (query %s%s)", self.hub, query.id, ", once" if once else "")
@@ -209,23 +189,34 @@ class PipelineJob:
         # Only the slow path reads the events again (their ranges), so only it caches them.
         events = fresh.persist() if plan.after is None else fresh
         tallied = transforms.tallies(events).persist()
+        aggregates, alerts, _ = transforms.of_tallies(tallied)
+        frames = {"aggregates": aggregates, "alerts": alerts}
+        writes = staged.StagedWrites(
+            self.paths.results, batch_id, tuple(frames), lambda kind, folder: self._write(frames[kind], folder)
+        )
         try:
             if logged is None:
-                if not self._summarize(_Batch(query_id, batch_id, files, bad, before, plan, started), events, tallied):
+                batch_plan = _Batch(query_id, batch_id, files, bad, before, plan, started)
+                if not self._summarize(batch_plan, events, tallied, writes.start):
+                    writes.discard()
                     return
             else:
                 log.info("batch %d was committed before a restart, its results not yet written: writing them", batch_id)
-            # After the summary's commit: the aggregates count from then on, the Parquet follows.
-            self._write_results(tallied, batch_id)
+            # After the summary's commit: the aggregates count from then on, the Parquet moves into place.
+            writes.publish()
             summary.written(query_id, batch_id, self.database)
+        except BaseException:
+            writes.discard()
+            raise
         finally:
             for frame in (tallied, events):
                 frame.unpersist()
 
-    def _summarize(self, batch: _Batch, events: DataFrame, tallied: DataFrame) -> bool:
+    def _summarize(self, batch: _Batch, events: DataFrame, tallied: DataFrame, after_pass: Callable[[], None]) -> bool:
         """Collect the batch's minute figures and newest alerts and commit them with its counted ranges
-        (``summary.apply``); False if the batch log had it already."""
-        out = self._outputs(tallied)
+        (``summary.apply``); False if the batch log had it already. ``after_pass`` is called once the
+        first pass has filled the cache (the Parquet writes start then)."""
+        out = self._outputs(tallied, after_pass)
         plan, before = batch.plan, batch.before
         counted = plan.after if plan.after is not None else self._ranges(events, before, out.events)
         unread = {f for f in batch.files or [] if str(audit.local_path(f)) in {item.path for item in batch.bad}}
@@ -257,19 +248,30 @@ class PipelineJob:
         # stream reads only the used columns (``start``), so the check reads the batch's files again,
         # every column (offset and event_id only for it).
         if audit.nulls_ruled_out(files):
-            read = small.read(self.spark, files, skip, self.paths.located)
+            read = small.read(self._small_session(), files, skip, self.paths.located)
             checked = batch if read is None else read
         else:
             checked = self._well_formed(batch, files, batch_id)
         fresh = transforms.drop_counted(checked, plan.exclude)
         return transforms.deduplicate(fresh) if plan.dedupe else fresh
 
-    def _outputs(self, tallied: DataFrame) -> _Outputs:
+    def _small_session(self) -> SparkSession:
+        """The session a batch read on the driver (``small``) runs in: this one's context, settings
+        and cache, with one shuffle partition. A few thousand rows in four partitions cost more in
+        tasks than in rows: the batch's pass took 0.85 s, 0.5 s in one (1,000 events/s over 16
+        partitions, 3 s of them)."""
+        if self._small is None:
+            self._small = self.spark.newSession()
+            self._small.conf.set("spark.sql.shuffle.partitions", str(small.SHUFFLE_PARTITIONS))
+        return self._small
+
+    def _outputs(self, tallied: DataFrame, after_pass: Callable[[], None]) -> _Outputs:
         """The batch's minute figures and newest alerts, collected. One pass over the events
         (``transforms.tallies``: per cell, each alerting event a row of its own; small, cached)
-        gives them, and the results ``_write_results`` writes after."""
+        gives them, and the results the staged writes write (started by ``after_pass``)."""
         _, alerts, per_minute = transforms.of_tallies(tallied)
         minute_rows = per_minute.collect()  # the first action: the pass, and the cache
+        after_pass()
         stats = transforms.totals(minute_rows)
         count = int(stats["events"])
         if not count:
@@ -280,15 +282,6 @@ class PipelineJob:
         ]
         newest = alerts.orderBy(F.desc("event_time"), F.desc("enqueued_time")).limit(summary.ALERTS_KEPT)
         return _Outputs(count, stats, minutes, [self._alert(row.asDict()) for row in newest.collect()])
-
-    def _write_results(self, tallied: DataFrame, batch_id: int) -> None:
-        """The batch's aggregates and alerts to ``results/``, from the cached tallies: two short Spark
-        jobs at once (much of each is the driver's planning and the write's commit, which overlap)."""
-        aggregates, alerts, _ = transforms.of_tallies(tallied)
-        together(
-            lambda: self._write(aggregates, "aggregates", batch_id),
-            lambda: self._write(alerts, "alerts", batch_id),
-        )
 
     @staticmethod
     def _ranges(events: DataFrame, before: ranges.Ranges, count: int) -> ranges.Ranges:
@@ -351,11 +344,12 @@ class PipelineJob:
         row["enqueued_time"] = _utc(row["enqueued_time"])
         return row
 
-    def _write(self, frame: DataFrame, kind: str, batch_id: int) -> None:
-        # Overwrite: a replayed batch replaces what its first attempt may have left. One file per
-        # batch: coalesce, as the frame comes from the cached tallies (a few hundred thousand rows at
-        # most per million events), so one task writes them without another shuffle.
-        frame.coalesce(1).write.mode("overwrite").parquet(str(self.paths.results / kind / f"batch_id={batch_id}"))
+    @staticmethod
+    def _write(frame: DataFrame, folder: str) -> None:
+        # Overwrite: a staging folder is new, but Spark's own retry of a write may find its first try.
+        # One file per batch: coalesce, as the frame comes from the cached tallies (a few hundred
+        # thousand rows at most per million events), so one task writes them without another shuffle.
+        frame.coalesce(1).write.mode("overwrite").parquet(folder)
 
     # progress -------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from .schema import LANDING
 log = logging.getLogger("leaseboard.pipeline")
 
 MAX_ROWS = 100_000  # rows in a batch's files (their footers) at most to be read on the driver
+SHUFFLE_PARTITIONS = 1  # of the session such a batch runs in (``PipelineJob._small_session``)
 
 
 def read(
