@@ -4,10 +4,14 @@ that hub (``pipeline_feed.py``), as ``feed.py`` reads the event log for ``/ws/ba
 A ``Tail`` reads the ``Alert`` table when woken (``workers.alerts.notify`` reaches the sockets of
 its hub through the channel layer) and at the latest every POLL_EVERY seconds (the in-memory
 channel layer does not cross processes). One read at a time; a wake during a read makes one more
-read right after it. A read takes the alerts raised since the newest one read minus SETTLE seconds
-(ids and raise times of concurrent writers may commit out of order), and hands them to every
-subscriber; each socket keeps the keys (partition, sequence number) it has sent of that window in a
-``Sent``, which forgets a key once no read can return it again, so it stays as small as the window.
+read right after it. A read looks at the alerts raised since the newest one read minus SETTLE
+seconds (ids and raise times of concurrent writers may commit out of order): their keys
+(partition, sequence number) first, then the whole rows of those the tail has not handed out yet
+(at 140 alerts a second the window holds about 700, read several times a second: whole rows each
+time took most of the console's CPU). It hands the new ones to every subscriber; each socket keeps
+the keys it has sent of that window in a ``Sent``, which forgets a key once no read can return it
+again, so it stays as small as the window. A socket that joins makes the next read hand out the
+whole window again (its ``Sent`` keeps what its snapshot showed from being sent twice).
 Every LATENCY_EVERY seconds a read also takes the latency figures (``pipeline_latency.latency``).
 """
 
@@ -17,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -52,14 +56,26 @@ def key_of(alert: Json) -> Key:
     return str(alert["partition_id"]), int(alert["sequence_number"])
 
 
-def raised_since(hub: str, since: float | None, limit: int = READ_LIMIT) -> list[Json]:
+def raised_since(
+    hub: str, since: float | None, limit: int = READ_LIMIT, known: Mapping[Key, float] | None = None
+) -> list[Json]:
     """The alerts of ``hub`` raised at or after ``since`` (epoch seconds; None: all), the newest
-    ``limit`` of them, oldest raised first."""
+    ``limit`` of them, oldest raised first; with ``known``, only those whose key is not in it (the
+    window's keys are read first, then the rows of the others)."""
     rows = Alert.objects.filter(hub=hub)
     if since is not None:
         rows = rows.filter(raised_at__gte=datetime.fromtimestamp(since, UTC))
-    newest = list(rows.order_by("-raised_at", "-id")[:limit])
-    return [alert.as_json() for alert in reversed(newest)]
+    newest = rows.order_by("-raised_at", "-id")[:limit]
+    if known is None:
+        return [alert.as_json() for alert in reversed(list(newest))]
+    wanted = [
+        pk
+        for pk, partition, sequence in newest.values_list("id", "partition_id", "sequence_number")
+        if (str(partition), int(sequence)) not in known
+    ]
+    if not wanted:
+        return []
+    return [alert.as_json() for alert in Alert.objects.filter(id__in=wanted).order_by("raised_at", "id")]
 
 
 @dataclass
@@ -108,6 +124,7 @@ class Tail:
         self.latency: Json | None = None
         self.latency_version = 0
         self.latency_read = float("-inf")  # monotonic time of the last latency read
+        self.handed: dict[Key, float] = {}  # key -> raised_at of the window's alerts handed out
 
     def wake(self) -> None:
         self.woken.set()
@@ -145,10 +162,13 @@ class Tail:
 
     async def _read(self) -> None:
         since = self.since()
-        rows = await reads.acall(raised_since, self.hub, since)
+        rows = await reads.acall(raised_since, self.hub, since, READ_LIMIT, dict(self.handed))
+        if since is not None:
+            self.handed = {key: raised for key, raised in self.handed.items() if raised >= since}
         if rows:
             newest = max(float(row["raised_at"]) for row in rows)
             self.newest = newest if self.newest is None else max(self.newest, newest)
+            self.handed.update((key_of(row), float(row["raised_at"])) for row in rows)
             for subscriber in self.subscribers:
                 subscriber.reads.append((since, rows))
             self._wake_subscribers()  # before the latency read: the alerts do not wait for it
@@ -173,6 +193,7 @@ def subscribe(hub: str, wake: Callable[[], None]) -> tuple[Tail, Subscriber]:
         tail = _tails[hub] = Tail(hub)
     subscriber = Subscriber(wake)
     tail.subscribers.add(subscriber)
+    tail.handed.clear()  # the next read hands out the whole window: the newcomer's Sent sorts it out
     if tail.task is None:
         tail.task = loop.create_task(tail._run(), name=f"pipeline alert feed {hub}")
     return tail, subscriber

@@ -162,6 +162,28 @@ async def test_an_alert_is_sent_once_whichever_path_raises_it_and_however_often_
     assert other["raised_by"] == "pipeline"
 
 
+async def test_a_read_takes_the_whole_rows_only_of_alerts_the_tail_has_not_handed_out(
+    ws: WebsocketCommunicator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handed: list[list[tuple[str, int]]] = []
+    real = pipeline_tail.raised_since
+
+    def counted(hub: str, since: float | None, limit: int = pipeline_tail.READ_LIMIT, known: Any = None) -> list[Json]:
+        rows = real(hub, since, limit, known)
+        handed.append([(r["partition_id"], r["sequence_number"]) for r in rows])
+        return rows
+
+    monkeypatch.setattr(pipeline_tail, "raised_since", counted)
+    await raise_alerts([row(1), row(2)])
+    await receive_until(ws, has(("0", 1)))
+    await until(lambda: len(handed) >= 4, "three more reads")  # within SETTLE: each sees both keys again
+    [one] = await raise_alerts([row(3)])
+    await receive_until(ws, has(("0", 3)))
+    whole = [key for read in handed for key in read]
+    assert sorted(whole) == [("0", 1), ("0", 2), ("0", 3)], handed  # each alert's row read once
+    assert one["sequence_number"] == 3
+
+
 async def test_alerts_committed_late_are_sent_and_oldest_raised_come_first(ws: WebsocketCommunicator) -> None:
     now = datetime.now(UTC)
     await raise_alerts([row(1)], raised_at=now)
@@ -236,12 +258,12 @@ async def test_a_database_that_is_down_is_said_once_and_the_feed_goes_on(
     failed = 0
     down = True
 
-    def flaky(hub: str, since: float | None, limit: int = pipeline_tail.READ_LIMIT) -> list[Json]:
+    def flaky(hub: str, since: float | None, limit: int = pipeline_tail.READ_LIMIT, known: Any = None) -> list[Json]:
         nonlocal failed
         if down:
             failed += 1
             raise OperationalError("connection refused")
-        return real(hub, since, limit)
+        return real(hub, since, limit, known)
 
     monkeypatch.setattr(pipeline_tail, "raised_since", flaky)
     try:
