@@ -98,6 +98,14 @@ class _Batch:
 
 
 @dataclass(frozen=True, slots=True)
+class _Frames:
+    """Of one batch's cached tallies (``transforms.of_tallies``), what its summary collects."""
+
+    alerts: DataFrame
+    minutes: DataFrame
+
+
+@dataclass(frozen=True, slots=True)
 class _Outputs:
     """What one batch's pass over its events gave (``PipelineJob._outputs``)."""
 
@@ -189,7 +197,7 @@ class PipelineJob:
         # Only the slow path reads the events again (their ranges), so only it caches them.
         events = fresh.persist() if plan.after is None else fresh
         tallied = transforms.tallies(events).persist()
-        aggregates, alerts, _ = transforms.of_tallies(tallied)
+        aggregates, alerts, per_minute = transforms.of_tallies(tallied)
         frames = {"aggregates": aggregates, "alerts": alerts}
         writes = staged.StagedWrites(
             self.paths.results, batch_id, tuple(frames), lambda kind, folder: self._write(frames[kind], folder)
@@ -197,7 +205,7 @@ class PipelineJob:
         try:
             if logged is None:
                 batch_plan = _Batch(query_id, batch_id, files, bad, before, plan, started)
-                if not self._summarize(batch_plan, events, tallied, writes.start):
+                if not self._summarize(batch_plan, events, _Frames(alerts, per_minute), writes.start):
                     writes.discard()
                     return
             else:
@@ -212,11 +220,11 @@ class PipelineJob:
             for frame in (tallied, events):
                 frame.unpersist()
 
-    def _summarize(self, batch: _Batch, events: DataFrame, tallied: DataFrame, after_pass: Callable[[], None]) -> bool:
+    def _summarize(self, batch: _Batch, events: DataFrame, frames: _Frames, after_pass: Callable[[], None]) -> bool:
         """Collect the batch's minute figures and newest alerts and commit them with its counted ranges
         (``summary.apply``); False if the batch log had it already. ``after_pass`` is called once the
         first pass has filled the cache (the Parquet writes start then)."""
-        out = self._outputs(tallied, after_pass)
+        out = self._outputs(frames, after_pass)
         plan, before = batch.plan, batch.before
         counted = plan.after if plan.after is not None else self._ranges(events, before, out.events)
         unread = {f for f in batch.files or [] if str(audit.local_path(f)) in {item.path for item in batch.bad}}
@@ -265,12 +273,12 @@ class PipelineJob:
             self._small.conf.set("spark.sql.shuffle.partitions", str(small.SHUFFLE_PARTITIONS))
         return self._small
 
-    def _outputs(self, tallied: DataFrame, after_pass: Callable[[], None]) -> _Outputs:
+    def _outputs(self, frames: _Frames, after_pass: Callable[[], None]) -> _Outputs:
         """The batch's minute figures and newest alerts, collected. One pass over the events
         (``transforms.tallies``: per cell, each alerting event a row of its own; small, cached)
         gives them, and the results the staged writes write (started by ``after_pass``)."""
-        _, alerts, per_minute = transforms.of_tallies(tallied)
-        minute_rows = per_minute.collect()  # the first action: the pass, and the cache
+        alerts = frames.alerts
+        minute_rows = frames.minutes.collect()  # the first action: the pass, and the cache
         after_pass()
         stats = transforms.totals(minute_rows)
         count = int(stats["events"])

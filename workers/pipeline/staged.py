@@ -64,34 +64,35 @@ class StagedWrites:
         self._kinds = kinds
         self._write = write
         self._folder = results / STAGING / f"batch_id={batch_id}-{uuid.uuid4().hex[:12]}"
-        self._thread: InheritableThread | None = None
-        self._error: BaseException | None = None
+        self._threads: list[InheritableThread] = []
+        self._errors: list[BaseException] = []
 
     def start(self) -> None:
-        """Begin the writes (in a thread that inherits the batch's Spark job properties)."""
-        if self._thread is not None:
+        """Begin the writes, each in a thread that inherits the batch's Spark job properties."""
+        if self._threads:
             return
-        self._thread = InheritableThread(self._run)
-        self._thread.start()
+        self._threads = [InheritableThread(self._run, args=(kind,)) for kind in self._kinds]
+        for thread in self._threads:
+            thread.start()
 
-    def _run(self) -> None:
+    def _run(self, kind: str) -> None:
         try:
-            together(*[lambda kind=kind: self._write(kind, str(self._folder / kind)) for kind in self._kinds])
+            self._write(kind, str(self._folder / kind))
         except BaseException as exc:  # raised by publish, in the batch's thread
-            self._error = exc
+            self._errors.append(exc)
 
-    def _wait(self) -> None:
-        self.start()  # a batch that never started them (no events: nothing to overlap) writes them now
-        assert self._thread is not None
-        self._thread.join()
+    def _join(self) -> None:
+        for thread in self._threads:
+            thread.join()
 
     def publish(self) -> None:
         """Wait for the writes, then move each kind into ``results/<kind>/batch_id=N/`` (replacing what
         an earlier attempt of the batch left). Raises the first write's error, and moves nothing then."""
-        self._wait()
-        if self._error is not None:
+        self.start()  # a batch that never started them (the replay of one committed) writes them now
+        self._join()
+        if self._errors:
             self.discard()
-            raise self._error
+            raise self._errors[0]
         for kind in self._kinds:
             target = self._results / kind / f"batch_id={self._batch_id}"
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -102,8 +103,7 @@ class StagedWrites:
 
     def discard(self) -> None:
         """Wait for the writes (no Spark job outlives its batch) and drop what they wrote."""
-        if self._thread is not None:
-            self._thread.join()
-        if self._error is not None:
-            log.debug("batch %d: a discarded write had failed: %s", self._batch_id, self._error)
+        self._join()
+        for error in self._errors:
+            log.debug("batch %d: a discarded write had failed: %s", self._batch_id, error)
         shutil.rmtree(self._folder, ignore_errors=True)
