@@ -81,13 +81,17 @@ from workers.sources.base import ReceivedEvent
 from . import alerts as fast_alerts
 from . import metrics
 from .handlers import NotHeld, PartitionContext, batch_handler, parse_sensor_event
+from .landing_files import MARKERS as MARKERS
+from .landing_files import file_name as file_name
+from .landing_files import landing_root as landing_root
+from .landing_files import read_markers as read_markers
+from .landing_files import sequence_range as sequence_range
 from .sensors import SensorEvent
 
 log = logging.getLogger("leaseboard.landing")
 
 MAX_EVENTS = 5000  # events per handler call, so per landing file
 DEFAULT_LINGER = 0.2  # seconds; an alert waits up to this long in the hub
-MARKERS = "_latest"  # <root>/<hub>/_latest/<partition>.json: the newest landed event (for lag)
 
 UTC_MICROS = pa.timestamp("us", tz="UTC")
 # What a landing file holds, one row per event. workers.pipeline.schema.LANDING is the same for Spark.
@@ -107,28 +111,9 @@ ARROW_SCHEMA = pa.schema(
         pa.field("event_time", UTC_MICROS, nullable=False),
     ]
 )
-_FILE = re.compile(r"(\d{20})-(\d{20})\.parquet")
 WRITER_KEY = b"leaseboard.writer"  # Parquet key-value metadata: who landed the file (``writer_of``)
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _NO_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV)  # file systems without hard links
-
-
-def landing_root() -> Path:
-    """``LEASEBOARD_LANDING_DIR``, else ``<LEASEBOARD_VAR_DIR>/landing``."""
-    from django.conf import settings
-
-    return Path(getattr(settings, "LEASEBOARD_LANDING_DIR", Path(settings.VAR_DIR) / "landing"))
-
-
-def file_name(first: int, last: int) -> str:
-    """The landing file name of a partition's events ``first``..``last`` (zero-padded: sorts in order)."""
-    return f"{first:020d}-{last:020d}.parquet"
-
-
-def sequence_range(name: str) -> tuple[int, int] | None:
-    """(first, last) sequence number of a landing file's name; None for any other name."""
-    match = _FILE.fullmatch(name)
-    return (int(match[1]), int(match[2])) if match else None
 
 
 def _utc(seconds: float) -> datetime:
@@ -271,20 +256,6 @@ def writer_of(path: Path) -> dict[str, object] | None:
     except ValueError:
         return None
     return writer if isinstance(writer, dict) else None
-
-
-def read_markers(root: Path, hub: str) -> dict[str, dict[str, float]]:
-    """Partition id -> {"sequence_number", "enqueued_time", "landed_at"} of its newest landed event."""
-    out: dict[str, dict[str, float]] = {}
-    folder = root / hub / MARKERS
-    if not folder.is_dir():
-        return out
-    for path in folder.glob("*.json"):
-        try:
-            out[path.stem] = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # replaced under our feet or half-written by a crash: the next one will do
-    return out
 
 
 @batch_handler(max_events=MAX_EVENTS)

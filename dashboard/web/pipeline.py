@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from workers.alerts import ALERTS_KEPT
-from workers.landing import landing_root, read_markers
+from workers.landing_files import landing_root, read_markers
 from workers.models import Alert, MinuteSummary, PipelineBatch, UnreadableFile
 from workers.pipeline import cluster
 
