@@ -2,7 +2,9 @@
 
 A store that can say what changed since a worker's last read implements ``ChangeFeed``: its
 ``snapshot_since(ref, cursor)`` is ``SnapshotStore.snapshot`` with only the ownership records written
-since ``cursor`` (members and controls are whole, as they are few). Each write of an ownership record
+since ``cursor``; members and controls come whole, as they are few, unless the store can tell what
+changed among them too (``Changes.members_full``, ``controls_full``: SQL numbers their writes as it
+does ownership's, Redis compares a digest of each hash). Each write of an ownership record
 takes a change number from a per-hub counter whose order is the order in which the writes became
 visible, so "changed after the cursor" misses nothing (each adapter says how it gets that order).
 
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from balancer.model import Control, HubRef, Member, OwnershipRecord, pid_key
 
@@ -69,6 +71,10 @@ class Changes:
     # every record it did not list was last written at or after this time (the store's clock), so
     # the copy's older time for it is only a lower bound of its age. None: nothing was left out.
     fresh_after: float | None = None
+    # ``members`` holds every member (True: always on a full read), or those written after the cursor
+    # passed (False: a store that knows which; SQL numbers member writes, Redis compares a digest).
+    members_full: bool = True
+    controls_full: bool = True  # the same for ``controls``
 
 
 @runtime_checkable
@@ -96,6 +102,8 @@ class OwnershipTable:
     def __init__(self, resync_after: float) -> None:
         self.resync_after = resync_after  # seconds (local monotonic) between full reads at most
         self._records: dict[str, OwnershipRecord] = {}
+        self._members: dict[str, Member] = {}
+        self._controls: dict[tuple[str, str], Control] = {}
         self._cursor: str | None = None
         self._full_at: float | None = None
         self._trusted = False  # the last read's feed sees every write
@@ -122,6 +130,8 @@ class OwnershipTable:
         """The whole table after ``changes`` (read at local monotonic time ``at``), in the order a full
         listing gives; None when the result cannot be trusted (the caller reads again in full)."""
         self.fresh_after, self.exact = None, frozenset()
+        self._members = _merged(self._members, changes.members, changes.members_full, _member_key)
+        self._controls = _merged(self._controls, changes.controls, changes.controls_full, _control_key)
         if changes.full:
             self._records = {r.partition_id: r for r in changes.ownership}
             self._full_at = at
@@ -146,6 +156,16 @@ class OwnershipTable:
         return list(self._records.values())
 
     @property
+    def members(self) -> list[Member]:
+        """The members after the last ``merge``, by owner id (as a whole listing gives them)."""
+        return list(self._members.values())
+
+    @property
+    def controls(self) -> list[Control]:
+        """The controls after the last ``merge``, by kind and target (as a whole listing gives them)."""
+        return list(self._controls.values())
+
+    @property
     def records(self) -> Sequence[OwnershipRecord]:
         return list(self._records.values())
 
@@ -154,6 +174,28 @@ class OwnershipTable:
         """The copy itself, by partition id, in the order ``merge`` lists it: read it, never change it,
         and not past the next ``merge``."""
         return self._records
+
+
+K = TypeVar("K", str, tuple[str, str])
+V = TypeVar("V")
+
+
+def _merged(kept: dict[K, V], listed: list[V], whole: bool, key: Callable[[V], K]) -> dict[K, V]:
+    """A small table's copy (members, controls) after a read that listed it ``whole`` or only the rows
+    written since the cursor, in key order."""
+    if whole:
+        return {key(row): row for row in listed}
+    new = any(key(row) not in kept for row in listed)
+    kept.update((key(row), row) for row in listed)
+    return dict(sorted(kept.items(), key=lambda item: item[0])) if new else kept
+
+
+def _member_key(member: Member) -> str:
+    return member.owner_id
+
+
+def _control_key(control: Control) -> tuple[str, str]:
+    return (str(getattr(control.kind, "value", control.kind)), control.target)
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,6 +110,9 @@ class MemberRow(Scoped):
     owner_id = models.CharField(max_length=255)
     last_seen = models.FloatField(help_text="store clock, seconds since the epoch")
     info = models.JSONField(default=dict, blank=True)
+    # The change number of the row's latest write through the store, as ``Ownership.changed``: a
+    # worker's steady read lists only the members written since its cursor (migration 0008).
+    changed = models.BigIntegerField(default=0, db_default=0, editable=False)
 
     class Meta:
         verbose_name = "worker"
@@ -128,6 +131,8 @@ class ControlRow(Scoped):
     target = models.CharField(max_length=255)
     value = models.CharField(max_length=255, blank=True)
     created = models.FloatField()
+    # As ``MemberRow.changed`` (migration 0008).
+    changed = models.BigIntegerField(default=0, db_default=0, editable=False)
 
     class Meta:
         verbose_name = "control record"

@@ -276,7 +276,7 @@ class Reading(Renewal):
                 found = done.changes
                 self._fresh_after, self._exact = self._table.fresh_after, self._table.exact
                 self._quiet_empty = not found.full and not found.ownership and self._fresh_after is not None
-                snap = Snapshot(done.ownership, found.members, found.controls, found.now)
+                snap = Snapshot(done.ownership, self._table.members, self._table.controls, found.now)
                 return snap, requests, self._table.by_partition
         snap, listed = await snapshot(self.store, controls, self.ref)
         self._rows += len(snap.ownership)

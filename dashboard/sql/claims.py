@@ -102,6 +102,12 @@ class Claims(Lanes):
             now, xid = cursor.fetchone()
             return float(now), int(xid)
 
+    def _number(self, connection: BaseDatabaseWrapper, ref: HubRef) -> tuple[float, int]:
+        """The store's clock and the change number of what the current transaction writes: its id on
+        PostgreSQL (``_clock_and_transaction_id``), else the hub's next number (``_tick``)."""
+        now, xid = self._clock_and_transaction_id(connection)
+        return now, xid if xid is not None else self._tick(connection, ref)
+
     def _tick(self, connection: BaseDatabaseWrapper, ref: HubRef) -> int:
         """Elsewhere (SQLite, which runs one writer at a time anyway): the hub's next change number,
         from its counter row, in the writing transaction."""

@@ -3,7 +3,8 @@ since a cursor (``balancer.changes``) that a worker's steady cycle reads."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -16,7 +17,9 @@ from . import clock as sqlclock
 from . import rows as sqlrows
 from .clock import PG_CLOCK, read_clock
 from .lanes import Lanes, by_partition
-from .rows import CONTROLS, MEMBERS, OWNERSHIP
+from .rows import CONTROL_PRINT, CONTROLS, MEMBER_PRINT, MEMBERS, OWNERSHIP, Listing, Print
+
+T = TypeVar("T")
 
 
 class Reads(Lanes):
@@ -35,60 +38,81 @@ class Reads(Lanes):
     def _snapshot_since(
         self, connection: BaseDatabaseWrapper, ref: HubRef, cursor: str | None, stale_after: float | None = None
     ) -> Changes:
-        # A cursor is "<epoch>:<n>": every row whose change number is below n was read (n is the
-        # first number a writer may still hold uncommitted). The bound is read before the rows, so
-        # the rows read next include every row below it; rows at or past it may come again next
-        # time (they cost the reading, nothing more). Leaving renewals out, the rows are those whose
-        # owner changed (``owner_changed``, numbered as ``changed``) and those last written before
-        # ``fresh_after``, the store's clock as the bound was read less ``stale_after``.
+        # A cursor is "<epoch>:<n>:<members>:<controls>": every row whose change number is below n was
+        # read (n is the first number a writer may still hold uncommitted), and <members> and
+        # <controls> are those tables' prints then (``rows.Print``: count and id sum). The bound is
+        # read before the rows, so the rows read next include every row below it; rows at or past it
+        # may come again next time (they cost the reading, nothing more). Leaving renewals out, the
+        # ownership rows are those whose owner changed (``owner_changed``, numbered as ``changed``)
+        # and those last written before ``fresh_after``, the store's clock as the bound was read less
+        # ``stale_after``. The members and controls are those written since n, or all of a table's
+        # when one of its rows came or went since the cursor (its print differs: a delete leaves no
+        # row to list).
         #
-        # The bound, the rows changed since the cursor's number, the members and the controls are
-        # asked for together (``fetch_together``: on PostgreSQL one round trip, every statement on the
-        # clock the bound is read with), or every row when there is no cursor. The cursor's number is
-        # checked against the bound afterwards: a cursor of another epoch, or past the bound, throws
-        # the rows away and reads every row.
+        # The bound, the prints, the rows changed since the cursor's number, the members and the
+        # controls are asked for together (``fetch_together``: on PostgreSQL one round trip, every
+        # statement on the clock the bound is read with), or every row when there is no cursor. The
+        # cursor is checked against the bound afterwards: a cursor of another epoch, or past the
+        # bound, throws the rows away and reads every row.
         # Off PostgreSQL the store's clock is this machine's, read now (a module attribute: tests skew it).
         local = None if connection.vendor == "postgresql" else sqlclock.local_clock()
         seen = _seen(cursor)
-        statements = [(_clock_sql(connection), [ref.namespace, ref.hub, ref.consumer_group])]
-        if seen is None:
-            statements.append(OWNERSHIP.statement(connection, ref))  # every row
-        else:
-            if stale_after is None:
-                statements.append(OWNERSHIP.statement(connection, ref, seen))
-            elif local is None:
-                statements.append(OWNERSHIP.statement(connection, ref, seen, stale_after=stale_after))
-            else:
-                statements.append(OWNERSHIP.statement(connection, ref, seen, written_before=local - stale_after))
-        statements += [MEMBERS.statement(connection, ref), CONTROLS.statement(connection, ref)]
-        found, *rest = sqlrows.fetch_together(connection, statements)
+        scope = [ref.namespace, ref.hub, ref.consumer_group]
+        statements = [
+            (_clock_sql(connection), scope),
+            (MEMBER_PRINT.sql(connection), scope),
+            (CONTROL_PRINT.sql(connection), scope),
+            _ownership_statement(connection, ref, seen, stale_after, local),
+            MEMBERS.statement(connection, ref, seen),
+            CONTROLS.statement(connection, ref, seen),
+        ]
+        found, *prints, listed, members, controls = sqlrows.fetch_together(connection, statements)
         if not found:  # the hub's clock row is missing: made (with a fresh epoch), then read again
             self._make_clock(ref)
             return self._snapshot_since(connection, ref, cursor, stale_after)
         epoch, bound, clock = _epoch_and_bound(found[0], local)
-        listed, members, controls = rest
         since = _since(cursor, epoch, bound)
-        fresh_after = None
-        if since is None:
-            if seen is not None:  # the rows since the cursor's number are of no use: every row, read now
-                listed = OWNERSHIP.fetch(connection, ref)
-            rows = OWNERSHIP.rows(connection, listed)
-            ownership = sorted(self._valid(OWNERSHIP, rows, ref, sqlrows.ownership), key=by_partition)
-        else:
-            if stale_after is not None:
-                fresh_after = clock - stale_after
-            rows = OWNERSHIP.rows(connection, listed)
-            ownership = sorted(self._valid(OWNERSHIP, rows, ref, sqlrows.ownership, whole=False), key=by_partition)
+        printed = [Print.of(p) for p in prints]
+        every = [since is None or p != was for p, was in zip(printed, _prints(cursor), strict=True)]
+        whole = seen is None
         return Changes(
-            ownership,
-            self._small(MEMBERS, connection, ref, sqlrows.member, members),
-            self._small(CONTROLS, connection, ref, sqlrows.control, controls),
+            self._ownership_since(connection, ref, listed, since is None, whole),
+            self._small_since(MEMBERS, connection, ref, sqlrows.member, members, every[0], whole),
+            self._small_since(CONTROLS, connection, ref, sqlrows.control, controls, every[1], whole),
             clock,
-            f"{epoch}:{bound}",
+            ":".join((epoch, str(bound), *printed)),
             since is None,  # the clock as the bound was read: no statement more
-            sees_every_write=True,  # a row written by hand changes the epoch (migration 0005's triggers)
-            fresh_after=fresh_after,
+            sees_every_write=True,  # a row written by hand changes the epoch (migrations 0005, 0008)
+            fresh_after=None if since is None or stale_after is None else clock - stale_after,
+            members_full=every[0],
+            controls_full=every[1],
         )
+
+    def _ownership_since(
+        self, connection: BaseDatabaseWrapper, ref: HubRef, found: list[tuple[Any, ...]], every: bool, read_whole: bool
+    ) -> list[OwnershipRecord]:
+        """The ownership rows a delta lists (``found``), or ``every`` row: ``found`` if it was
+        ``read_whole``, else read now (the rows since the cursor's number are of no use)."""
+        if every and not read_whole:
+            found = OWNERSHIP.fetch(connection, ref)
+        rows = OWNERSHIP.rows(connection, found)
+        return sorted(self._valid(OWNERSHIP, rows, ref, sqlrows.ownership, whole=every), key=by_partition)
+
+    def _small_since(
+        self,
+        listing: Listing,
+        connection: BaseDatabaseWrapper,
+        ref: HubRef,
+        convert: Callable[[Any, HubRef, list[str]], T],
+        found: list[tuple[Any, ...]],
+        every: bool,
+        read_whole: bool,
+    ) -> list[T]:
+        """The members or controls a delta lists (``found``: those written since its cursor's number),
+        or ``every`` one: ``found`` if it was ``read_whole``, else read now."""
+        if every:
+            return self._small(listing, connection, ref, convert, found if read_whole else None)
+        return self._valid(listing, listing.rows(connection, found), ref, convert, whole=False)
 
     def _list_ownership(self, connection: BaseDatabaseWrapper, ref: HubRef) -> list[OwnershipRecord]:
         records = self._valid(OWNERSHIP, OWNERSHIP.read(connection, ref), ref, sqlrows.ownership)
@@ -103,8 +127,25 @@ class Reads(Lanes):
 
 def _seen(cursor: str | None) -> int | None:
     """The change number a cursor names, whatever its epoch (``_since`` judges it)."""
-    _, _, seen = (cursor or "").partition(":")
-    return int(seen) if seen.isdigit() else None
+    seen = (cursor or "").split(":")[1:2]
+    return int(seen[0]) if seen and seen[0].isdigit() else None
+
+
+def _prints(cursor: str | None) -> tuple[str | None, str | None]:
+    """The members' and the controls' prints a cursor names (``rows.Print``), if any."""
+    parts = (cursor or "").split(":")
+    return (parts[2], parts[3]) if len(parts) == 4 else (None, None)
+
+
+def _ownership_statement(
+    connection: BaseDatabaseWrapper, ref: HubRef, seen: int | None, stale_after: float | None, local: float | None
+) -> tuple[str, list[Any]]:
+    """The ownership rows a read from change number ``seen`` asks for (every row without one)."""
+    if seen is None or stale_after is None:
+        return OWNERSHIP.statement(connection, ref, seen)
+    if local is None:
+        return OWNERSHIP.statement(connection, ref, seen, stale_after=stale_after)
+    return OWNERSHIP.statement(connection, ref, seen, written_before=local - stale_after)
 
 
 def _epoch_and_bound(found: tuple[Any, ...], clock: float | None) -> tuple[str, int, float]:
@@ -123,10 +164,11 @@ def _since(cursor: str | None, epoch: str, bound: int) -> int | None:
     """The change number a delta read from ``cursor`` starts at, if the cursor is of the hub's current
     ``epoch`` and not past ``bound`` (None, read all: a clock row made again, rows deleted or edited by
     hand since, a database restored with transaction ids that went back)."""
-    seen_epoch, _, seen = (cursor or "").partition(":")
-    if seen_epoch != epoch or not seen.isdigit() or int(seen) > bound:
+    seen_epoch = (cursor or "").split(":")[0]
+    seen = _seen(cursor)
+    if seen_epoch != epoch or seen is None or seen > bound:
         return None
-    return int(seen)
+    return seen
 
 
 _CLOCK_SQL: dict[str, str] = {}

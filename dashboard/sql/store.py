@@ -148,20 +148,23 @@ class SqlStore(Reads, Claims, NamespaceReads):
         await self._run(LEASE, self._heartbeat, member)
 
     def _heartbeat(self, connection: BaseDatabaseWrapper, member: Member) -> None:
+        # Numbered as a claim is (``Claims._number``), so readers of what changed list it.
         info = dict(member.info)
-        rows = self._rows(MemberRow, member.ref).filter(owner_id=member.owner_id)
-        if rows.update(last_seen=StoreClock(), info=info):
-            return
-        # First heartbeat (or the row was removed): insert, or update if a racing call inserted.
-        row = MemberRow(
-            **MemberRow.scope(member.ref), owner_id=member.owner_id, last_seen=read_clock(connection), info=info
-        )
-        MemberRow.objects.using(self.using).bulk_create(
-            [row],
-            update_conflicts=True,
-            unique_fields=["namespace", "hub", "consumer_group", "owner_id"],
-            update_fields=["last_seen", "info"],
-        )
+        with transaction.atomic(using=self.using):
+            now, number = self._number(connection, member.ref)
+            rows = self._rows(MemberRow, member.ref).filter(owner_id=member.owner_id)
+            if rows.update(last_seen=StoreClock(), info=info, changed=number):
+                return
+            # First heartbeat (or the row was removed): insert, or update if a racing call inserted.
+            row = MemberRow(
+                **MemberRow.scope(member.ref), owner_id=member.owner_id, last_seen=now, info=info, changed=number
+            )
+            MemberRow.objects.using(self.using).bulk_create(
+                [row],
+                update_conflicts=True,
+                unique_fields=["namespace", "hub", "consumer_group", "owner_id"],
+                update_fields=["last_seen", "info", "changed"],
+            )
 
     async def list_members(self, ref: HubRef) -> list[Member]:
         # Copies: ``_list_members`` hands out what it read before while the rows are unchanged.
@@ -182,20 +185,23 @@ class SqlStore(Reads, Claims, NamespaceReads):
         await self._run(LEASE, self._put_control, control)
 
     def _put_control(self, connection: BaseDatabaseWrapper, control: Control) -> None:
-        ControlRow.objects.using(self.using).bulk_create(
-            [
-                ControlRow(
-                    **ControlRow.scope(control.ref),
-                    kind=ControlKind(control.kind).value,
-                    target=control.target,
-                    value=control.value,
-                    created=read_clock(connection),
-                )
-            ],
-            update_conflicts=True,
-            unique_fields=["namespace", "hub", "consumer_group", "kind", "target"],
-            update_fields=["value", "created"],
-        )
+        with transaction.atomic(using=self.using):
+            now, number = self._number(connection, control.ref)  # as a heartbeat is
+            ControlRow.objects.using(self.using).bulk_create(
+                [
+                    ControlRow(
+                        **ControlRow.scope(control.ref),
+                        kind=ControlKind(control.kind).value,
+                        target=control.target,
+                        value=control.value,
+                        created=now,
+                        changed=number,
+                    )
+                ],
+                update_conflicts=True,
+                unique_fields=["namespace", "hub", "consumer_group", "kind", "target"],
+                update_fields=["value", "created", "changed"],
+            )
 
     async def delete_control(self, ref: HubRef, kind: str, target: str) -> None:
         await self._run(LEASE, self._delete_control, ref, ControlKind(kind).value, target)

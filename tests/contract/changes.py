@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from balancer.changes import ChangeFeed, OwnershipTable, read
-from balancer.model import OwnershipRecord, partition_ids
+from balancer.model import Control, ControlKind, Member, OwnershipRecord, partition_ids
 from balancer.protocol import OwnershipStore
 
 from .base import REF, Store
@@ -91,6 +91,12 @@ class ChangeFeedContract:
 
     async def start_over(self, store: Store) -> Store:
         raise NotImplementedError
+
+    # Whether a read lists no member or control when none was written since the cursor
+    # (``Changes.members_full``), and whether it then lists only the rows written (SQL; Redis lists
+    # the whole hash again).
+    members_since = False
+    members_by_row = False
 
     async def test_a_first_read_is_whole_and_the_next_ones_bring_only_what_changed(self, store: Store) -> None:
         assert isinstance(store, ChangeFeed) and isinstance(store, OwnershipStore)
@@ -217,3 +223,70 @@ class ChangeFeedContract:
         assert not delta
         assert [(r.partition_id, r.owner_id) for r in copy] == [("9", "after")]
         assert as_listed(copy) == as_listed(await store.list_ownership(REF))
+
+    async def test_the_members_kept_from_changes_are_the_listing_through_joins_heartbeats_and_leaves(
+        self, store: Store
+    ) -> None:
+        # The copy's members (``OwnershipTable.members``) are the store's listing after every read,
+        # whether the store lists them whole or only those written since the cursor.
+        table = OwnershipTable(math.inf)
+
+        async def agrees() -> Any:
+            done = await read(store, REF, table, ticking())
+            listed = await store.list_members(REF)
+            assert [(m.owner_id, m.last_seen, m.info) for m in table.members] == [
+                (m.owner_id, m.last_seen, m.info) for m in listed
+            ]
+            return done.changes
+
+        await store.claim_ownership([OwnershipRecord(REF, "0", "a")])  # a hub some store knows only once written
+        for name in ("a", "b", "c"):
+            await store.heartbeat(Member(REF, name, 0.0, {"n": "1"}))
+        assert (await agrees()).full
+        quiet = await agrees()
+        assert not quiet.full
+        if self.members_since:  # nothing written since: no member read again
+            assert quiet.members == [] and not quiet.members_full
+        await store.heartbeat(Member(REF, "b", 0.0, {"n": "2"}))
+        changed = await agrees()
+        if self.members_by_row:
+            assert [m.owner_id for m in changed.members] == ["b"] and not changed.members_full
+        await store.remove_member(REF, "a")
+        await agrees()
+        await store.heartbeat(Member(REF, "d", 0.0))
+        await agrees()
+        # One leaves and another joins between two reads: the count alone stays the same.
+        await store.remove_member(REF, "c")
+        await store.heartbeat(Member(REF, "e", 0.0))
+        await agrees()
+        assert [m.owner_id for m in table.members] == ["b", "d", "e"]
+        await agrees()
+
+    async def test_the_controls_kept_from_changes_are_the_listing_through_puts_and_deletes(self, store: Store) -> None:
+        table = OwnershipTable(math.inf)
+
+        async def agrees() -> Any:
+            done = await read(store, REF, table, ticking())
+            listed = await store.list_controls(REF)
+            assert [(c.kind, c.target, c.value) for c in table.controls] == [
+                (c.kind, c.target, c.value) for c in listed
+            ]
+            return done.changes
+
+        await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
+        await store.put_control(Control(REF, ControlKind.PIN, "3", "w1"))
+        await store.put_control(Control(REF, ControlKind.DRAIN, "w2"))
+        assert (await agrees()).full
+        quiet = await agrees()
+        if self.members_since:  # nothing written since: no control read again
+            assert quiet.controls == [] and not quiet.controls_full
+        await store.put_control(Control(REF, ControlKind.PIN, "3", "w9"))
+        moved = await agrees()
+        if self.members_by_row:
+            assert [(c.target, c.value) for c in moved.controls] == [("3", "w9")] and not moved.controls_full
+        await store.delete_control(REF, ControlKind.DRAIN.value, "w2")
+        await agrees()
+        await store.delete_control(REF, ControlKind.PIN.value, "3")
+        await store.put_control(Control(REF, ControlKind.PIN, "4", "w1"))
+        await agrees()
+        assert [(c.kind, c.target) for c in table.controls] == [(ControlKind.PIN, "4")]

@@ -61,6 +61,7 @@ async def flush(url: str) -> None:
 
 
 class TestRedisStore(ChangeFeedContract, StoreContract):
+    members_since = True
     notices = True
     refuses_going_back = True
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, aclosing
@@ -68,6 +69,7 @@ async def in_thread(work: Callable[[], T]) -> T:
 
 class SqlContract(ChangeFeedContract, StoreContract):
     alias = "default"
+    members_since = members_by_row = True
 
     async def _execute(self, sql: str, params: list[str]) -> int:
         def run() -> int:
@@ -76,6 +78,24 @@ class SqlContract(ChangeFeedContract, StoreContract):
                 return int(cursor.rowcount)
 
         return await in_thread(run)
+
+    async def test_a_member_updated_by_hand_is_read_again_in_full(self, store: SqlStore) -> None:
+        # A heartbeat through the store is numbered and listed by the next delta; an UPDATE in psql or
+        # the admin keeps the number, so the hub's epoch changes (migration 0008) and all is read again.
+        table = OwnershipTable(math.inf)
+        await store.heartbeat(Member(REF, "w1", 0.0, {"host": "h1"}))
+        await store.heartbeat(Member(REF, "w2", 0.0, {"host": "h2"}))
+        await brought_up_to_date(store, table)
+        _, delta = await brought_up_to_date(store, table)
+        assert delta
+        edit = "UPDATE dashboard_memberrow SET info = %s WHERE owner_id = %s"
+        assert await self._execute(edit, ['{"host": "edited"}', "w1"]) == 1
+        _, delta = await brought_up_to_date(store, table)
+        assert not delta
+        assert [(m.owner_id, m.info) for m in table.members] == [("w1", {"host": "edited"}), ("w2", {"host": "h2"})]
+        await in_thread(lambda: MemberRow.objects.using(self.alias).filter(owner_id="w2").delete())
+        await brought_up_to_date(store, table)
+        assert [m.owner_id for m in table.members] == ["w1"]
 
     async def delete_by_hand(self, store: SqlStore, partition_id: str) -> None:
         where = "namespace = %s AND hub = %s AND consumer_group = %s AND partition_id = %s"

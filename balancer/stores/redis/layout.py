@@ -135,7 +135,10 @@ return {now, won}
 # (deleted by hand). With ``stale_after`` renewals are left out: the records whose owner changed after
 # the cursor, and those last modified before "fresh after". A hub written before ``owner_changes`` and
 # ``modified`` were kept (their sizes differ from the hash's) is read with every write (fresh after
-# ''); the next full read fills them from the records.
+# ''); the next full read fills them from the records. ARGV[4] and ARGV[5] are the digests of the
+# members' and the controls' hashes as the cursor's read found them: each comes back as {fields (flat),
+# digest}, the fields empty when the hash is as it was (a heartbeat, a control put or deleted, through
+# the store or by hand, changes it; a hash that only rehashed is read again, no harm).
 CHANGES = """
 local t = redis.call('TIME')
 local epoch = redis.call('GET', KEYS[4]) or ''
@@ -184,8 +187,14 @@ if full then
   end
 end
 if full then fresh_after = '' end
+local function small(key, seen)
+  local all = redis.call('HGETALL', key)
+  local digest = redis.sha1hex(table.concat(all, '\\0'))
+  if not full and digest == seen then return {{}, digest} end
+  return {all, digest}
+end
 return {t[1], t[2], epoch, tostring(counter), full and 1 or 0, size, ownership,
-  redis.call('HGETALL', KEYS[5]), redis.call('HGETALL', KEYS[6]), fresh_after}
+  small(KEYS[5], ARGV[4]), small(KEYS[6], ARGV[5]), fresh_after}
 """
 
 # KEYS: ownership, checkpoints. ARGV: partition, owner, checkpoint JSON without "modified", "1" when

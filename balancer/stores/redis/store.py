@@ -110,7 +110,7 @@ class RedisStore(RedisConnections):
         shows as a copy larger than the store's. With ``stale_after`` renewals are left out (the claim
         script numbers owner changes apart and keeps each record's time in a sorted set)."""
         keys = Keys.of(ref)
-        epoch, _, serial = (cursor or "").partition(":")
+        epoch, serial, members_seen, controls_seen = [*(cursor or "").split(":"), "", "", "", ""][:4]
         stale = "" if stale_after is None else repr(float(stale_after))
 
         async def read(c: Connection) -> list[Any]:
@@ -124,11 +124,14 @@ class RedisStore(RedisConnections):
                 keys.owner_changes,
                 keys.modified,
             ]
-            return list(await c.script(CHANGES)(keys=keys_, args=[epoch, serial, stale]))
+            return list(await c.script(CHANGES)(keys=keys_, args=[epoch, serial, stale, members_seen, controls_seen]))
 
-        seconds, micros, epoch, counter, full, count, flat, members, controls, fresh = await self.run(
-            "reading changes", read
-        )
+        found = await self.run("reading changes", read)
+        seconds, micros, epoch, counter, full, count, flat, (members, members_print), small_controls, fresh = found
+        controls, controls_print = small_controls
+        # Members and controls as they were at the cursor's read come back empty (see ``CHANGES``).
+        members_full = bool(int(full)) or text(members_print) != members_seen
+        controls_full = bool(int(full)) or text(controls_print) != controls_seen
         raw = _pairs(flat)
         ownership = self._ownership(ref, raw, whole=bool(int(full)))
         fresh_after = float(text(fresh)) if text(fresh) else None
@@ -142,13 +145,15 @@ class RedisStore(RedisConnections):
         shown = None if int(full) else int(count) - self._skipped.unread(keys.ownership)
         return Changes(
             ownership,
-            self._members(ref, _pairs(members)),
-            self._controls(ref, _pairs(controls)),
+            self._members(ref, _pairs(members)) if members_full else [],
+            self._controls(ref, _pairs(controls)) if controls_full else [],
             server_time(seconds, micros),
-            f"{epoch}:{text(counter)}" if epoch else None,
+            f"{epoch}:{text(counter)}:{text(members_print)}:{text(controls_print)}" if epoch else None,
             bool(int(full)),
             shown,
             fresh_after=fresh_after,
+            members_full=members_full,
+            controls_full=controls_full,
             # Leaving renewals out, every record no script wrote for ``stale_after`` is listed as stored,
             # so a hand edit (redis-cli) shows within that, unless a script writes the record first;
             # a record added or deleted by hand shows at once in the count.
