@@ -42,15 +42,19 @@ def refs() -> list[HubRef]:
 
 async def seed(stores: Stores) -> None:
     """Every group of ``refs()``: each partition owned by one of two workers (both heartbeating),
-    partition 0 checkpointed. The groups are written concurrently (a store's requests of one group
-    in order)."""
+    partition 0 checkpointed. The groups are written eight at a time (a store's requests of one group
+    in order): all 100 at once made Redis's client open 100 connections in one burst, and on a busy
+    machine (two cores, ``ci-under-load``) one of them missed redis-py's 2 s connect timeout, which a
+    worker would retry at its next cycle but a seed cannot."""
+    slots = asyncio.Semaphore(8)
 
     async def one(ref: HubRef) -> None:
         owned = [OwnershipRecord(ref, str(p), f"w{p % 2}", None) for p in range(PARTITIONS)]
-        assert len(await stores.ownership.claim_ownership(owned)) == PARTITIONS
-        await stores.checkpoints.update_checkpoint(Checkpoint(ref, "0", 41, "4100"), "w0")
-        for worker in ("w0", "w1"):
-            await stores.controls.heartbeat(Member(ref, worker, 0.0, {}))
+        async with slots:
+            assert len(await stores.ownership.claim_ownership(owned)) == PARTITIONS
+            await stores.checkpoints.update_checkpoint(Checkpoint(ref, "0", 41, "4100"), "w0")
+            for worker in ("w0", "w1"):
+                await stores.controls.heartbeat(Member(ref, worker, 0.0, {}))
 
     await asyncio.gather(*map(one, refs()))
 
