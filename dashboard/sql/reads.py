@@ -17,7 +17,7 @@ from . import clock as sqlclock
 from . import rows as sqlrows
 from .clock import PG_CLOCK, read_clock
 from .lanes import Lanes, by_partition
-from .rows import CONTROL_PRINT, CONTROLS, MEMBER_PRINT, MEMBERS, OWNERSHIP, Listing, Print
+from .rows import CONTROL_PRINT, CONTROLS, MEMBER_PRINT, MEMBERS, OWNERSHIP, Listing
 
 T = TypeVar("T")
 
@@ -59,20 +59,19 @@ class Reads(Lanes):
         seen = _seen(cursor)
         scope = [ref.namespace, ref.hub, ref.consumer_group]
         statements = [
-            (_clock_sql(connection), scope),
-            (MEMBER_PRINT.sql(connection), scope),
-            (CONTROL_PRINT.sql(connection), scope),
+            (_clock_sql(connection), scope * 3),  # the prints' scopes, then the clock row's
             _ownership_statement(connection, ref, seen, stale_after, local),
             MEMBERS.statement(connection, ref, seen),
             CONTROLS.statement(connection, ref, seen),
         ]
-        found, *prints, listed, members, controls = sqlrows.fetch_together(connection, statements)
+        found, listed, members, controls = sqlrows.fetch_together(connection, statements)
         if not found:  # the hub's clock row is missing: made (with a fresh epoch), then read again
             self._make_clock(ref)
             return self._snapshot_since(connection, ref, cursor, stale_after)
-        epoch, bound, clock = _epoch_and_bound(found[0], local)
+        *bound_read, members_print, controls_print = found[0]
+        epoch, bound, clock = _epoch_and_bound(tuple(bound_read), local)
         since = _since(cursor, epoch, bound)
-        printed = [Print.of(p) for p in prints]
+        printed = [str(members_print), str(controls_print)]
         every = [since is None or p != was for p, was in zip(printed, _prints(cursor), strict=True)]
         whole = seen is None
         return Changes(
@@ -175,7 +174,8 @@ _CLOCK_SQL: dict[str, str] = {}
 
 
 def _clock_sql(connection: BaseDatabaseWrapper) -> str:
-    """The hub's change-number epoch and bound (``_epoch_and_bound``), written once per vendor."""
+    """The hub's change-number epoch and bound (``_epoch_and_bound``) and the members' and controls'
+    prints (``rows.Print``), written once per vendor."""
     vendor, quote = connection.vendor, connection.ops.quote_name
     if vendor not in _CLOCK_SQL:
         if vendor == "postgresql":  # the bound, and the clock as it is read
@@ -184,5 +184,6 @@ def _clock_sql(connection: BaseDatabaseWrapper) -> str:
             number = quote("serial")
         scope = " AND ".join(f"{quote(column)} = %s" for column in ("namespace", "hub", "consumer_group"))
         table = quote(OwnershipClock._meta.db_table)
-        _CLOCK_SQL[vendor] = f"SELECT {quote('epoch')}, {number} FROM {table} WHERE {scope}"
+        prints = f"{MEMBER_PRINT.sql(connection)}, {CONTROL_PRINT.sql(connection)}"
+        _CLOCK_SQL[vendor] = f"SELECT {quote('epoch')}, {number}, {prints} FROM {table} WHERE {scope}"
     return _CLOCK_SQL[vendor]

@@ -194,28 +194,22 @@ CONTROLS = Listing(ControlRow, ("kind", "target", "value", "created"), order=("k
 
 
 class Print:
-    """A table's rows of one hub in brief: their count and the sum of their ids. A row added (a new
-    id: ids are never reused) or removed changes it; a row updated does not."""
+    """A table's rows of one hub in brief, as text: their count and the sum of their ids. A row added
+    (a new id: ids are never reused) or removed changes it; a row updated does not."""
 
     def __init__(self, listing: Listing) -> None:
         self.listing = listing
         self._sql: dict[str, str] = {}
 
     def sql(self, connection: BaseDatabaseWrapper) -> str:
-        """The ``SELECT`` of the print, its parameters the hub's scope."""
+        """The print as a scalar subquery (to go in another ``SELECT``), its parameters the hub's scope."""
         if connection.vendor not in self._sql:
             quote, listing = connection.ops.quote_name, self.listing
             pk = quote(listing.column(listing.model._meta.pk.name))
             where = " AND ".join(f"{quote(listing.column(c))} = %s" for c in SCOPE)
-            table = quote(listing.table)
-            self._sql[connection.vendor] = f"SELECT COUNT(*), COALESCE(SUM({pk}), 0) FROM {table} WHERE {where}"
+            brief = f"CAST(COUNT(*) AS TEXT) || '-' || CAST(COALESCE(SUM({pk}), 0) AS TEXT)"
+            self._sql[connection.vendor] = f"(SELECT {brief} FROM {quote(listing.table)} WHERE {where})"
         return self._sql[connection.vendor]
-
-    @staticmethod
-    def of(found: list[tuple[Any, ...]]) -> str:
-        """The print as a cursor carries it, from what ``sql`` read."""
-        ((count, total),) = found
-        return f"{int(count)}-{int(total)}"
 
 
 MEMBER_PRINT = Print(MEMBERS)
