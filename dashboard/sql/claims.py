@@ -14,7 +14,7 @@ from balancer.model import HubRef, OwnershipRecord
 
 from ..models import Ownership, OwnershipClock
 from . import rows as sqlrows
-from .clock import PG_CLOCK, read_clock
+from .clock import PG_CLOCK, PG_TRANSACTION_ID, read_clock
 from .lanes import Lanes
 from .update import update_statement
 
@@ -98,7 +98,7 @@ class Claims(Lanes):
         if connection.vendor != "postgresql":
             return read_clock(connection), None
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT {PG_CLOCK}, pg_current_xact_id()::text::bigint")
+            cursor.execute(f"SELECT {PG_CLOCK}, {PG_TRANSACTION_ID}")
             now, xid = cursor.fetchone()
             return float(now), int(xid)
 

@@ -15,6 +15,8 @@ from django.db.models.expressions import Expression
 
 _PG_CLOCK = "CAST(EXTRACT(EPOCH FROM STATEMENT_TIMESTAMP()) AS DOUBLE PRECISION)"
 PG_CLOCK = _PG_CLOCK  # the server's clock in a statement of one's own (the store's change bound, ``reads.py``)
+# The writing transaction's id on PostgreSQL: the change number of the rows it writes (``claims.py``).
+PG_TRANSACTION_ID = "pg_current_xact_id()::text::bigint"
 
 
 class StoreClock(Expression):

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models.expressions import RawSQL
 
 from balancer.changes import Changes
 from balancer.errors import OwnershipLost
@@ -40,7 +41,7 @@ from balancer.protocol import Snapshot
 from ..models import CheckpointRow, ControlRow, MemberRow, Ownership
 from . import rows as sqlrows
 from .claims import Claims
-from .clock import StoreClock, read_clock
+from .clock import PG_TRANSACTION_ID, StoreClock, read_clock
 from .lanes import CHECKPOINT, LEASE, by_partition
 from .namespace import NamespaceReads
 from .reads import Reads
@@ -148,11 +149,16 @@ class SqlStore(Reads, Claims, NamespaceReads):
         await self._run(LEASE, self._heartbeat, member)
 
     def _heartbeat(self, connection: BaseDatabaseWrapper, member: Member) -> None:
-        # Numbered as a claim is (``Claims._number``), so readers of what changed list it.
+        # Numbered as a claim is (``Claims._number``), so readers of what changed list it. On
+        # PostgreSQL the usual heartbeat is one statement, numbered by its own transaction's id.
         info = dict(member.info)
+        rows = self._rows(MemberRow, member.ref).filter(owner_id=member.owner_id)
+        if connection.vendor == "postgresql" and rows.update(
+            last_seen=StoreClock(), info=info, changed=RawSQL(PG_TRANSACTION_ID, ())
+        ):
+            return
         with transaction.atomic(using=self.using):
             now, number = self._number(connection, member.ref)
-            rows = self._rows(MemberRow, member.ref).filter(owner_id=member.owner_id)
             if rows.update(last_seen=StoreClock(), info=info, changed=number):
                 return
             # First heartbeat (or the row was removed): insert, or update if a racing call inserted.

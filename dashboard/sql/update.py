@@ -10,7 +10,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from balancer.model import HubRef, OwnershipRecord
 
 from ..models import Ownership
-from .clock import PG_CLOCK
+from .clock import PG_CLOCK, PG_TRANSACTION_ID
 from .rows import OWNERSHIP
 
 
@@ -31,7 +31,7 @@ def update_statement(
     reads the row's old values (SQL's ``UPDATE``), so the order of the assignments does not matter."""
     table, column = _ownership_columns(connection)
     params: list[Any] = []
-    number = "%s" if serial is not None else "pg_current_xact_id()::text::bigint"
+    number = "%s" if serial is not None else PG_TRANSACTION_ID
     written = "%s" if now is not None else PG_CLOCK
 
     def per_partition(name: str, values: dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from typing import Any
@@ -62,6 +63,15 @@ def assert_agrees(copy: list[OwnershipRecord], table: OwnershipTable, listed: li
             assert as_listed([mine]) == as_listed([theirs])
         else:
             assert theirs.last_modified is not None and theirs.last_modified >= table.fresh_after, (mine, theirs)
+
+
+async def kept_as_listed(store: Store, table: OwnershipTable, kind: str, seen: Callable[[Any], Any]) -> Any:
+    """``table`` brought up to date: its ``kind`` ("members" or "controls") are what the store lists
+    (as ``seen`` shows each), and the ``Changes`` read are returned."""
+    done = await read(store, REF, table, ticking())
+    listed = await getattr(store, f"list_{kind}")(REF)
+    assert [seen(row) for row in getattr(table, kind)] == [seen(row) for row in listed]
+    return done.changes
 
 
 def as_listed(records: list[OwnershipRecord]) -> list[tuple[str, str, str | None, float | None, int]]:
@@ -232,12 +242,7 @@ class ChangeFeedContract:
         table = OwnershipTable(math.inf)
 
         async def agrees() -> Any:
-            done = await read(store, REF, table, ticking())
-            listed = await store.list_members(REF)
-            assert [(m.owner_id, m.last_seen, m.info) for m in table.members] == [
-                (m.owner_id, m.last_seen, m.info) for m in listed
-            ]
-            return done.changes
+            return await kept_as_listed(store, table, "members", lambda m: (m.owner_id, m.last_seen, m.info))
 
         await store.claim_ownership([OwnershipRecord(REF, "0", "a")])  # a hub some store knows only once written
         for name in ("a", "b", "c"):
@@ -266,12 +271,7 @@ class ChangeFeedContract:
         table = OwnershipTable(math.inf)
 
         async def agrees() -> Any:
-            done = await read(store, REF, table, ticking())
-            listed = await store.list_controls(REF)
-            assert [(c.kind, c.target, c.value) for c in table.controls] == [
-                (c.kind, c.target, c.value) for c in listed
-            ]
-            return done.changes
+            return await kept_as_listed(store, table, "controls", lambda c: (c.kind, c.target, c.value))
 
         await store.claim_ownership([OwnershipRecord(REF, "0", "a")])
         await store.put_control(Control(REF, ControlKind.PIN, "3", "w1"))
