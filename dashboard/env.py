@@ -47,6 +47,24 @@ def envbool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be true or false, got {raw!r}")
 
 
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def envlevels(name: str) -> dict[str, dict[str, str]]:
+    """``logger=LEVEL`` pairs, comma-separated (``workers.runtime.cycles=DEBUG,azure=INFO``), as the
+    ``loggers`` of Django's ``LOGGING``: one logger told more (or less) than the root's level."""
+    loggers: dict[str, dict[str, str]] = {}
+    for pair in filter(None, (p.strip() for p in os.environ.get(name, "").split(","))):
+        logger, _, level = pair.partition("=")
+        if not logger.strip() or level.strip().upper() not in LEVELS:
+            raise ImproperlyConfigured(
+                f"{name} must be logger=LEVEL pairs, comma-separated, each level one of {', '.join(LEVELS)}; "
+                f"got {pair!r}"
+            )
+        loggers[logger.strip()] = {"level": level.strip().upper()}
+    return loggers
+
+
 def weak_secret(key: str) -> str | None:
     """Why ``key`` is too weak for a production secret key, or None: fewer than 50 characters, fewer
     than 10 distinct ones, a development default, or a pattern that compresses (a random key of 50

@@ -13,7 +13,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from .clients import trusted_proxies
-from .env import create_private, envbool, envfloat, envint, envstr
+from .env import create_private, envbool, envfloat, envint, envlevels, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Where the SQLite database, the embedded hub, dead letters, landing and pipeline files go by default.
@@ -203,7 +203,13 @@ LOGGING = {
     # The log level of every process (DEBUG, INFO, WARNING, ...).
     "root": {"handlers": ["console"], "level": envstr("LEASEBOARD_LOG_LEVEL", "INFO")},
     # The Azure SDK logs every HTTP request at INFO (a blob store cycle is a dozen of them).
-    "loggers": {"django.channels.server": {"level": "WARNING"}, "azure": {"level": "WARNING"}},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        "azure": {"level": "WARNING"},
+        # Levels of single loggers, comma-separated logger=LEVEL pairs: workers.runtime.cycles=DEBUG
+        # logs every cycle of a worker (its seconds, how late its loop woke it, its store requests).
+        **envlevels("LEASEBOARD_LOG_LEVELS"),
+    },
 }
 
 # --- Leaseboard -------------------------------------------------------------------------------

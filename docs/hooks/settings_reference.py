@@ -30,7 +30,13 @@ PAGE = "settings.md"
 MARKER = "<!-- settings-reference -->"
 SETTINGS = ("dashboard/settings.py", "dashboard/production.py")
 PACKAGES = ("balancer", "dashboard", "workers")
-READERS = {"envstr": "text", "envint": "whole number", "envfloat": "number", "envbool": "true or false"}
+READERS = {
+    "envstr": "text",
+    "envint": "whole number",
+    "envfloat": "number",
+    "envbool": "true or false",
+    "envlevels": "logger=LEVEL pairs",
+}
 # How a default built from a path reads: the variable that moves it, or the checkout itself.
 PLACES = {"VAR_DIR": "$LEASEBOARD_VAR_DIR", "BASE_DIR": "<checkout>"}
 ENV_NAME = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)+$")

@@ -246,7 +246,12 @@ class NetFleet(Fleet):
         assert self.net is not None
         self.ref = HubRef(f"{self.net['hub'].address}:{AMQP_PORT}", HUB, "$Default")
         self.hub = EmbeddedHub(self.root / "hub", HUB, partitions=self.partitions)
-        self.env = worker_env(self.root, **self.kit.env(), LEASEBOARD_DEADLETTER_DIR=str(self.root / "deadletter"))
+        self.env = worker_env(
+            self.root,
+            **self.kit.env(),
+            LEASEBOARD_DEADLETTER_DIR=str(self.root / "deadletter"),
+            LEASEBOARD_LOG_LEVELS="workers.runtime.cycles=DEBUG",  # every cycle: what recovery is judged by
+        )
         self.env.pop("LEASEBOARD_CLOCK_SKEW", None)
         # A request sent into a cut is given up within an expiry (production: 10 s for a 30 s expiry).
         self.env["LEASEBOARD_DB_TCP_TIMEOUT"] = str(self.expiry * 2 / 3)

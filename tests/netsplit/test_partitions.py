@@ -60,6 +60,7 @@ from tests.chaos.test_chaos import finish, print_report
 from tests.netsplit.checks import (
     OVERLAP_SLACK,
     crash_loops,
+    cycles,
     overlaps,
     recovery,
     recovery_problems,
@@ -214,13 +215,13 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
     report = check(evidence)
     report.violations += problems + [p for post in checks for p in post(evidence)] + fleet.problems
     report.violations += crash_loops(fleet, evidence) + sequence_jumps(fleet.root)[:5]
-    healed = recovery(fleet, evidence, HEALED)
+    offsets.append(time.time() - time.monotonic())
+    offset, drift = sum(offsets) / 2, abs(offsets[1] - offsets[0])
+    healed = recovery(fleet, evidence, HEALED, cycles(fleet.root, offset))
     report.violations += recovery_problems(fleet, healed) + overlaps(evidence)
     assert net is not None
     addresses = {f"{name}-0": net[host].address for name, host in fleet.placed.items()}
     report.violations += judge(history, fleet.expiry, addresses, final)
-    offsets.append(time.time() - time.monotonic())
-    offset, drift = sum(offsets) / 2, abs(offsets[1] - offsets[0])
     outside = handled_outside(history, evidence.handlings, offset, fleet.expiry, OVERLAP_SLACK + drift)
     report.violations += [f"store history: {p}" for p in outside[:5]]
     # The landing files: their writers, against the store's history; every duplicate against its cause.
@@ -262,7 +263,10 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
             f"  handled outside the store's leases: {len(outside)} runs of events (wall minus monotonic clock moved "
             f"{drift * 1000:.3f} ms over the run; allowed {OVERLAP_SLACK:g}s + that)"
         )
-        heals = ", ".join(f"{r.kind} {'never' if r.seconds is None else f'{r.seconds:.1f}s'}" for r in healed)
+        heals = ", ".join(
+            f"{r.kind} {'never' if r.seconds is None else f'{r.seconds:.1f}s'} (slowest cycle {r.slowest:.2f}s)"
+            for r in healed
+        )
         print(f"  recovery after each heal (expiry + 2 intervals = {fleet.expiry + 2 * fleet.interval:g}s): {heals}")
         writers = {f.writer for f in files}
         print(

@@ -4,7 +4,9 @@ A cycle over half the interval leaves little room before a lease lapses. ``Cycle
 warns once when that starts (and once when cycles are quick again), naming the store requests the
 cycle made, the partitions owned and how late the event loop woke the worker for it
 (``CycleWatch.waited``): a slow store shows as long cycles with a punctual loop, a process
-starved of CPU as a late loop.
+starved of CPU as a late loop. With the logger ``workers.runtime.cycles`` at DEBUG
+(``LEASEBOARD_LOG_LEVELS=workers.runtime.cycles=DEBUG``) every cycle is logged (``CYCLE``): what the
+network-partition suite reads to judge a recovery by the cycles the workers really ran.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ import logging
 from balancer.protocol import CycleReport
 
 log = logging.getLogger("workers.runtime.processor")
+cycles = logging.getLogger("workers.runtime.cycles")
+# One line per cycle (at DEBUG): its seconds, how late the event loop woke the worker for it.
+CYCLE = "worker %s: cycle %.3fs, woke %.3fs late, %d store requests, %d partitions owned"
 
 
 class CycleWatch:
@@ -27,6 +32,7 @@ class CycleWatch:
         self.late = max(0.0, late)
 
     def judge(self, report: CycleReport) -> None:
+        cycles.debug(CYCLE, self.owner_id, report.seconds, self.late, report.requests, len(report.owned))
         slow = report.seconds > self.interval / 2
         if slow and not self.slow:
             starved = self.late > self.interval / 4
