@@ -197,7 +197,8 @@ def worker_lines(root: Path, violations: list[str], limit: int = 120) -> list[st
     """What the workers logged about the partitions named in ``violations``, for the report of a
     failed run: a run under ``ci-under-load`` leaves nothing else behind (its clone is deleted).
     Per worker named there (every worker when none is: ``w24-0`` logs to ``root/w24.log``), its last
-    ``limit`` lines that name one of those partitions as a word, warn or report an error."""
+    ``limit`` lines that name one of those partitions as a word, warn or report an error (not the
+    per-cycle DEBUG lines read by ``cycles``: "2 store requests" names no partition)."""
     text = " ".join(violations)
     owners = sorted(set(re.findall(r"\b(w\d+)-\d+\b", text)))
     if not owners:  # an event lost names no worker: any of them may have skipped it
@@ -212,7 +213,9 @@ def worker_lines(root: Path, violations: list[str], limit: int = 120) -> list[st
         lines = [
             line
             for line in path.read_text(errors="replace").splitlines()
-            if " WARNING " in line or " ERROR " in line or (named is not None and named.search(line))
+            if " WARNING " in line
+            or " ERROR " in line
+            or (named is not None and named.search(line) and " DEBUG " not in line)
         ]
         out.append(f"--- {path.name}: {len(lines)} lines about partitions {', '.join(pids) or '-'}, warnings or errors")
         out.extend(f"    {line}" for line in lines[-limit:])

@@ -714,6 +714,8 @@ def test_a_failed_run_reports_what_the_workers_involved_logged_about_the_partiti
         "2026-11-26 22:14:06,548 INFO workers.runtime.pump: w24-0/16: resuming after checkpoint 6\n"
         "2026-11-26 22:14:07,000 WARNING workers.runtime.processor: worker w24-0: a cycle took 2.51s\n"
         "2026-11-26 22:14:08,000 INFO workers.runtime.pump: w24-0/7: no checkpoint\n"
+        "2026-11-26 22:14:08,100 DEBUG workers.runtime.cycles: worker w24-0: cycle 0.041s, woke 0.000s late, "
+        "6 store requests, 6 partitions owned\n"  # the recovery bound's input, not about partition 6
     )
     (tmp_path / "w26.log").write_text("2026-11-26 22:14:06,000 INFO w26-0/6: not named in the violation\n")
     violation = "one owner at a time: partition 6: w25-0 and w24-0 handled it at the same time for 0.02s"

@@ -277,6 +277,45 @@ async def test_a_paused_pump_stopped_once_renewed_checkpoints_unless_its_partiti
         assert stats.ended == "stopped" and rig.journal.checkpoints() == [*written, handled[-1]]
 
 
+@pytest.mark.parametrize("then", ["renewed", "lost"])
+async def test_a_paused_pump_handed_off_waits_for_its_leases_renewal_to_checkpoint_or_for_its_loss(then: str) -> None:
+    # CI (Blob netsplit, seed 322902): a worker under load saw the hub late and handed its partitions
+    # over; one pump's lease deadline had just passed unrenewed, so it ended "expired" without its
+    # final checkpoint, and the release (its lease was still its own) let the next owner handle 20
+    # events again with no fault to explain them. A handoff's lease is renewed until its release.
+    rig = Rig("sync", sleep=_sleep_forever)
+    paused_before = metric("leaseboard_paused_partitions")
+    await rig.start()
+    handled, written = await rig.paused_without_polls()
+    rig.pump.stop(handoff=True)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert rig.task is not None and not rig.task.done()  # waits, paused, writing nothing
+    assert rig.journal.checkpoints() == written
+    if then == "renewed":
+        rig.lease.renew()
+        rig.pump.wake()  # the cycle that renewed it
+    else:
+        rig.pump.stop(lost=True)  # released after the handoff's wait, or taken: what reconcile() does
+    stats = await asyncio.wait_for(rig.task, 10)
+    assert rig.journal.handled() == handled  # not one event more
+    assert metric("leaseboard_paused_partitions") == paused_before
+    if then == "renewed":
+        assert stats.ended == "stopped" and rig.journal.checkpoints() == [*written, handled[-1]]
+    else:
+        assert stats.ended == "expired" and rig.journal.checkpoints() == written
+
+
+async def test_a_paused_pump_stopped_for_a_shutdown_after_its_handoff_began_does_not_wait() -> None:
+    rig = Rig("sync", sleep=_sleep_forever)
+    await rig.start()
+    _, written = await rig.paused_without_polls()
+    rig.pump.stop(handoff=True)
+    rig.pump.stop()  # the worker stops: its own bound is short, a lease that may have run out is not waited for
+    assert rig.task is not None
+    assert (await asyncio.wait_for(rig.task, 10)).ended == "expired" and rig.journal.checkpoints() == written
+
+
 def make_careful_handler(kind: str, journal: Journal, lease: Lease, fail_once_at: int | None = None) -> Any:
     """A handler of ``kind`` that makes its work visible (journals it) only after asking ``ctx.holds()``,
     as ``LandingHandler`` does: the call that holds ``LAPSE_AT`` sees the lease run out in the middle

@@ -11,8 +11,8 @@ handling events while its lease lasts, and the next checkpoint, tried again afte
 ``CheckpointOutage`` reports it once for all of them.
 
 A pump whose lease may have run out (no successful cycle for the expiry: the store is down) pauses
-with its checkpoint still pending (``pump.py``); ``PauseLog`` says so once per worker, not once per
-partition, and counts the paused partitions (``leaseboard_paused_partitions``).
+with its checkpoint still pending (``pump.py``; its wait: ``Pause``); ``PauseLog`` says so once per
+worker, not once per partition, and counts the paused partitions (``leaseboard_paused_partitions``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import workers.metrics as metrics
 from balancer.errors import OwnershipLost
@@ -256,3 +256,44 @@ class Checkpointer:
         self._since = 0
         self._at = now
         return True
+
+
+PAUSED_CHECK = 1.0  # seconds: a paused pump looks at its lease at least this often (besides every wake())
+
+
+class Pause:
+    """One pump's pause: ``wait()`` pauses it (told to the worker's ``PauseLog`` once) until ``wake()``
+    (the processor's every cycle, a stop) or ``PAUSED_CHECK`` seconds, whichever comes first;
+    ``resumed()`` (its lease was renewed) or ``ended()`` (the pump ends) closes it."""
+
+    def __init__(self, partition_id: str, pauses: PauseLog, sleep: Callable[[float], Awaitable[None]]) -> None:
+        self._partition_id = partition_id
+        self._pauses = pauses
+        self._sleep = sleep
+        self._wake = asyncio.Event()
+        self.on = False
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def wait(self) -> None:
+        if not self.on:
+            self.on = True
+            self._pauses.pause(self._partition_id)
+        self._wake.clear()
+        sleeper = asyncio.ensure_future(self._sleep(PAUSED_CHECK))
+        waker = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait([sleeper, waker], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            waker.cancel()
+
+    def resumed(self) -> None:
+        self.on = False
+        self._pauses.resume(self._partition_id)
+
+    def ended(self) -> None:
+        if self.on:
+            self.on = False
+            self._pauses.end(self._partition_id)

@@ -56,7 +56,7 @@ class Handoffs:
         entry = self._pumps.running.get(pid)
         if entry is not None:
             pump, task = entry
-            pump.stop()
+            pump.stop(handoff=True)
             wait = self._wait()
             _, late = await asyncio.wait([task], timeout=wait)
             if late:

@@ -15,8 +15,9 @@ waits for the next cycle (the processor calls ``wake()``; at the latest every ``
 seconds). When the lease is renewed it first writes the pending checkpoint, then goes on where it
 was: nothing is read or handled twice. When the lease is lost instead, the processor stops the
 paused pump, which ends "expired" WITHOUT a checkpoint (the next owner starts after the last one
-stored). A checkpoint refused with ``OwnershipLost`` (the store says another worker owns the
-partition) ends the pump at once ("lost").
+stored); stopped to be handed off, it waits for the renewal instead (the worker renews a handoff's
+lease until its release) and writes its checkpoint. A checkpoint refused with ``OwnershipLost``
+(the store says another worker owns the partition) ends the pump at once ("lost").
 
 Idle. A pump with nothing new to read waits for its reader to say events came, bounded by a pending
 checkpoint's time, its lease's deadline passing unrenewed and a safety read (``idle.py``).
@@ -40,7 +41,7 @@ import workers.metrics as metrics
 from balancer.model import HubRef
 from balancer.protocol import CheckpointStore
 from workers.handlers import Handler, NotHeld, PartitionContext
-from workers.runtime.checkpoints import Checkpointer, CheckpointOutage, PauseLog
+from workers.runtime.checkpoints import Checkpointer, CheckpointOutage, Pause, PauseLog
 from workers.runtime.config import PumpConfig, PumpStats
 from workers.runtime.deadletters import DeadLetters
 from workers.runtime.handling import HandlerCalls
@@ -52,7 +53,6 @@ from workers.sources.base import EventSource, PartitionReader, PartitionTaken, P
 
 log = logging.getLogger("leaseboard.pump")
 Sleep = Callable[[float], Awaitable[None]]
-PAUSED_CHECK = 1.0  # seconds: a paused pump looks at its lease at least this often (besides every wake())
 
 
 class PartitionPump:
@@ -93,10 +93,9 @@ class PartitionPump:
         self.stats = PumpStats()
         self._stopping = threading.Event()
         self._outage = outage or CheckpointOutage(owner_id)  # shared by the worker's pumps
-        self._pauses = pauses or PauseLog(owner_id, monotonic)  # shared by the worker's pumps
-        self._wake = asyncio.Event()  # set by wake() and stop(): a paused pump looks again
+        self._pause = Pause(partition_id, pauses or PauseLog(owner_id, monotonic), sleep)  # the log: the worker's
         self._lost = False  # stopped because the partition was lost: not one more checkpoint
-        self.paused = False
+        self._handoff = False  # stopped to be released: a lease that may have run out is waited for
         self.has_read = False  # a step of this pump read without failing (``stuck.ReaderWatch``)
         self.reading_since: float | None = None  # when its read under way began (``wedged.WedgeWatch``)
         self._label = f"partition {partition_id} ({owner_id})"
@@ -156,20 +155,27 @@ class PartitionPump:
         folder = folder_for(dead_letters.directory, self.ref)
         self.in_place = InPlace(folder, self.ctx, self._calls.call_once, self._lease_gone, self._idle.arrive)
 
-    def stop(self, *, lost: bool = False) -> None:
+    def stop(self, *, lost: bool = False, handoff: bool = False) -> None:
         """Ask the pump to stop after the event in hand and write a final checkpoint. None when ``lost``
         (the partition was lost, even if claimed back since: this pump's position is stale) or when
-        its lease may have run out: it then ends "expired". Called on the event loop."""
+        its lease may have run out: it then ends "expired", unless ``handoff`` (a planned move or a
+        give-up, whose lease the worker renews until its release): it then waits, paused, for that
+        renewal and writes its checkpoint, or for the loss. Called on the event loop."""
         self._lost = self._lost or lost
+        self._handoff = handoff  # a shutdown's stop() after it does not wait: its own bound is short
         if self._sync is not None:
             self._sync.stop()
         self._stopping.set()
-        self._wake.set()
+        self._pause.wake()
         self._idle.arrive()
 
     def wake(self) -> None:
         """Let a paused pump look at its lease now (the processor calls it after every cycle)."""
-        self._wake.set()
+        self._pause.wake()
+
+    @property
+    def paused(self) -> bool:
+        return self._pause.on
 
     def deadline_passed(self) -> None:
         """The lease's deadline passed unrenewed (the processor keeps one timer for all its pumps'
@@ -226,41 +232,32 @@ class PartitionPump:
     async def _hold(self) -> bool:
         """True when the pump may go on: at once while its lease is held, else after a pause, once the
         lease is renewed and the pending checkpoint written. False when the pump must end: stopped
-        (a paused pump then ends "expired", without a checkpoint) or its partition is lost."""
+        (a paused pump then ends "expired", without a checkpoint, unless handed off: it waits for the
+        renewal, then its final checkpoint follows) or its partition is lost."""
         while True:
             if self.stats.ended is not None:
                 return False
             if self._stopping.is_set():
+                if self._handoff and not self._lost and not self._held():
+                    await self._pause.wait()  # its release waits for this pump (handoffs.py) and renews the lease
+                    continue  # meanwhile: a deadline passed under load is no reason to hand events over twice
                 if self._lost or not self._held():
                     self.stats.ended = "expired"  # no checkpoint: the next owner starts after the last one stored
+                elif self.paused:  # renewed while stopping
+                    self._pause.resumed()
                 return False  # else (a handoff, a shutdown) the final checkpoint follows
             if self._held():
                 if not self.paused:
                     return True
                 # Renewed: checkpoint what was handled before the pause, then go on where it was.
                 if await self._checkpoints.write(final=True):
-                    self.paused = False
-                    self._pauses.resume(self.partition_id)
+                    self._pause.resumed()
                     log.info(
                         "%s: lease renewed, resuming after sequence number %s", self._label, self.stats.last_sequence
                     )
                     return True
                 continue  # lost (the store said so), or not held again
-            if not self.paused:
-                self.paused = True
-                self._pauses.pause(self.partition_id)
-            await self._await_wake()
-
-    async def _await_wake(self) -> None:
-        """Wait for ``wake()``, ``stop()`` or ``PAUSED_CHECK`` seconds, whichever comes first."""
-        self._wake.clear()
-        sleeper = asyncio.ensure_future(self._sleep(PAUSED_CHECK))
-        waker = asyncio.ensure_future(self._wake.wait())
-        try:
-            await asyncio.wait([sleeper, waker], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            waker.cancel()
+            await self._pause.wait()
 
     # the loop ------------------------------------------------------------------------------
 
@@ -303,9 +300,7 @@ class PartitionPump:
             raise
         finally:
             self._outage.forget(self.partition_id)
-            if self.paused:
-                self.paused = False
-                self._pauses.end(self.partition_id)
+            self._pause.ended()
             if reader is not None:
                 lane.submit(reader.close)  # queued behind a handler that may still be running
             lane.close()

@@ -136,14 +136,12 @@ class Pumps:
             if task.done():
                 del self.running[pid]
                 self.finished(pid, task, cycles)
-            elif pump.stopping:
-                continue
             elif pid not in owned or pid in lost:
                 pump.stop(lost=True)  # lost or released: not one more event, nor a checkpoint
-            elif coordinator.handing_off(pid):
-                pump.stop()  # the event in hand, then the final checkpoint
+            elif coordinator.handing_off(pid) and not pump.stopping:
+                pump.stop(handoff=True)  # the event in hand, then the final checkpoint
             else:
-                pump.wake()  # a paused pump whose lease this cycle renewed resumes now
+                pump.wake()  # a paused pump whose lease this cycle renewed resumes (or, stopping, checkpoints) now
         if self.handlers is not None:
             self.handlers.look()
         if self.wedges is not None:
@@ -327,7 +325,7 @@ class Pumps:
     def _end(pump: PartitionPump, task: asyncio.Task[PumpStats]) -> None:
         """Stop a pump given up on: after its final checkpoint if it has read, else at once."""
         if pump.has_read:
-            pump.stop()
+            pump.stop(handoff=True)
         else:
             pump.abandon()
             task.cancel()
