@@ -31,7 +31,10 @@ What 001 leaves open, and how it is closed here (in the part named, where it is 
   empty (the store restarted without persistence) gets it back (``HSETNX``), so the race forms
   again around the same owners instead of moving partitions.
 - A node publishes only while subscribed, and not just after it subscribed again; a race still
-  waiting when the subscription broke is given up (``subscription``).
+  waiting when the subscription broke is given up (``subscription``), and a race's HSETNX is
+  refused when the store restarted since the subscription began, noticed or not (the store's
+  generation, ``backend.RaceBackend.grab``): a racer whose wait ended in the moment before its
+  subscription saw the break would otherwise win, on the empty store, a race the owner had won.
 - A loser's allocation field is cleared only while it still names the loser: after the maximum
   shutdown time the winner has already written it.
 - Ownership records still fence checkpoints and show owners: a node takes the record of a

@@ -6,7 +6,11 @@ that provides publish and subscribe functionality should do"):
 - hash ``allocation``: partition -> the node processing it (001's "lease allocation");
 - hash ``grab``: partition -> the node that won the latest race for it (001's "lease grab");
 - channel ``grab``: a partition's lease is challenged (001's "grab lease subscription");
-- channel ``allocated``: a loser finished shutting a partition down (001's "allocated lease").
+- channel ``allocated``: a loser finished shutting a partition down (001's "allocated lease");
+
+and the store's generation: a token the first subscriber after a start writes, so that a race
+decided across a restart without persistence (which emptied the grab hash) is not won a second
+time by a racer that has not yet noticed the restart (``grab``).
 
 ``RaceBackend`` is one node's connection to them; every call is one round trip and counts one in
 ``requests``. ``MemoryRaceHub`` holds the state in a process; each node talks to it through its own
@@ -53,15 +57,20 @@ class RaceBackend(Protocol):
         """Set one field only if it is not set (Redis ``HSETNX``); return the value it holds
         afterwards: ``value`` if this call set it, else whoever set it first."""
 
+    async def grab(self, partition_id: str, node: str, generation: str) -> str | None:
+        """``hsetnx("grab", partition_id, node)`` while the store's generation is still ``generation``
+        (the one this node subscribed in); None, and nothing written, when it restarted since."""
+
     async def hdel(self, name: Hash, field: str, expect: str | None = None) -> bool:
         """Delete one field (only while it holds ``expect``, when given); True if it was deleted."""
 
     async def publish(self, channel: Channel, partition_id: str) -> None:
         """Notify every subscriber of ``channel`` (fire and forget: a subscriber away misses it)."""
 
-    async def listen(self, deliver: Deliver, ready: Callable[[], None]) -> None:
-        """Subscribe to both channels, call ``ready()`` once subscribed, then ``deliver`` every
-        message until cancelled. Raises StoreUnavailable when the subscription breaks."""
+    async def listen(self, deliver: Deliver, ready: Callable[[str], None]) -> None:
+        """Subscribe to both channels, call ``ready(generation)`` once subscribed (the store's
+        generation, written first if none is), then ``deliver`` every message until cancelled.
+        Raises StoreUnavailable when the subscription breaks."""
 
 
 @dataclass
@@ -69,13 +78,15 @@ class MemoryRaceHub:
     """The race's hashes and subscribers, shared by the nodes of one process (or one simulation).
 
     ``down`` models an outage: calls raise and subscriptions break. ``flush()`` models a restart
-    without persistence: both hashes are emptied and every subscription breaks.
+    without persistence: both hashes are emptied, the generation is new and every subscription
+    breaks (``subscriptions=False``: the restart the nodes have not noticed yet).
     """
 
     hashes: dict[tuple[HubRef, Hash], dict[str, str]] = field(default_factory=dict)
     subscribers: dict[HubRef, list[asyncio.Queue[tuple[Channel, str] | None]]] = field(default_factory=dict)
     down: bool = False
     published: int = 0
+    generation: int = 0
 
     def table(self, ref: HubRef, name: Hash) -> dict[str, str]:
         return self.hashes.setdefault((ref, name), {})
@@ -86,10 +97,12 @@ class MemoryRaceHub:
                 queue.put_nowait(None)
             queues.clear()
 
-    def flush(self) -> None:
+    def flush(self, subscriptions: bool = True) -> None:
         """What a restart of a Redis without persistence does to the race."""
         self.hashes.clear()
-        self.break_subscriptions()
+        self.generation += 1
+        if subscriptions:
+            self.break_subscriptions()
 
 
 class MemoryRaceBackend:
@@ -158,6 +171,13 @@ class MemoryRaceBackend:
         await self._travel(back)
         return holder
 
+    async def grab(self, partition_id: str, node: str, generation: str) -> str | None:
+        back = await self._round_trip()
+        same = generation == str(self._hub.generation)
+        holder = self._hub.table(self._ref, "grab").setdefault(partition_id, node) if same else None
+        await self._travel(back)
+        return holder
+
     async def hdel(self, name: Hash, field: str, expect: str | None = None) -> bool:
         back = await self._round_trip()
         table = self._hub.table(self._ref, name)
@@ -179,13 +199,13 @@ class MemoryRaceBackend:
                 queue.put_nowait((channel, partition_id))
         await self._travel(back)
 
-    async def listen(self, deliver: Deliver, ready: Callable[[], None]) -> None:
+    async def listen(self, deliver: Deliver, ready: Callable[[str], None]) -> None:
         await self._round_trip()
         queue: asyncio.Queue[tuple[Channel, str] | None] = asyncio.Queue()
         subscribers = self._hub.subscribers.setdefault(self._ref, [])
         subscribers.append(queue)
         try:
-            ready()
+            ready(str(self._hub.generation))
             while True:
                 message = await queue.get()
                 if message is None:

@@ -247,7 +247,7 @@ class RaceCoordinator(CyclesAlone):
             return
         node.handing_off.add(pid)
         node.load_dropped()
-        log.debug("%s: partition %s: lost the lease race: %s; shutting it down", self.owner_id, pid, why)
+        log.info("%s: partition %s: lost the lease race: %s; shutting it down", self.owner_id, pid, why)
         on_handoff = self.on_handoff if self.on_handoff is not None else self._driver.on_handoff
         if on_handoff is not None:
             on_handoff(pid)

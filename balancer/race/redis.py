@@ -8,15 +8,19 @@ touched::
     leaseboard:{...}:race:grab                                          hash  partition -> node
     leaseboard:{...}:race:grab-lease                                    channel
     leaseboard:{...}:race:allocated-lease                               channel
+    leaseboard:{...}:race:generation                                    string  a token per server start
 
 ``HSETNX`` and the read of the winner go in one ``MULTI``; a delete that must only remove this
-node's own value is a Lua compare-and-delete. The subscription has a connection of its own,
+node's own value is a Lua compare-and-delete; a race's ``HSETNX`` is a Lua script that first
+compares the generation (``SET NX`` by the first subscriber after a start: a restart without
+persistence empties it with the hashes). The subscription has a connection of its own,
 without retries: when it breaks, ``listen`` raises and the coordinator subscribes again (and
 knows it may have missed notifications).
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +41,18 @@ DELETE_IF = """
 if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end
 return 0
 """
+# KEYS: the generation. ARGV: a new token. The generation, written first if there is none.
+GENERATION = """
+redis.call('SET', KEYS[1], ARGV[1], 'NX')
+return redis.call('GET', KEYS[1])
+"""
+# KEYS: the grab hash, the generation. ARGV: partition, node, generation. HSETNX, then who holds the
+# field; nil (nothing written) when the generation is not ARGV[3]: the server restarted since.
+GRAB_IF = """
+if redis.call('GET', KEYS[2]) ~= ARGV[3] then return false end
+redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+return redis.call('HGET', KEYS[1], ARGV[1])
+"""
 _ERRORS = (RedisConnectionError, RedisTimeoutError, ResponseError, OSError)
 
 
@@ -47,6 +63,7 @@ class RedisRaceBackend:
         self._store = store
         prefix = f"{scope(ref)}:race"
         self.keys: dict[Hash, str] = {"allocation": f"{prefix}:allocation", "grab": f"{prefix}:grab"}
+        self.generation_key = f"{prefix}:generation"
         self.channels: dict[Channel, str] = {"grab": f"{prefix}:grab-lease", "allocated": f"{prefix}:allocated-lease"}
         self._channel_of = {name: channel for channel, name in self.channels.items()}
         self.requests = 0
@@ -90,6 +107,24 @@ class RedisRaceBackend:
         holder: str = await self._run(f"HSETNX on the race's {name} hash", race)
         return holder
 
+    async def grab(self, partition_id: str, node: str, generation: str) -> str | None:
+        async def race(c: Connection) -> str | None:
+            script = c.script(GRAB_IF)
+            holder = await script(keys=[self.keys["grab"], self.generation_key], args=[partition_id, node, generation])
+            return None if holder is None else str(holder)
+
+        result: str | None = await self._run("HSETNX on the race's grab hash", race)
+        return result
+
+    async def generation(self) -> str:
+        """The server's generation, written first if there is none (after a start)."""
+
+        async def read(c: Connection) -> str:
+            return str(await c.script(GENERATION)(keys=[self.generation_key], args=[secrets.token_hex(8)]))
+
+        result: str = await self._run("reading the race's generation", read)
+        return result
+
     async def hdel(self, name: Hash, field: str, expect: str | None = None) -> bool:
         async def delete(c: Connection) -> int:
             if expect is None:
@@ -106,14 +141,15 @@ class RedisRaceBackend:
 
         await self._run(f"publishing a {channel} notification", send)
 
-    async def listen(self, deliver: Deliver, ready: Callable[[], None]) -> None:
+    async def listen(self, deliver: Deliver, ready: Callable[[str], None]) -> None:
         self.requests += 1
         client = self._store.new_client(retries=0)
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         try:
             await pubsub.subscribe(*self.channels.values())
             stop_if_cancelled()  # a send may lose a cancellation (balancer.aio)
-            ready()
+            ready(await self.generation())  # after the subscription: a restart since then breaks it
+            stop_if_cancelled()
             while True:
                 message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                 stop_if_cancelled()

@@ -163,7 +163,7 @@ class Racer:
         its partition does not queue behind its own attempts to take others.
         """
         node, times = self._node, self._node.times
-        epoch = self._subscription.epoch
+        epoch, generation = self._subscription.epoch, self._subscription.generation
         while True:
             owner = node.processing(pid)
             left = heard + node.wait(pid, owner, pinned_here) - node.monotonic()
@@ -174,19 +174,30 @@ class Racer:
             if waited > times.wait_cap + times.leases_held_delay / 2:
                 log.warning("%s: partition %s: woke too late to race (%.2fs)", node.owner_id, pid, waited)
                 return None
-            if epoch != self._subscription.epoch:
+            if epoch != self._subscription.epoch or generation is None:
                 # The subscription broke while we waited: the store may have restarted and lost the
                 # winner's grab mark, and a late HSETNX would win a second race. Let this one go.
                 return None
             if owner:
-                return await self._backend.hsetnx("grab", pid, node.owner_id), waited
+                return await self._grab(pid, generation, waited)
             async with self._taking:
                 if heard + node.wait(pid, False, pinned_here) - node.monotonic() > EPSILON:
                     continue  # an attempt before this one won: this node is busier now
-                winner = await self._backend.hsetnx("grab", pid, node.owner_id)
-                if winner == node.owner_id:
+                decided = await self._grab(pid, generation, waited)
+                if decided is not None and decided[0] == node.owner_id:
                     node.starting.add(pid)  # counted from the answer on, before it is processed
-                return winner, waited
+                return decided
+
+    async def _grab(self, pid: str, generation: str, waited: float) -> tuple[str, float] | None:
+        """Step 3's HSETNX, in the store's generation this race began in; None if it restarted since
+        (a break the subscription has not noticed yet: the winner's grab mark may be gone)."""
+        winner = await self._backend.grab(pid, self._node.owner_id, generation)
+        if winner is None:
+            log.info(
+                "%s: partition %s: the race's store restarted during the race; letting it go", self._node.owner_id, pid
+            )
+            return None
+        return winner, waited
 
     async def _keep(self, pid: str) -> None:
         """Steps 4 and 5 for a winner that already processes the partition."""

@@ -5,7 +5,10 @@ that act on what others hear read its state. ``subscribed`` is False while it is
 that would not hear its own challenge does not publish one); ``quiet_until`` holds publishing back
 for a moment after it came back, so that after a store restart nobody starts races that nodes still
 reconnecting cannot hear; ``epoch`` counts the breaks, so a race that was waiting when one
-happened knows to give up (the store may have restarted empty and lost the winner's grab mark).
+happened knows to give up (the store may have restarted empty and lost the winner's grab mark);
+``generation`` is the store's as this subscription began, which a race's ``HSETNX`` must still
+find: the break is noticed a moment after the restart, and a racer whose wait ended in that moment
+would otherwise win a race already won (CI: the owner lost its partition across a Redis restart).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class Subscription:
         self.subscribed = False
         self.epoch = 0  # subscriptions lost so far
         self.quiet_until = 0.0
+        self.generation: str | None = None  # the store's, as the subscription (re)began
 
     def deaf(self, now: float) -> bool:
         """True while a notification published now might not reach every node (nor this one)."""
@@ -46,9 +50,10 @@ class Subscription:
         first = True
         while not node.stopped:
 
-            def ready() -> None:
+            def ready(generation: str) -> None:
                 nonlocal delay, first
                 self.subscribed = True
+                self.generation = generation
                 if not first:
                     self.quiet_until = node.monotonic() + RESUBSCRIBE_QUIET
                     log.info("%s: race subscription is back", node.owner_id)

@@ -122,7 +122,7 @@ async def test_the_redis_release_listener_ends_within_the_bound_of_each_cancella
 async def test_the_race_subscription_ends_within_the_bound_of_each_cancellation(store: RedisStore) -> None:
     backend = RedisRaceBackend(store, REF)
     await cancelled_at_random(
-        lambda: backend.listen(lambda *_: None, lambda: None), lambda: backend.publish("grab", "1")
+        lambda: backend.listen(lambda *_: None, lambda _generation: None), lambda: backend.publish("grab", "1")
     )
 
 

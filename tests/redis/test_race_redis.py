@@ -52,6 +52,20 @@ async def test_hsetnx_answers_who_holds_the_field_and_a_guarded_delete_removes_o
     assert store.requests == 0  # the race's round trips are counted by the race backend
 
 
+async def test_a_race_is_won_only_in_the_generation_it_began_in(redis_server: RedisServer, store: RedisStore) -> None:
+    a, b = RedisRaceBackend(store, REF), RedisRaceBackend(store, REF)
+    generation = await a.generation()
+    assert await b.generation() == generation  # the first subscriber's token stays
+    assert await a.grab("0", "a", generation) == "a"
+    assert await b.grab("0", "b", generation) == "a"  # as hsetnx: who holds it
+    async with Redis.from_url(redis_server.url) as admin:
+        await admin.flushall()  # what a restart without persistence leaves
+    assert await b.grab("0", "b", generation) is None  # a racer that has not noticed: refused
+    assert await a.hgetall(("grab",)) == {"grab": {}}  # and nothing written
+    renewed = await b.generation()
+    assert renewed != generation and await b.grab("0", "b", renewed) == "b"
+
+
 async def test_a_notification_reaches_every_subscriber_and_a_lost_server_breaks_the_subscription(
     redis_server: RedisServer, store: RedisStore
 ) -> None:
@@ -60,7 +74,7 @@ async def test_a_notification_reaches_every_subscriber_and_a_lost_server_breaks_
 
     def listen(name: str) -> asyncio.Task[None]:
         backend = RedisRaceBackend(store, REF)
-        return asyncio.create_task(backend.listen(lambda c, p: heard[name].append((c, p)), lambda: ready.add(name)))
+        return asyncio.create_task(backend.listen(lambda c, p: heard[name].append((c, p)), lambda g: ready.add(name)))
 
     tasks = {name: listen(name) for name in heard}
     deadline = time.monotonic() + 10
@@ -101,7 +115,8 @@ async def test_the_race_touches_only_its_scopes_keys_and_channels(redis_server: 
         assert (await race.hgetall(("allocation", "grab")))["allocation"] == {"0": "a"}
         assert await race.hdel("grab", "0", expect="a") and await race.hdel("allocation", "0")
         await race.publish("grab", "0")
-        listening = asyncio.create_task(race.listen(lambda c, p: None, lambda: None))
+        assert await race.grab("1", "a", await race.generation()) == "a"
+        listening = asyncio.create_task(race.listen(lambda c, p: None, lambda g: None))
         async with Redis.from_url(redis_server.url) as admin:  # the server says it subscribed: allowed
 
             async def subscribed() -> bool:

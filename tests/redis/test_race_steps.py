@@ -173,6 +173,29 @@ def test_after_the_race_store_restarts_empty_the_owners_put_the_allocation_back_
     run(test, RaceCluster(9))
 
 
+def test_a_race_decided_before_a_restart_the_racers_have_not_noticed_is_not_won_again_after_it() -> None:
+    # CI (tests/redis/test_processes.py, a quiet run): the owner won its partition's race, Redis
+    # restarted empty (the grab mark gone), and a racer whose wait ended before its subscription
+    # noticed the break won the same race again on the new server: the partition moved. A race's
+    # HSETNX carries the store's generation of its subscription, which the restart changed.
+    async def test(c: RaceCluster) -> None:
+        await settle(c, ["a", "b", "c"])
+        before = c.owners()
+        pid = min(p for p, owner in before.items() if owner == "a")
+        await c.nodes["b"].coordinator.backend.publish("grab", pid)
+        d = TIMES.leases_held_delay  # each holds 3: the owner tries after 2 d, the others after 3.5 d
+        await asyncio.sleep(2.8 * d)
+        assert c.hub.table(REF, "grab").get(pid) == "a"  # the owner won
+        c.hub.flush(subscriptions=False)  # restarted empty; nobody has noticed yet
+        await asyncio.sleep(d)  # the others' HSETNX, with the generation they subscribed in
+        assert pid not in c.hub.table(REF, "grab")
+        c.hub.break_subscriptions()  # the restart noticed
+        await asyncio.sleep(5 * LEASE)
+        assert c.owners() == before and c.moves() == []
+
+    run(test, RaceCluster(9))
+
+
 def test_a_node_that_cannot_reach_the_race_store_stops_processing_within_the_maximum_shutdown_time() -> None:
     async def test(c: RaceCluster) -> None:
         await settle(c, ["a"])
