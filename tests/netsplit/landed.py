@@ -16,7 +16,10 @@ here). ``landing.read_landing`` reads them; the rules:
   a fault that struck its first writer (a cut from the store, a kill or a stop, never a planned move),
   with the first file written before the heal, the second after the cut began, and no checkpoint
   covering the event in the store's history before the cut began (so the first writer was cut off
-  after processing it and before its checkpoint). One without a cause, or an event landed twice by
+  after processing it and before its checkpoint). A handoff taken over after its timeout is a moment,
+  not a span: its owner, too slow to hand over, still holds its lease and goes on until that runs
+  out, so its first file may come up to one ``expiry`` after the steal (as the chaos checker's rule
+  4 allows for every fault). One without a cause, or an event landed twice by
   one writer, fails the run.
 
 ``per_nemesis`` gives the figures of each phase: events produced, lost, processed twice (counted
@@ -157,7 +160,12 @@ def _ranges(numbers: list[int]) -> str:
 
 
 def duplicates(
-    files: Iterable[LandedFile], faults: Iterable[Fault], history: History, offset: float, slack: float = 0.0
+    files: Iterable[LandedFile],
+    faults: Iterable[Fault],
+    history: History,
+    offset: float,
+    slack: float = 0.0,
+    expiry: float = 0.0,
 ) -> tuple[list[Duplicate], list[str]]:
     """Every event landed by more than one writer, each with its cause (None: no fault explains it),
     and the problems: a duplicate without a cause, an event landed twice by one writer.
@@ -207,7 +215,7 @@ def duplicates(
                     f
                     for f in causes
                     if first.owner in f.victims
-                    and first.written <= f.ended + offset + slack
+                    and first.written <= f.ended + offset + slack + (expiry if f.kind == TAKEN_OVER else 0.0)
                     and again.written >= f.started + offset - slack
                     and not checkpointed_before(pid, sequence, f.started + offset - slack)
                 ),

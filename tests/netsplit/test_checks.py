@@ -538,6 +538,22 @@ def test_a_duplicate_without_a_cause_fails(why: str, faults: list[Fault], checkp
     ), why
 
 
+def test_a_handoff_taken_over_explains_what_its_owner_landed_until_its_lease_ran_out() -> None:
+    # CI (PostgreSQL netsplit, seed 450389): w2 took partition 6 over at 27.833 ("did not hand over
+    # within 3s"); w0, too slow to hand over and still inside its lease, landed 3480..3499 at 28.026,
+    # lost the partition at 28.195, and w2 handled them again from checkpoint 3439.
+    found = history(("0", "w1", 1000.0, 1000.001), checkpoints=(("0", 9, 1001.5),))
+    files = [landed("0", 10, 19, "w1", 1004.0), landed("0", 10, 29, "w2", 1008.0)]
+    steal = Fault(TAKEN_OVER, 3.8, 3.8, frozenset({"w1"}))
+    twice, problems = duplicates(files, [steal], found, offset=1000.0, expiry=3.0)
+    assert problems == [] and {d.cause for d in twice} == {steal}
+    _, problems = duplicates(files, [steal], found, offset=1000.0)  # without the lease's expiry: unexplained
+    assert len(problems) == 10
+    late = [landed("0", 10, 19, "w1", 1007.0), landed("0", 10, 29, "w2", 1008.0)]  # after its lease ran out
+    _, problems = duplicates(late, [steal], found, offset=1000.0, expiry=3.0)
+    assert len(problems) == 10
+
+
 def test_an_event_landed_twice_by_one_tenure_fails() -> None:
     files = [
         landed("0", 10, 19, "w1", 1002.0, "t1"),

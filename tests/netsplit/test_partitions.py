@@ -231,7 +231,7 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_network_partitions
     report.violations += stale_pumps(history, files, fleet.expiry, OVERLAP_SLACK + drift)[:5]
     report.violations += lost(evidence.produced, evidence.dead_letters, files)
     causes = evidence.faults + evidence.taken_over
-    twice, unexplained = duplicates(files, causes, history, offset, OVERLAP_SLACK + drift)
+    twice, unexplained = duplicates(files, causes, history, offset, OVERLAP_SLACK + drift, fleet.expiry)
     report.violations += unexplained
     # The console's event log (read over HTTP from the observer) against the store's history.
     unreported, unsent = unlogged(history, events, fleet.expiry, evidence.faults, offset)
