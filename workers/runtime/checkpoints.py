@@ -261,6 +261,18 @@ class Checkpointer:
 PAUSED_CHECK = 1.0  # seconds: a paused pump looks at its lease at least this often (besides every wake())
 
 
+async def set_or_slept(event: asyncio.Event, sleep: Callable[[float], Awaitable[None]], seconds: float) -> None:
+    """Wait until ``event`` is set or ``sleep(seconds)`` has returned, whichever comes first (a
+    pump's own sleep: a test's fake clock moves it)."""
+    sleeper = asyncio.ensure_future(sleep(seconds))
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait([sleeper, waiter], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        sleeper.cancel()
+        waiter.cancel()
+
+
 class Pause:
     """One pump's pause: ``wait()`` pauses it (told to the worker's ``PauseLog`` once) until ``wake()``
     (the processor's every cycle, a stop) or ``PAUSED_CHECK`` seconds, whichever comes first;
@@ -281,13 +293,7 @@ class Pause:
             self.on = True
             self._pauses.pause(self._partition_id)
         self._wake.clear()
-        sleeper = asyncio.ensure_future(self._sleep(PAUSED_CHECK))
-        waker = asyncio.ensure_future(self._wake.wait())
-        try:
-            await asyncio.wait([sleeper, waker], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            waker.cancel()
+        await set_or_slept(self._wake, self._sleep, PAUSED_CHECK)
 
     def resumed(self) -> None:
         self.on = False

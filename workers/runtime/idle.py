@@ -20,7 +20,7 @@ import math
 import threading
 from collections.abc import Awaitable, Callable
 
-from workers.runtime.checkpoints import Checkpointer
+from workers.runtime.checkpoints import Checkpointer, set_or_slept
 from workers.runtime.config import PumpConfig, PumpStats
 from workers.sources.base import PartitionReader
 
@@ -145,13 +145,7 @@ class Idle:
         if math.isinf(seconds):  # nothing to time: an arrival (or a look, a deadline, stop()) ends it
             await self._arrived.wait()
             return
-        sleeper = asyncio.ensure_future(self._sleep(seconds))
-        waiter = asyncio.ensure_future(self._arrived.wait())
-        try:
-            await asyncio.wait([sleeper, waiter], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            sleeper.cancel()
-            waiter.cancel()
+        await set_or_slept(self._arrived, self._sleep, seconds)
 
     async def pause(self, seconds: float) -> None:
         """Sleep ``seconds`` in short steps, ending early when the pump is asked to stop."""
