@@ -21,6 +21,7 @@ import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import workers.metrics as metrics
 from balancer.errors import OwnershipLost
@@ -32,6 +33,7 @@ from workers.runtime.tracing import pump_trace
 from workers.sources.base import ReceivedEvent
 
 log = logging.getLogger("leaseboard.pump")
+T = TypeVar("T")
 
 
 class CheckpointOutage:
@@ -133,8 +135,11 @@ class PauseLog:
 class Checkpointer:
     """The checkpoint policy of one pump: what is done since the last checkpoint, and writing it.
 
-    ``done`` is called from the pump's thread and ``write`` from the event loop, never at the same
-    time: the loop awaits the thread's work before it writes.
+    ``done`` is called from the pump's thread and ``write`` from the event loop. The loop writes
+    after the thread's work, and also while it is still in progress when a checkpoint comes due by
+    time (``during``): a read that waits long on a silent or starved hub must not hold back what was
+    handled before it. ``done`` only ever moves ``_last`` on to an event handled, so whatever the
+    loop takes from it is a true checkpoint.
     """
 
     def __init__(
@@ -201,6 +206,34 @@ class Checkpointer:
             return math.inf
         return max(self._at + self._seconds, self._retry_at) - now
 
+    async def during(self, work: Awaitable[T]) -> T:
+        """``work``'s result (the pump's read, in its thread); meanwhile a checkpoint that comes due by
+        time is written, so events handled before a read that hangs are checkpointed on time. A timer
+        of the loop's (no task per read: reads are the pump's hot path) looks when one may be due."""
+        loop = asyncio.get_running_loop()
+        writing: asyncio.Task[bool] | None = None
+        timer: asyncio.TimerHandle | None = None
+
+        def arm() -> None:
+            nonlocal timer
+            wait = min(self.due_in(self._monotonic()), self._seconds)
+            timer = loop.call_later(max(wait, 0.01), look)
+
+        def look() -> None:
+            nonlocal writing
+            if (writing is None or writing.done()) and self.due(self._monotonic()):
+                writing = loop.create_task(self._write_once(final=False))
+            arm()
+
+        arm()
+        try:
+            return await work
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if writing is not None:
+                await writing  # before the pump's own write after the read: one write at a time
+
     async def write(self, final: bool = False) -> bool:
         """Checkpoint the last event done if due (always when ``final``); False if ownership is gone
         (no longer held, or the store says another worker owns the partition: ``stats.ended`` is
@@ -232,6 +265,7 @@ class Checkpointer:
             return False
         assert self._last is not None
         sequence, offset = self._last
+        counted = self._since  # the thread may count more meanwhile (``during``): those stay counted
         try:
             await self._store.update_checkpoint(
                 Checkpoint(self._ref, self._partition_id, sequence, offset), self._owner_id
@@ -252,8 +286,8 @@ class Checkpointer:
         self._stats.checkpoints += 1
         self._stats.checkpointed = sequence
         if self._trace is not None:
-            self._trace.checkpointed(sequence, offset, self._since)
-        self._since = 0
+            self._trace.checkpointed(sequence, offset, counted)
+        self._since = max(0, self._since - counted)
         self._at = now
         return True
 

@@ -347,7 +347,7 @@ class PartitionPump:
         self._idle.clear()  # before the read: what arrives from now on wakes the idle wait below
         self.reading_since = self._monotonic()
         try:
-            run = await lane.call(self._sync.work, reader)
+            run = await self._checkpoints.during(lane.call(self._sync.work, reader))
         finally:
             self.reading_since = None
         if run.error is not None:
@@ -365,7 +365,9 @@ class PartitionPump:
         self._idle.clear()
         self.reading_since = self._monotonic()
         try:
-            events = await lane.call(reader.receive, self._calls.batch or self._config.max_events)
+            events = await self._checkpoints.during(
+                lane.call(reader.receive, self._calls.batch or self._config.max_events)
+            )
         except Exception:
             await self._checkpoints.write(final=True)  # what was handled, before the error ends the pump
             raise
