@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable
 
 import workers.metrics as metrics
+from balancer.aio import off_loop
 from balancer.avoid import EVERY
 from balancer.protocol import Balancer
 
@@ -110,7 +111,7 @@ class HubWatch:
 
     async def _ask(self, started: float) -> None:
         try:
-            await asyncio.to_thread(self._probe)
+            await off_loop(self._probe, name="hub probe")
         except Exception as exc:
             log.debug("the hub did not answer a probe: %s: %s", type(exc).__name__, exc)
             self._silent_from(started)

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import workers.metrics as metrics
+from balancer.aio import off_loop
 from balancer.errors import StoreError
 from balancer.model import BalancerEvent
 from workers.runtime import tracing
@@ -175,7 +176,7 @@ class EventSink:
             if isinstance(result, Awaitable):
                 await result
         else:
-            await asyncio.to_thread(self._publish, event)
+            await off_loop(self._publish, event, name="event publish")  # a hung database holds no exit
 
     def _publish_sync(self, event: BalancerEvent) -> None:
         try:

@@ -31,9 +31,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
+from balancer.aio import off_loop
 from workers.runtime.pump import Sleep
 from workers.runtime.timer import OneTimer
 from workers.sources.base import PartitionProperties
@@ -91,10 +91,9 @@ class WedgeWatch:
         # woken by every write to its log reads, gets nothing, and idles again, between any two looks)
         self._seen: dict[str, tuple[int | None, float]] = {}
         self._asking: dict[str, asyncio.Task[None]] = {}
-        # One question at a time, on a thread of the watch's own: a hub that hangs holds that thread
-        # (past the deadline, until its client gives up), never the worker's shared executor.
-        self._executor: ThreadPoolExecutor | None = None
-        self._thread: Future[PartitionProperties] | None = None
+        # One question at a time, on a daemon thread of its own: a hub that hangs holds that thread
+        # (past the deadline, until its client gives up), never a shared executor nor the exit.
+        self._thread: asyncio.Future[PartitionProperties] | None = None
         # Found with events waiting behind them: wedged if still where they were at the next look (a
         # pump woken just as the hub answered has handed them over by then).
         self._suspects: dict[str, tuple[int | None, float]] = {}
@@ -141,11 +140,10 @@ class WedgeWatch:
             self._timer.arm(None if at is None else min(at, now + self.bound / 4), or_sooner=True)
 
     async def _ask(self, pid: str, pump: Reading, handed: int | None) -> None:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wedged")
-        self._thread = self._executor.submit(self._properties, pid)
+        self._thread = off_loop(self._properties, pid, name="wedged")
+        self._thread.add_done_callback(lambda done: done.cancelled() or done.exception())  # ends unawaited
         try:
-            found = await asyncio.wait_for(asyncio.wrap_future(self._thread), self._answer_within)
+            found = await asyncio.wait_for(asyncio.shield(self._thread), self._answer_within)
         except Exception as exc:  # the hub did not answer: the hub watch's business
             log.debug("partition %s: the hub's properties could not be read (%s)", pid, exc)
             self._seen[pid] = (handed, self._clock())  # asked again after another bound
@@ -168,6 +166,3 @@ class WedgeWatch:
         for task in self._asking.values():
             task.cancel()
         self._asking.clear()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None

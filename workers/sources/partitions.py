@@ -20,6 +20,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from balancer.aio import off_loop
+
 log = logging.getLogger(__name__)
 
 
@@ -52,7 +54,7 @@ class PartitionList:
             return self.known
         loop = asyncio.get_running_loop()
         if self._pending is None or self._pending.done():
-            self._pending = asyncio.ensure_future(asyncio.to_thread(self._fetch))
+            self._pending = off_loop(self._fetch, name="partition list")
             self._since = loop.time()
         if not self.known:
             self.known = await asyncio.shield(self._pending)
