@@ -46,6 +46,10 @@ ARTIFACTS = ROOT / "test-artifacts"  # schemathesis.txt: the whole output of the
 # Examples per operation of the two runs on the production console (anonymous, staff), as the
 # configured ones of the development run. The coverage and stateful phases do not shrink with it.
 PRODUCTION_EXAMPLES = 25
+# A run takes 50-100 s on a quiet 2-core machine and 280-300 s on a starved one (seen once, beside the
+# whole suite): the run's own bound first (its output then says how far it got), then the test's.
+RUN_TIMEOUT = 720
+FUZZ_TIMEOUT = pytest.mark.timeout(RUN_TIMEOUT + 120)
 
 
 def _run(*command: str, env: dict[str, str]) -> None:
@@ -156,7 +160,7 @@ def run_schemathesis(
         "LEASEBOARD_FUZZ_SESSION": cookies["sessionid"],
         "LEASEBOARD_FUZZ_CSRF": cookies["csrftoken"],
     }
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
 
 
 def assert_clean_run(run: subprocess.CompletedProcess[str], console: Console, artifact: str) -> None:
@@ -173,11 +177,13 @@ def assert_clean_run(run: subprocess.CompletedProcess[str], console: Console, ar
 
 
 @pytest.mark.slow
+@FUZZ_TIMEOUT
 def test_no_input_reaches_a_500_or_leaves_the_schema(console: Console) -> None:
     assert_clean_run(run_schemathesis(console.url, staff_login(console.url)), console, "schemathesis.txt")
 
 
 @pytest.mark.slow
+@FUZZ_TIMEOUT
 def test_no_anonymous_input_reaches_a_500_on_postgresql_with_the_production_settings(
     production_console: Console,
 ) -> None:
@@ -194,6 +200,7 @@ def test_no_anonymous_input_reaches_a_500_on_postgresql_with_the_production_sett
 
 
 @pytest.mark.slow
+@FUZZ_TIMEOUT
 def test_no_staff_input_reaches_a_500_on_postgresql_with_the_production_settings(
     production_console: Console,
 ) -> None:

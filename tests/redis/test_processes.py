@@ -44,6 +44,16 @@ async def site(tmp_path: Path, redis_server: RedisServer, sqlite_copy: Path, par
         site.stop_all()
 
 
+def race_lines(site: Site, prefixes: tuple[str, ...]) -> str:
+    """What each node logged about the race, its leases and its slow cycles: why a partition moved."""
+    words = ("race", "lease", "partition 0", "cycle", "claim", "lost", "release", "expire")
+    out = []
+    for prefix in prefixes:
+        lines = [line for line in site.log(prefix).splitlines() if any(w in line for w in words)]
+        out.append(f"--- {prefix}.log ({len(lines)} lines about the race)\n" + "\n".join(lines[-40:]))
+    return "\n".join(out)
+
+
 def every(site: Site, owner: str) -> dict[str, str]:
     return {p: owner for p in site.hub.partition_ids()}
 
@@ -113,8 +123,8 @@ async def test_with_one_partition_and_three_nodes_the_partition_never_changes_no
         challenges = 0
         watched = time.monotonic()
         while time.monotonic() - watched < 6 * LEASE:
-            assert site.allocation() == {"0": owner}
-            assert site.redis_owners() == {"0": owner}
+            assert site.allocation() == {"0": owner}, race_lines(site, ("A", "B", "C"))
+            assert site.redis_owners() == {"0": owner}, race_lines(site, ("A", "B", "C"))
             message = await pubsub.get_message(timeout=0.05)
             challenges += message is not None
         await pubsub.aclose()
