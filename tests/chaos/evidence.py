@@ -106,6 +106,7 @@ class Evidence:
 
 
 TAKEN_OVER = "handoff-timeout"
+EXPIRED = "lease-expired"  # a lease its owner did not renew in time, with no fault of the run's on it
 BUSY = "handed off while busy"  # workers.runtime.handoffs.BUSY: the tests read the event log as a user would
 
 
@@ -118,12 +119,15 @@ def taken_over(events: Iterable[Mapping[str, object]], offset: float, tick: floa
     resolution, added to the end). The owner was too slow (a loaded machine, a long handler call), not
     gone: what it handled after its last checkpoint is handled again by the new owner, at least once by
     design. The new owner waits out the owner's lease first (or its release), so neither excuses an
-    overlap."""
+    overlap. Likewise each ``expire`` (a lease its owner did not renew within the expiry: its store
+    requests hung or failed on a starved machine, with no fault of the run's on it), as an unplanned
+    fault of the owner at the event: what it handled and could not checkpoint before its lease ran
+    out is handled again by the new owner (``EXPIRED``)."""
     found = []
     for event in events:
         kind, reason = event.get("kind"), str(event.get("reason") or "")
         stolen = kind == "steal" and "did not hand over within" in reason
-        if not (stolen or (kind == "release" and reason.startswith(BUSY))):
+        if not (stolen or kind == "expire" or (kind == "release" and reason.startswith(BUSY))):
             continue
         try:
             at = float(event.get("at") or 0.0)  # type: ignore[arg-type]
@@ -131,7 +135,6 @@ def taken_over(events: Iterable[Mapping[str, object]], offset: float, tick: floa
             continue
         owner, pid = str(event.get("previous_owner") or ""), str(event.get("partition_id") or "")
         if owner and at:
-            found.append(
-                Fault(TAKEN_OVER, at - offset, at + tick - offset, frozenset({owner}), partitions=frozenset({pid}))
-            )
+            what = EXPIRED if kind == "expire" else TAKEN_OVER
+            found.append(Fault(what, at - offset, at + tick - offset, frozenset({owner}), partitions=frozenset({pid})))
     return found

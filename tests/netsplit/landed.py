@@ -19,7 +19,9 @@ here). ``landing.read_landing`` reads them; the rules:
   after processing it and before its checkpoint). A handoff taken over after its timeout is a moment,
   not a span: its owner, too slow to hand over, still holds its lease and goes on until that runs
   out, so its first file may come up to one ``expiry`` after the steal (as the chaos checker's rule
-  4 allows for every fault). One without a cause, or an event landed twice by
+  4 allows for every fault). A lease its owner did not renew in time (an ``expire`` in the event log:
+  its store requests hung on a starved machine) is a cause too, the first file before the expiry. One
+  without a cause, or an event landed twice by
   one writer, fails the run.
 
 ``per_nemesis`` gives the figures of each phase: events produced, lost, processed twice (counted
@@ -35,15 +37,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from tests.chaos.evidence import TAKEN_OVER, Fault, Handling, Phase
+from tests.chaos.evidence import EXPIRED, TAKEN_OVER, Fault, Handling, Phase
 from tests.netsplit.history import History, Tenure, by_partition, clock, tenures
 from tests.netsplit.landing import LandedFile
 
 # Faults that can cut a worker off after processing and before its checkpoint: a cut from the store
 # (alone, with everything, the store from everyone, flapping, with a stop), a kill or a stop, or a
-# handoff taken over after its timeout (``evidence.taken_over``: the owner too slow to hand over).
+# handoff taken over after its timeout or a lease that ran out unrenewed (``evidence.taken_over``: the
+# owner too slow to hand over or to renew).
 CAUSES = frozenset(
-    {"cut-store", "isolated", "store-cut", "flapping", "cut-store+sigstop", "sigkill", "sigstop", TAKEN_OVER}
+    {"cut-store", "isolated", "store-cut", "flapping", "cut-store+sigstop", "sigkill", "sigstop", TAKEN_OVER, EXPIRED}
 )
 
 

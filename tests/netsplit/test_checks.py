@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from balancer.model import HubRef
-from tests.chaos.evidence import TAKEN_OVER, Evidence, Fault, Handling, Phase, taken_over
+from tests.chaos.evidence import EXPIRED, TAKEN_OVER, Evidence, Fault, Handling, Phase, taken_over
 from tests.chaos.invariants import check
 from tests.chaos.rules import repeats, unexplained
 from tests.netsplit.checks import overlaps, sequence_jumps, worker_lines
@@ -552,6 +552,42 @@ def test_a_handoff_taken_over_explains_what_its_owner_landed_until_its_lease_ran
     late = [landed("0", 10, 19, "w1", 1007.0), landed("0", 10, 29, "w2", 1008.0)]  # after its lease ran out
     _, problems = duplicates(late, [steal], found, offset=1000.0, expiry=3.0)
     assert len(problems) == 10
+
+
+def test_a_lease_that_ran_out_unrenewed_explains_what_its_owner_handled_before_it() -> None:
+    # A full run on a starved machine (PostgreSQL netsplit, seed 326863): w1 landed 3458..3476 at
+    # 14.447, its store requests hung past its 3 s expiry ("checkpoint store failed: server closed the
+    # connection" at 17.827), w2 took the partition at 17.897 ("expire ... lease of w1-0 not renewed for
+    # 3.2s") and handled them again from checkpoint 3457. No fault of the run's struck w1 then.
+    events = [
+        {
+            "kind": "expire",
+            "partition_id": "3",
+            "owner_id": "w2",
+            "previous_owner": "w1",
+            "at": 1017.897,
+            "reason": "lease of w1 not renewed for 3.2s (expiry 3s)",
+        }
+    ]
+    [expired] = taken_over(events, offset=1000.0)
+    assert (expired.kind, expired.victims, expired.partitions) == (EXPIRED, frozenset({"w1"}), frozenset({"3"}))
+    assert expired.started == expired.ended == pytest.approx(17.897)
+    found = history(("3", "w1", 1000.0, 1000.001), checkpoints=(("3", 3457, 1013.0),))
+    files = [landed("3", 3458, 3476, "w1", 1014.447), landed("3", 3458, 3477, "w2", 1020.023)]
+    twice, problems = duplicates(files, [expired], found, offset=1000.0, expiry=3.0)
+    assert problems == [] and {d.cause for d in twice} == {expired}
+    _, problems = duplicates(files, [], found, offset=1000.0, expiry=3.0)
+    assert len(problems) == 11 and problems[-1].endswith("and 9 more duplicates without a cause")  # unexplained
+    # the chaos checker's rule 4 reads the same list
+    found_in = evidence(("3", 3458, "w1", 14.4), ("3", 3458, "w2", 20.0))
+    again = repeats(found_in.handlings)
+    assert len(list(unexplained(found_in, again))) == 1
+    found_in.taken_over = [expired]
+    assert list(unexplained(found_in, again)) == []
+    # a checkpoint that covered the event before the expiry: the repeat is no longer the expiry's
+    covered = history(("3", "w1", 1000.0, 1000.001), checkpoints=(("3", 3476, 1015.0),))
+    _, problems = duplicates(files, [expired], covered, offset=1000.0, expiry=3.0)
+    assert len(problems) == 11
 
 
 def test_an_event_landed_twice_by_one_tenure_fails() -> None:

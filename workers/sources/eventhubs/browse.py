@@ -8,8 +8,12 @@ the browse then fails with the service's words, and the console says to browse a
 of its own (``LEASEBOARD_BROWSE_CONSUMER_GROUP``).
 
 Events come in batches of at most ``BATCH`` (the link credit too), so the bytes read are bounded by
-``max_bytes`` plus one batch; the read ends at ``until``, at the first empty batch (``WAIT`` seconds
-without an event: the partition's end for now), or after ``DEADLINE`` seconds whatever came. The
+``max_bytes`` plus one batch; the read ends at ``until``, at the partition's end, or after
+``DEADLINE`` seconds whatever came. The end is the last event the hub had enqueued when the browse
+began (its partition properties, asked first): an empty batch (``WAIT`` seconds without an event)
+before it is a slow hub, not the end (a starved machine's hub once sent nothing within the first
+``WAIT``, and a browse of ten events came back empty). A start past that end reads nothing at once.
+Where the properties cannot be read, the first empty batch ends the read, as it did before. The
 SDK's event processor takes about half a second to start reading.
 """
 
@@ -22,8 +26,8 @@ from typing import Any
 
 from azure.eventhub import EventData, PartitionContext
 
-from workers.sources.base import Browsed, Start
-from workers.sources.eventhubs.sdk import ConsumerClient, received
+from workers.sources.base import Browsed, PartitionProperties, Start
+from workers.sources.eventhubs.sdk import ConsumerClient, properties, received
 
 BATCH = 10
 WAIT = 0.5  # seconds without an event that end a browse
@@ -43,8 +47,11 @@ def sdk_start(start: Start) -> str | int | datetime.datetime:
 class _Collected:
     """What the receiving thread hands over, and when the browse is done."""
 
-    def __init__(self, partition_id: str, max_events: int, max_bytes: int, until: int | None) -> None:
+    def __init__(
+        self, partition_id: str, max_events: int, max_bytes: int, until: int | None, end: int | None = None
+    ) -> None:
         self.partition_id, self.max_events, self.max_bytes, self.until = partition_id, max_events, max_bytes, until
+        self.end = end  # the last sequence number enqueued when the browse began (None: not known)
         self.events: list[Browsed] = []
         self.bytes_read = 0
         self.error: Exception | None = None
@@ -56,7 +63,7 @@ class _Collected:
         return ended or len(self.events) >= self.max_events or self.bytes_read >= self.max_bytes
 
     def on_batch(self, context: PartitionContext, batch: list[EventData]) -> None:
-        if not batch:
+        if not batch and self._at_end():
             self.done.set()  # WAIT seconds and nothing: the end of the partition for now
         for event in batch:
             if self.done.is_set() or self._full():
@@ -66,6 +73,11 @@ class _Collected:
             self.bytes_read += len(got.body)
         if self._full():
             self.done.set()
+
+    def _at_end(self) -> bool:
+        if self.end is None:
+            return True  # not known: an empty batch is the end
+        return bool(self.events) and self.events[-1].event.sequence_number >= self.end
 
     def on_error(self, context: PartitionContext | None, error: Exception) -> None:
         if self.error is None:
@@ -84,7 +96,13 @@ def browse_with(
     """The events ``client`` reads of ``partition_id`` from ``start`` (``workers.sources.base.Browsing``);
     closes ``client``. Raises the SDK's error when it failed before any event came, TimeoutError when
     the hub said nothing within DEADLINE."""
-    collected = _Collected(partition_id, max_events, max_bytes, until)
+    end = _end(client, partition_id)
+    if end is not None and _past(start, end):
+        with contextlib.suppress(Exception):
+            client.close()
+        return []
+    last = None if end is None else end.last_enqueued_sequence_number
+    collected = _Collected(partition_id, max_events, max_bytes, until, last)
     position = sdk_start(start)
     kwargs: dict[str, Any] = {
         "partition_id": partition_id,
@@ -109,3 +127,26 @@ def browse_with(
     if not finished and not collected.events:
         raise TimeoutError(f"partition {partition_id}: the event hub sent nothing within {DEADLINE:g} s")
     return collected.events[:max_events]
+
+
+def _end(client: ConsumerClient, partition_id: str) -> PartitionProperties | None:
+    """The partition's properties as the browse begins; None when the hub does not say (the first
+    empty batch then ends the read)."""
+    try:
+        return properties(partition_id, client.get_partition_properties(partition_id))
+    except Exception:
+        return None
+
+
+def _past(start: Start, end: PartitionProperties) -> bool:
+    """Whether nothing the hub had enqueued lies at or after ``start``."""
+    if end.is_empty or end.last_enqueued_sequence_number < 0:
+        return True
+    if start.offset is not None:
+        try:
+            return end.last_enqueued_offset is not None and int(start.offset) > int(end.last_enqueued_offset)
+        except ValueError:
+            return False  # offsets this hub does not write as numbers: not compared
+    if start.enqueued_time is not None:
+        return end.last_enqueued_time is not None and start.enqueued_time > end.last_enqueued_time
+    return (start.sequence_number or 0) > end.last_enqueued_sequence_number
