@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, connections
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
@@ -363,7 +363,9 @@ class PipelineJob:
 
     def record_progress(self, query: StreamingQuery) -> int:
         """Copy Spark's per-batch figures (rows read, trigger duration) into the batch log; returns
-        how many batches got them. Call it now and then, and once after the query ends."""
+        how many batches got them. Call it now and then, and once after the query ends. A database
+        that refuses the write (SQLite locked past its timeout on a busy machine) costs the figures
+        a while, never the pipeline: they are written at the next call."""
         query_id = self.paths.query_id() or str(query.id)
         fresh = []
         for progress in query.recentProgress:
@@ -377,7 +379,13 @@ class PipelineJob:
             fresh.append(entry)
         if not fresh:
             return 0
-        updated = summary.record_progress(query_id, fresh, self.database)
+        try:
+            updated = summary.record_progress(query_id, fresh, self.database)
+        except DatabaseError as exc:
+            log.warning(
+                "batch figures not written yet (%s: %s); trying again at the next look", type(exc).__name__, exc
+            )
+            return 0
         for entry in fresh:
             self._recorded.add(int(entry["batchId"]))
             duration = (entry.get("durationMs") or {}).get("triggerExecution")
