@@ -9,7 +9,6 @@ the hub left unanswered held the exit until the client gave up. They run on daem
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,8 @@ import time
 import pytest
 
 from balancer.aio import off_loop
+from tests.support.clock import FakeClock
+from tests.support.waiting import until
 from workers.runtime.wedged import WedgeWatch
 from workers.sources.base import PartitionProperties
 
@@ -81,17 +82,15 @@ async def test_the_wedge_watch_asks_the_hub_on_a_daemon_thread_and_gives_up_on_a
         return PartitionProperties(pid, 0, 100, None, None, False)
 
     pumps = {"0": StillPump()}
-    watch = WedgeWatch(0.05, properties, time.monotonic, lambda pid, since: None, answer_within=0.1)
+    clock = FakeClock()
+    watch = WedgeWatch(0.05, properties, clock, lambda pid, since: None, answer_within=0.1)
     try:
         watch.look(pumps)
-        await asyncio.sleep(0.1)
+        clock.advance(0.1)
         watch.look(pumps)  # handed nothing over for the bound: the hub is asked
-        deadline = time.monotonic() + 10
-        while not watch._asking and not threads and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        while watch._asking and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)  # the question gives up after answer_within
-        assert threads and threads[0].daemon and threads[0].is_alive()
+        await until(lambda: bool(threads), what="the question to reach the hub")
+        await until(lambda: not watch._asking, what="the question to be given up after answer_within")
+        assert threads[0].daemon and threads[0].is_alive()
         assert not watch._asking  # given up on, the thread left behind
     finally:
         release.set()
