@@ -9,12 +9,13 @@ Each ownership write carries two times on the store's clock:
 
 - ``since``: no earlier than the moment its writer sent it. The writer's own lease runs from the
   moment it sent the winning claim or renewal (``Coordinator.holds``: its monotonic clock, from the
-  send), so the lease it got cannot outlast ``since + expiry``.
+  send), so the lease it got cannot outlast ``since + expiry`` (nor, where the store's log tells when
+  the writer made the request, that time plus the expiry: ``lease_from``).
 - ``at``: no later than the moment its writer can have heard that it succeeded. A new owner handles
   nothing of the partition before its claim returns, so not before ``at``.
 
 A *tenure* is one owner's run of consecutive writes to a partition, each within the expiry of the
-one before: it starts at the first write's ``at`` and ends at the last write's ``since + expiry``,
+one before: it starts at the first write's ``at`` and ends at the last write's ``lease_from`` + expiry,
 or at ``since`` of the release that follows it (a worker releases after it has stopped handling
 and checkpointed). A tenure that starts while the previous owner's lease still ran was won by a
 steal: the previous owner may handle events until its lease ends by its own clock, so the stealer
@@ -137,6 +138,15 @@ def by_partition(writes: Iterable[Write]) -> dict[str, list[Write]]:
     return out
 
 
+def lease_from(write: Write) -> float:
+    """The store-clock time the writer's lease from ``write`` ran from at the latest: its ``since``, or
+    when its writer made it (``Write.sent``) where that is known and earlier. The writer times its lease
+    from before it sent the request (``Coordinator.holds``), which is before the SDK made it, so the
+    lease ends no later than this plus the expiry, however late the store stamped the write (Azurite
+    under load: a renewal made at t stamped up to 25 s later on CI)."""
+    return min(write.since, write.sent) if math.isfinite(write.sent) else write.since
+
+
 def took_a_live_lease(writes: list[Write], i: int, expiry: float) -> bool:
     """Whether ``writes[i]`` gave the partition to a new owner while the previous one's lease still ran:
     a steal. The stealer handles nothing for one expiry after its steal came back (the lease core's
@@ -144,7 +154,7 @@ def took_a_live_lease(writes: list[Write], i: int, expiry: float) -> bool:
     if i == 0 or not writes[i].owner:
         return False
     before = writes[i - 1]
-    return bool(before.owner) and before.owner != writes[i].owner and writes[i].at <= before.since + expiry
+    return bool(before.owner) and before.owner != writes[i].owner and writes[i].at <= lease_from(before) + expiry
 
 
 def tenures(writes: list[Write], expiry: float, late_ends: bool = False) -> list[Tenure]:
@@ -155,7 +165,7 @@ def tenures(writes: list[Write], expiry: float, late_ends: bool = False) -> list
     current: tuple[str, int] | None = None  # (owner, index of its first write)
 
     def tenure(first: int, last: int, end: float, released: bool) -> Tenure:
-        fence = writes[first - 1].since + expiry if took_a_live_lease(writes, first, expiry) else -math.inf
+        fence = lease_from(writes[first - 1]) + expiry if took_a_live_lease(writes, first, expiry) else -math.inf
         won, after = writes[first], -math.inf
         if out:
             before, release = out[-1], writes[out[-1].last]
@@ -168,18 +178,18 @@ def tenures(writes: list[Write], expiry: float, late_ends: bool = False) -> list
             current is not None
             and not late_ends
             and write.owner == current[0]
-            and write.at > writes[i - 1].since + expiry
+            and write.at > lease_from(writes[i - 1]) + expiry
         )
         if current is not None and (write.owner != current[0] or lapsed):
             # another owner, a release, or the same owner again after its lease ran out (a new tenure)
             released = write.owner == ""
-            end = write.since if released else writes[i - 1].since + expiry
+            end = write.since if released else lease_from(writes[i - 1]) + expiry
             out.append(tenure(current[1], i if released else i - 1, end, released))
             current = None
         if current is None and write.owner:
             current = (write.owner, i)
     if current is not None:
-        out.append(tenure(current[1], len(writes) - 1, writes[-1].since + expiry, False))
+        out.append(tenure(current[1], len(writes) - 1, lease_from(writes[-1]) + expiry, False))
     return out
 
 

@@ -299,6 +299,26 @@ def test_a_late_stamped_release_ends_when_its_writer_made_it_and_no_tenure_begin
     assert len(handled_outside(found, handled, offset=0.0, expiry=EXPIRY)) == 1
 
 
+def test_a_late_stamped_renewal_s_lease_ends_one_expiry_after_its_writer_made_it() -> None:
+    # As in CI (blob, CHAOS_SEED=538622, a starved machine): w5's last renewal was made at 115.06 and
+    # stamped 130.93; w3's claim was made at 119.63 (after w5's lease ran out by w5's own clock, 118.06)
+    # and stamped 144.78; w3 handled from 122.5. Judged by the stamps, w5's lease ran to 133.93.
+    found = history(("0", "w5", 109.88, 109.88))
+    found.writes += [Write("0", "w5", 130.928, 130.928, sent=115.06), Write("0", "w3", 144.782, 144.782, sent=119.63)]
+    found.late_ends = True
+    (w5, w3) = tenures(by_partition(found.writes)["0"], EXPIRY, late_ends=True)
+    assert (w5.end, w3.began(found)) == (pytest.approx(118.06), 119.63)
+    assert handled_outside(found, [Handling("0", 260, "w3", 122.5)], offset=0.0, expiry=EXPIRY) == []
+    # w5 handling after its lease ran out by its own clock is outside it, however late the stamp came
+    (problem,) = handled_outside(found, [Handling("0", 259, "w5", 118.5)], offset=0.0, expiry=EXPIRY)
+    assert problem.startswith("partition 0: w5 handled 259..259 from 00:01:58.500000")
+    # a claim made while w5's lease still ran begins when it ended
+    found.writes[-1] = Write("0", "w3", 144.782, 144.782, sent=116.0)
+    (_, w3) = tenures(by_partition(found.writes)["0"], EXPIRY, late_ends=True)
+    assert w3.began(found) == pytest.approx(118.06)
+    assert len(handled_outside(found, [Handling("0", 260, "w3", 117.0)], offset=0.0, expiry=EXPIRY)) == 1
+
+
 def test_azurite_s_history_takes_each_write_s_making_from_the_sdk_s_version_1_request_id() -> None:
     made = uuid.uuid1()
     assert made_at({"x-ms-client-request-id": str(made)}) == (made.time - UUID1_EPOCH) / 1e7
