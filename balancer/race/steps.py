@@ -129,13 +129,14 @@ class Racer:
             self._deciding.discard(pid)
         if decided is None:
             return
-        winner, waited = decided
+        winner, waited, meant = decided
         self._outages.recovered("race")
         if node.grab_seen is not None:
             node.grab_seen[pid] = winner
         if winner != node.owner_id:
             if node.processing(pid):
-                self._lose(pid, f"{winner} won the race (this node waited {waited:.2f}s)")
+                late = f", {waited - meant:.2f}s late" if waited - meant > node.times.leases_held_delay / 2 else ""
+                self._lose(pid, f"{winner} won the race (this node waited {waited:.2f}s{late})")
             return
         self._marks[pid] = node.monotonic() + node.times.minimum_lease_grab
         if node.processing(pid):
@@ -152,9 +153,11 @@ class Racer:
         with contextlib.suppress(StoreError):  # the cycle tries again (``clear_due_marks``)
             await self.clear_mark(pid)
 
-    async def _decide(self, pid: str, heard: float, pinned_here: bool) -> tuple[str, float] | None:
+    async def _decide(self, pid: str, heard: float, pinned_here: bool) -> tuple[str, float, float] | None:
         """Steps 2 and 3: wait ``race_wait`` from when the notification was heard, then HSETNX.
-        Returns (the winner, seconds waited), or None when this node did not try.
+        Returns (the winner, seconds waited, seconds it meant to wait), or None when this node did
+        not try. (A node that woke later than it meant by more than half a delay may lose a race it
+        should have won: a starved machine; its loss says so.)
 
         The load is read again whenever the wait ends, and a node sends one HSETNX to take a
         partition at a time: of several challenges heard at once, each attempt sees the answer of
@@ -166,7 +169,8 @@ class Racer:
         epoch, generation = self._subscription.epoch, self._subscription.generation
         while True:
             owner = node.processing(pid)
-            left = heard + node.wait(pid, owner, pinned_here) - node.monotonic()
+            meant = node.wait(pid, owner, pinned_here)
+            left = heard + meant - node.monotonic()
             if left > EPSILON:
                 await node.sleep_unless_load_drops(left)
                 continue
@@ -179,16 +183,16 @@ class Racer:
                 # winner's grab mark, and a late HSETNX would win a second race. Let this one go.
                 return None
             if owner:
-                return await self._grab(pid, generation, waited)
+                return await self._grab(pid, generation, waited, meant)
             async with self._taking:
                 if heard + node.wait(pid, False, pinned_here) - node.monotonic() > EPSILON:
                     continue  # an attempt before this one won: this node is busier now
-                decided = await self._grab(pid, generation, waited)
+                decided = await self._grab(pid, generation, waited, meant)
                 if decided is not None and decided[0] == node.owner_id:
                     node.starting.add(pid)  # counted from the answer on, before it is processed
                 return decided
 
-    async def _grab(self, pid: str, generation: str, waited: float) -> tuple[str, float] | None:
+    async def _grab(self, pid: str, generation: str, waited: float, meant: float) -> tuple[str, float, float] | None:
         """Step 3's HSETNX, in the store's generation this race began in; None if it restarted since
         (a break the subscription has not noticed yet: the winner's grab mark may be gone)."""
         winner = await self._backend.grab(pid, self._node.owner_id, generation)
@@ -197,7 +201,7 @@ class Racer:
                 "%s: partition %s: the race's store restarted during the race; letting it go", self._node.owner_id, pid
             )
             return None
-        return winner, waited
+        return winner, waited, meant
 
     async def _keep(self, pid: str) -> None:
         """Steps 4 and 5 for a winner that already processes the partition."""

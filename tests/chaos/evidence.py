@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from tests.chaos.cycles import Cycle
+
 
 @dataclass(frozen=True, slots=True)
 class Handling:
@@ -103,6 +105,9 @@ class Evidence:
     # ``balancer/stores/blob/checkpoints.py``): the previous owner's last checkpoint can land after a
     # claim, so after the new owner read where to start (rule 5).
     late_checkpoints: bool = False
+    # The workers' cycles as they logged them (``tests.chaos.cycles``): a bound that waits for a cycle
+    # allows the slowest run meanwhile (empty: not logged, nothing allowed).
+    cycles: list[Cycle] = field(default_factory=list)
 
 
 TAKEN_OVER = "handoff-timeout"

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from balancer.model import HubRef
+from tests.chaos.cycles import LOG_LEVELS, cycles
 from tests.chaos.evidence import CheckpointSample, Evidence, Fault, Lease, OwnershipSample, Phase
 from tests.chaos.recording import read_handlings
 from tests.chaos.stores import Kit
@@ -95,6 +96,7 @@ class Fleet:
             # The "slow-handler" fault abandons two calls, "stuck-handler" one: a victim of several is
             # no crash (after three a worker stops by default, for its supervisor to restart it).
             LEASEBOARD_HANDLER_ABANDON_MAX="20",
+            LEASEBOARD_LOG_LEVELS=LOG_LEVELS,  # every cycle: a bound waiting for one allows the slowest
         )
         self.env.pop(  # the workers run on their own store and clock, whatever the test's shell set
             "LEASEBOARD_CLOCK_SKEW", None
@@ -335,4 +337,5 @@ class Fleet:
             store_tick=float(getattr(self.store, "clock_resolution", None) or 0.0),
             interval=self.interval,
             late_checkpoints=self.kit.name == "blob",
+            cycles=cycles(self.root, time.time() - time.monotonic()),
         )

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
+from tests.chaos.cycles import slowest
 from tests.chaos.evidence import CheckpointSample, Evidence, Fault, Handling, Probe
 
 SHORT_OUTAGE = 3.0  # expiries: a store outage at most this long, every worker alive, moves nothing
@@ -363,11 +364,14 @@ def bad_records(evidence: Evidence, moves: list[Move]) -> Iterator[str]:
             since, gap = max(((a, b - a) for a, b in pairwise([start, *times, end])), key=lambda pair: pair[1])
             # A record that looks live (an unknown owner) is taken at the handoff timeout, one expiry,
             # and handled once it would have expired by the store's clock (a tick more on a coarse
-            # one), at the claimer's next cycle (one interval more; Blob, with no notice, waits for it).
-            bound = evidence.expiry + evidence.store_tick + evidence.interval
+            # one), at the claimer's next cycle (one interval more; Blob, with no notice, waits for it),
+            # which a starved machine runs late: the slowest cycle meanwhile (``tests.chaos.cycles``).
+            late = slowest(evidence.cycles, since, since + gap)
+            bound = evidence.expiry + evidence.store_tick + evidence.interval + late
             if gap > bound + evidence.slack:
                 tick = f" and one tick of the store's clock, {evidence.store_tick:g}s" if evidence.store_tick else ""
                 cycle = f" and one interval, {evidence.interval:g}s" if evidence.interval else ""
+                cycle += f" and the slowest cycle meanwhile, {late:.2f}s" if late else ""
                 yield (
                     f"{what}: partition {pid} went unprocessed for {gap:.1f}s from {when(evidence, since)} "
                     f"(want at most one expiry, {evidence.expiry:g}s{tick}{cycle})"

@@ -136,6 +136,10 @@ async def test_no_event_is_lost_and_no_invariant_breaks_under_faults(
             evidence = await fleet.evidence()
             evidence.console = probes
             evidence.taken_over = taken_over(events, wall_from - started, evidence.store_tick)
+            slowest = max((c.seconds for c in evidence.cycles), default=0.0)  # what starvation bounds allowed
+            fleet.notes.append(
+                f"{len(evidence.cycles)} cycles logged, the slowest {slowest:.2f}s (with its late wake-up)"
+            )
             if console.tracebacks():
                 fleet.notes.append(f"the console logged {console.tracebacks()} tracebacks (see {console.log})")
         finally:

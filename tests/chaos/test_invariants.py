@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tests.chaos.cycles import Cycle
 from tests.chaos.evidence import CheckpointSample, Evidence, Fault, Handling, Lease, OwnershipSample, Phase, Probe
 from tests.chaos.figures import unowned_intervals
 from tests.chaos.invariants import check
@@ -267,6 +268,17 @@ def test_a_corrupt_record_may_move_only_its_own_partition_and_only_briefly() -> 
     assert [v for v in check(replace(run(samples, later), interval=0.5)).violations if v.startswith("bad records")] == [
         "bad records: corrupt record of partition 0 at corrupt-record +0.1s: partition 0 went unprocessed for 4.5s "
         "from corrupt-record +0.2s (want at most one expiry, 3s and one interval, 0.5s)"
+    ]
+    # a starved machine: the claimer's cycles ran late meanwhile, the slowest by 0.6 s (a cycle that
+    # began before the partition went unprocessed does not count)
+    ran = [Cycle("c", 13.5, 0.6), Cycle("c", 10.15, 2.0)]
+    starved = replace(run(samples, later), interval=0.5, cycles=ran)
+    assert [v for v in check(starved).violations if v.startswith("bad records")] == []
+    slower = steady("a", "0", 5.0, 10.2) + steady("c", "0", 15.0, 15.0)
+    assert [v for v in check(replace(starved, handlings=slower)).violations if v.startswith("bad records")] == [
+        "bad records: corrupt record of partition 0 at corrupt-record +0.1s: partition 0 went unprocessed for 4.9s "
+        "from corrupt-record +0.2s (want at most one expiry, 3s and one interval, 0.5s and the slowest cycle "
+        "meanwhile, 0.60s)"
     ]
 
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import bisect
 import re
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.chaos.cycles import Cycle, slowest
 from tests.chaos.evidence import Evidence, OwnershipSample
 from tests.netsplit.cluster import NetFleet
 
@@ -30,12 +30,6 @@ OVERLAP_SLACK = 0.05  # seconds: two handlers' readings of the clock around one 
 # figures printed show which heals needed it (``recovery`` against expiry + 2 intervals).
 RECONNECT = 2.0
 JITTER = 0.1  # the workers' spread of their interval (``workers.runtime.processor``'s default)
-# A worker's line per cycle (``workers.runtime.slowcycles.CYCLE``, logged with the workers' settings'
-# format when ``LEASEBOARD_LOG_LEVELS`` sets ``workers.runtime.cycles`` to DEBUG).
-CYCLE_LINE = re.compile(
-    r"^(?P<wall>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(?P<ms>\d{3}) DEBUG workers\.runtime\.cycles: "
-    r"worker (?P<owner>\S+): cycle (?P<seconds>[\d.]+)s, woke (?P<late>[\d.]+)s late"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,26 +37,6 @@ class Recovery:
     kind: str
     seconds: float | None  # from the heal until balanced; None: never within the run
     slowest: float = 0.0  # the longest cycle (its own seconds and its loop's lateness) meanwhile
-
-
-@dataclass(frozen=True, slots=True)
-class Cycle:
-    owner: str
-    ended: float  # on the monotonic clock
-    seconds: float  # the cycle's own seconds and how late the event loop woke its worker for it
-
-
-def cycles(root: Path, offset: float) -> list[Cycle]:
-    """Every cycle the workers logged under ``root`` (``w1.log``..), on the monotonic clock (``offset``:
-    the wall clock minus the monotonic one; a line's time is its wall time, to the millisecond)."""
-    found = []
-    for path in sorted(root.glob("w*.log")):
-        for line in path.read_text(errors="replace").splitlines():
-            if (m := CYCLE_LINE.match(line)) is None:
-                continue
-            wall = time.mktime(time.strptime(m["wall"], "%Y-%m-%d %H:%M:%S")) + int(m["ms"]) / 1000
-            found.append(Cycle(m["owner"], wall - offset, float(m["seconds"]) + float(m["late"])))
-    return found
 
 
 def bound(fleet: NetFleet, slowest: float = 0.0) -> float:
@@ -178,8 +152,7 @@ def recovery(fleet: NetFleet, evidence: Evidence, kinds: set[str], ran: Iterable
                 break
         until = float("inf") if seconds is None else fault.ended + seconds
         # Cycles begun after the heal: one sent into the cut waits for the reconnection (``RECONNECT``).
-        slowest = max((c.seconds for c in ran if fault.ended <= c.ended - c.seconds and c.ended <= until), default=0.0)
-        found.append(Recovery(fault.kind, seconds, slowest))
+        found.append(Recovery(fault.kind, seconds, slowest(ran, fault.ended, until)))
     return found
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from balancer.model import HubRef
 from tests.chaos.console import Console
+from tests.chaos.cycles import LOG_LEVELS
 from tests.chaos.fleet import Fleet, Worker
 from tests.chaos.stores import BlobKit, RedisKit, SqlKit
 from tests.support.azurite import Azurite
@@ -250,7 +251,7 @@ class NetFleet(Fleet):
             self.root,
             **self.kit.env(),
             LEASEBOARD_DEADLETTER_DIR=str(self.root / "deadletter"),
-            LEASEBOARD_LOG_LEVELS="workers.runtime.cycles=DEBUG",  # every cycle: what recovery is judged by
+            LEASEBOARD_LOG_LEVELS=LOG_LEVELS,  # every cycle: what recovery is judged by
         )
         self.env.pop("LEASEBOARD_CLOCK_SKEW", None)
         # A request sent into a cut is given up within an expiry (production: 10 s for a 30 s expiry).

@@ -52,6 +52,7 @@ from typing import Any
 import pytest
 
 from tests.chaos import rules
+from tests.chaos.cycles import cycles
 from tests.chaos.evidence import Evidence, taken_over
 from tests.chaos.faults import PostCheck, new_name
 from tests.chaos.invariants import Report, check
@@ -60,7 +61,6 @@ from tests.chaos.test_chaos import finish, print_report
 from tests.netsplit.checks import (
     OVERLAP_SLACK,
     crash_loops,
-    cycles,
     overlaps,
     recovery,
     recovery_problems,

@@ -13,8 +13,9 @@ import pytest
 from django.conf import settings
 
 from balancer.protocol import CycleReport
+from tests.chaos.cycles import Cycle, cycles
 from tests.chaos.evidence import Evidence, Fault, Lease, OwnershipSample
-from tests.netsplit.checks import Cycle, bound, cycles, recovery, recovery_problems
+from tests.netsplit.checks import bound, recovery, recovery_problems
 from tests.netsplit.cluster import NetFleet
 from workers.runtime.slowcycles import CycleWatch
 

@@ -39,7 +39,10 @@ from workers.sensors import SensorEvent, SensorFleet
 
 from .helpers import Key, alert_kind, assert_newest_alerts_kept, expected_aggregates, expected_minutes, minute
 
-pytestmark = pytest.mark.slow
+# Two pipelines (Spark JVMs) start one after another, each phase with its own deadline (their sum is
+# about 900 s); a starved CI machine took over 300 s in all (pytest-timeout's default, which cut it
+# without saying which phase was slow). The whole gets the sum of its phases.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 REF = HubRef("localhost", "e2e-pipeline", "$Default")
 PARTITIONS = 4

@@ -11,6 +11,7 @@ node died before its checkpoint.
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -52,6 +53,14 @@ def race_lines(site: Site, prefixes: tuple[str, ...]) -> str:
         lines = [line for line in site.log(prefix).splitlines() if any(w in line for w in words)]
         out.append(f"--- {prefix}.log ({len(lines)} lines about the race)\n" + "\n".join(lines[-40:]))
     return "\n".join(out)
+
+
+def woke_late(site: Site, owner: str, pid: str) -> bool:
+    """Whether ``owner`` lost the race for ``pid`` because it woke later than it meant to by more than
+    half a delay (``balancer.race.steps``: the margin a balanced fleet's owner has is larger, but a
+    starved machine, CI's with every core taken, can wake a process that late; the loser says so)."""
+    node = owner.removesuffix("-0")
+    return bool(re.search(rf"{owner}: partition {pid}: lost the lease race: .*, [\d.]+s late\)", site.log(node)))
 
 
 def every(site: Site, owner: str) -> dict[str, str]:
@@ -98,7 +107,13 @@ async def test_a_node_that_joins_gets_an_even_share_within_one_normal_lease_time
         shared = site.allocation()
         watched = time.monotonic()
         while time.monotonic() - watched < 2 * LEASE:  # and it stays: nothing moves back and forth
-            assert site.allocation() == shared
+            now = site.allocation()
+            if now != shared and set(now) == set(shared):  # unless a starved owner woke too late to defend it
+                moved = {pid: shared[pid] for pid in now if now[pid] != shared[pid]}
+                assert all(woke_late(site, owner, pid) for pid, owner in moved.items()), (
+                    f"moved {moved} -> {now}\n{race_lines(site, ('A', 'B'))}"
+                )
+                shared = now
             await asyncio.sleep(0.05)
     finally:
         stop.set()
