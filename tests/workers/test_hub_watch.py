@@ -175,3 +175,31 @@ async def test_a_worker_that_holds_nothing_asks_nothing() -> None:
     hub.cut(refuses=True)
     await look(guard, clock, hub=hub, seconds=30.0)
     assert hub.asked == 0 and worker.said == []
+
+
+async def test_time_the_worker_did_not_run_is_not_the_hub_s_silence() -> None:
+    # CI, every core taken: a probe answered in time, whose answer the worker's loop got to seconds
+    # later, counted as seconds of silence and handed partitions over. The guard's loop measures how
+    # late it woke and discounts it (``HubWatch.discount``); a hub really silent still counts.
+    clock, hub, worker, guard, _ = rig()
+    hub.cut(refuses=False)  # the probe's answer comes only when the worker runs again
+    try:
+        await look(guard, clock, hub=hub, seconds=1.5)  # quiet 1 s: a probe in flight
+        assert len(guard.watch._flying) == 1
+        clock.now += 4.0  # the worker's process did not run for 4 s, more than the 3 s bound
+        guard.watch.discount(4.0)
+        guard.step()
+        assert worker.said == [] and guard.watch.silent_for() == 0.0
+        hub.heal()
+        await look(guard, clock, hub=hub, seconds=5.0)
+        assert worker.said == [] and guard.watch.silent_for() == 0.0
+        # the same stall not discounted is silence: the worker hands its partitions over
+        clock, hub, worker, guard, _ = rig()
+        hub.cut(refuses=False)
+        await look(guard, clock, hub=hub, seconds=1.5)
+        clock.now += 4.0
+        guard.step()
+        await until(lambda: worker.said == ["cannot read for 300s"], what="the worker to say it cannot read")
+    finally:
+        hub.heal()
+        guard.stop()

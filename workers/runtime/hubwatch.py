@@ -14,6 +14,11 @@ While the hub answers and nothing comes, the probes space out (the gap doubles u
 While probes hang in a cut (the SDK gives up on them only after its own retries, 15 s and more), a
 new one still starts every ``2 * answer_within`` seconds, up to ``MAX_IN_FLIGHT`` at once, so the
 first one after the heal is answered at once rather than when the old ones fail.
+
+Time the worker itself did not run is not the hub's silence: a look that comes late (a starved
+machine, a paused process) moves every probe in flight, and the silence, that much later
+(``HubWatch.discount``). On a CI machine with every core taken, a probe answered in time whose answer
+the worker's loop got to seconds later counted as seconds of silence and handed partitions over.
 """
 
 from __future__ import annotations
@@ -89,6 +94,17 @@ class HubWatch:
         task = asyncio.get_running_loop().create_task(self._ask(now), name="hub probe")
         self._flying[task] = now
 
+    def discount(self, seconds: float) -> None:
+        """This worker did not run for ``seconds`` (its loop woke that late): every probe in flight, the
+        silence and the readers' quiet start that much later, never after now."""
+        if seconds <= 0:
+            return
+        now = self._clock()
+        self._flying = {task: min(started + seconds, now) for task, started in self._flying.items()}
+        if self._silent_since is not None:
+            self._silent_since = min(self._silent_since + seconds, now)
+        self._moved_at = min(self._moved_at + seconds, now)
+
     def answered_after(self, moment: float) -> bool:
         """Whether a probe started after ``moment`` was answered."""
         return self._answered_at > moment
@@ -110,19 +126,21 @@ class HubWatch:
             self._silent_since = started
 
     async def _ask(self, started: float) -> None:
+        task = asyncio.current_task()
         try:
             await off_loop(self._probe, name="hub probe")
         except Exception as exc:
             log.debug("the hub did not answer a probe: %s: %s", type(exc).__name__, exc)
-            self._silent_from(started)
+            self._silent_from(self._flying.get(task, started))  # type: ignore[arg-type]  # as discounted
             self._gap = self.quiet
         else:
+            started = self._flying.get(task, started)  # type: ignore[arg-type]
             self._answered_at = max(self._answered_at, started)
             if self._silent_since is not None and self._silent_since <= started:
                 self._silent_since = None
             self._gap = min(self._gap * 2, self.most_apart)
         finally:
-            self._flying.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
+            self._flying.pop(task, None)  # type: ignore[arg-type]
 
     def stop(self) -> None:
         """Forget the probes in flight (their threads end with the SDK's own timeouts)."""
@@ -174,8 +192,11 @@ class HubGuard:
         return self._coordinator.owner_id
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:  # on the wall clock, whatever clock the worker runs on: a poll of the probes' threads
+            due = loop.time() + self.tick
             await asyncio.sleep(self.tick)
+            self.watch.discount(loop.time() - due)  # how long this worker did not run: not the hub's silence
             self.step()
 
     def step(self) -> None:
