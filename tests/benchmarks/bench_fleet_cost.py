@@ -48,8 +48,8 @@ from tests.benchmarks.size import size, tiny
 from workers.sources.base import Position
 
 SIZES = size(((64, 8), (256, 16), (1024, 64)), ((8, 2),))
-INTERVAL = 2.0
-EXPIRY = 10.0
+# The tiny run (make test) cycles faster: its kill is balanced again in seconds, not one 10 s expiry.
+INTERVAL, EXPIRY = size((2.0, 10.0), (0.5, 3.0))
 WINDOW = size(20.0, 2.0)  # seconds of idle steady state measured
 SETTLE = 2 * INTERVAL  # after balancing, before the window
 BALANCE_TIMEOUT = 300.0

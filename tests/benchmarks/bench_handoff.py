@@ -33,7 +33,7 @@ from tests.benchmarks.django_env import temporary_django
 from tests.benchmarks.size import size
 
 PARTITIONS = 4
-INTERVAL, EXPIRY = 2.0, 10.0
+INTERVAL, EXPIRY = size((2.0, 10.0), (0.5, 3.0))  # the tiny run (make test) cycles faster
 SAMPLE = 0.005  # seconds between two reads of the ownership records
 SEND_EVERY = 0.005  # seconds between two events on each partition
 TIMEOUT = 60.0
