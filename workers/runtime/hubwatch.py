@@ -127,20 +127,21 @@ class HubWatch:
 
     async def _ask(self, started: float) -> None:
         task = asyncio.current_task()
+        assert task is not None  # run as a task of its own (``look``)
         try:
             await off_loop(self._probe, name="hub probe")
         except Exception as exc:
             log.debug("the hub did not answer a probe: %s: %s", type(exc).__name__, exc)
-            self._silent_from(self._flying.get(task, started))  # type: ignore[arg-type]  # as discounted
+            self._silent_from(self._flying.get(task, started))  # as discounted
             self._gap = self.quiet
         else:
-            started = self._flying.get(task, started)  # type: ignore[arg-type]
+            started = self._flying.get(task, started)
             self._answered_at = max(self._answered_at, started)
             if self._silent_since is not None and self._silent_since <= started:
                 self._silent_since = None
             self._gap = min(self._gap * 2, self.most_apart)
         finally:
-            self._flying.pop(task, None)  # type: ignore[arg-type]
+            self._flying.pop(task, None)
 
     def stop(self) -> None:
         """Forget the probes in flight (their threads end with the SDK's own timeouts)."""
